@@ -1,0 +1,303 @@
+//! Every setting of DESIGN §7, read from the environment once at cold start, typed and
+//! validated. A missing or bad value is one error naming the variable, so the cold
+//! start stops with a line that says what to fix.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::idempotency::Settings;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var} is required{context}")]
+    Missing {
+        var: &'static str,
+        context: &'static str,
+    },
+    #[error("{var}={value:?} is invalid: {problem}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        problem: String,
+    },
+}
+
+/// A secret value: never printed, not even in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub table: Option<String>,
+    pub retention: Duration,
+    pub max_concurrency: usize,
+    pub payment_api_url: Option<String>,
+    pub payment_api_key_secret_arn: Option<String>,
+    pub payment_api_key: Option<Secret>,
+    pub payment_timeout: Duration,
+    pub provider_key_ttl: Duration,
+    pub deadline_margin: Duration,
+    pub invoke_deadline: Duration,
+    pub metrics_namespace: String,
+}
+
+/// Longest accepted retention: DynamoDB TTL ignores items more than five years in the
+/// future, so a larger value would silently keep records forever.
+const MAX_RETENTION: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
+/// Longest a single Lambda invocation can run.
+const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// Reads settings through `lookup`; an empty value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
+
+        let retention = duration(&get, "IDEMPOTENCY_RETENTION", "400d")?;
+        if retention < Duration::from_secs(24 * 3600) || retention > MAX_RETENTION {
+            return Err(invalid(
+                "IDEMPOTENCY_RETENTION",
+                &humantime::format_duration(retention).to_string(),
+                "must be between 1 day and 5 years (it must outlive every redelivery and redrive)",
+            ));
+        }
+        let max_concurrency = match get("MAX_CONCURRENCY") {
+            None => 10,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=1000).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "MAX_CONCURRENCY",
+                        &v,
+                        "must be an integer in 1..=1000",
+                    ));
+                }
+            },
+        };
+        let payment_timeout = duration(&get, "PAYMENT_TIMEOUT", "10s")?;
+        if payment_timeout.is_zero() || payment_timeout > LAMBDA_MAX {
+            return Err(invalid(
+                "PAYMENT_TIMEOUT",
+                &humantime::format_duration(payment_timeout).to_string(),
+                "must be above 0 and at most 15m",
+            ));
+        }
+        let provider_key_ttl = duration(&get, "PROVIDER_KEY_TTL", "23h")?;
+        if provider_key_ttl.is_zero() {
+            return Err(invalid("PROVIDER_KEY_TTL", "0s", "must be above 0"));
+        }
+        let deadline_margin = match get("DEADLINE_MARGIN") {
+            None => payment_timeout + Duration::from_secs(2),
+            Some(v) => parse_duration("DEADLINE_MARGIN", &v)?,
+        };
+        if deadline_margin < payment_timeout {
+            return Err(invalid(
+                "DEADLINE_MARGIN",
+                &humantime::format_duration(deadline_margin).to_string(),
+                "must be at least PAYMENT_TIMEOUT, or a started charge can outlive its lease",
+            ));
+        }
+        let invoke_deadline = duration(&get, "INVOKE_DEADLINE", "60s")?;
+        if invoke_deadline <= deadline_margin {
+            return Err(invalid(
+                "INVOKE_DEADLINE",
+                &humantime::format_duration(invoke_deadline).to_string(),
+                "must exceed DEADLINE_MARGIN, or no record could ever start",
+            ));
+        }
+        let payment_api_url = match get("PAYMENT_API_URL") {
+            None => None,
+            Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
+                Some(url.trim_end_matches('/').to_owned())
+            }
+            Some(url) => {
+                return Err(invalid(
+                    "PAYMENT_API_URL",
+                    &url,
+                    "must start with https:// or http://",
+                ));
+            }
+        };
+        let table = get("IDEMPOTENCY_TABLE");
+        if let Some(t) = &table {
+            let ok_chars = t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if !(3..=255).contains(&t.len()) || !ok_chars {
+                return Err(invalid(
+                    "IDEMPOTENCY_TABLE",
+                    t,
+                    "must be 3-255 characters of A-Z a-z 0-9 _ - .",
+                ));
+            }
+        }
+        let metrics_namespace =
+            get("METRICS_NAMESPACE").unwrap_or_else(|| "charge-once".to_owned());
+        if metrics_namespace.len() > 255 {
+            return Err(invalid(
+                "METRICS_NAMESPACE",
+                &metrics_namespace,
+                "must be at most 255 characters",
+            ));
+        }
+
+        Ok(Self {
+            table,
+            retention,
+            max_concurrency,
+            payment_api_url,
+            payment_api_key_secret_arn: get("PAYMENT_API_KEY_SECRET_ARN"),
+            payment_api_key: get("PAYMENT_API_KEY").map(Secret::new),
+            payment_timeout,
+            provider_key_ttl,
+            deadline_margin,
+            invoke_deadline,
+            metrics_namespace,
+        })
+    }
+
+    /// The table name, required wherever DynamoDB is used.
+    pub fn require_table(&self) -> Result<&str, ConfigError> {
+        self.table.as_deref().ok_or(ConfigError::Missing {
+            var: "IDEMPOTENCY_TABLE",
+            context: " (the DynamoDB idempotency table)",
+        })
+    }
+
+    /// The provider base URL, required inside Lambda.
+    pub fn require_payment_api_url(&self) -> Result<&str, ConfigError> {
+        self.payment_api_url.as_deref().ok_or(ConfigError::Missing {
+            var: "PAYMENT_API_URL",
+            context: " (the Stripe-compatible provider base URL)",
+        })
+    }
+
+    /// What the state machine needs, on the wall clock.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            retention: self.retention,
+            payment_timeout: self.payment_timeout,
+            provider_key_ttl: self.provider_key_ttl,
+            clock: Settings::system_clock(),
+        }
+    }
+}
+
+fn invalid(var: &'static str, value: &str, problem: &str) -> ConfigError {
+    ConfigError::Invalid {
+        var,
+        value: value.to_owned(),
+        problem: problem.to_owned(),
+    }
+}
+
+fn duration(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    parse_duration(var, &get(var).unwrap_or_else(|| default.to_owned()))
+}
+
+fn parse_duration(var: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value.trim()).map_err(|e| ConfigError::Invalid {
+        var,
+        value: value.to_owned(),
+        problem: format!("{e} (use humantime syntax such as 10s, 23h, 400d)"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.retention, Duration::from_secs(400 * 24 * 3600));
+        assert_eq!(c.max_concurrency, 10);
+        assert_eq!(c.payment_timeout, Duration::from_secs(10));
+        assert_eq!(c.provider_key_ttl, Duration::from_secs(23 * 3600));
+        assert_eq!(c.deadline_margin, Duration::from_secs(12));
+        assert_eq!(c.invoke_deadline, Duration::from_secs(60));
+        assert_eq!(c.metrics_namespace, "charge-once");
+        assert!(c.table.is_none() && c.payment_api_url.is_none());
+    }
+
+    #[test]
+    fn deadline_margin_defaults_to_payment_timeout_plus_two_seconds() {
+        let c = config(&[("PAYMENT_TIMEOUT", "3s")]).unwrap();
+        assert_eq!(c.deadline_margin, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn each_bad_value_names_its_variable_on_one_line() {
+        for (var, value) in [
+            ("IDEMPOTENCY_RETENTION", "forever"),
+            ("IDEMPOTENCY_RETENTION", "1h"),
+            ("MAX_CONCURRENCY", "0"),
+            ("MAX_CONCURRENCY", "ten"),
+            ("PAYMENT_TIMEOUT", "0s"),
+            ("PAYMENT_TIMEOUT", "10"),
+            ("PROVIDER_KEY_TTL", "soon"),
+            ("DEADLINE_MARGIN", "1s"),
+            ("INVOKE_DEADLINE", "5s"),
+            ("PAYMENT_API_URL", "ftp://x"),
+            ("IDEMPOTENCY_TABLE", "no spaces"),
+        ] {
+            let err = config(&[(var, value)]).expect_err(var).to_string();
+            assert!(err.starts_with(var), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn missing_table_is_reported_by_name() {
+        let err = config(&[])
+            .unwrap()
+            .require_table()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("IDEMPOTENCY_TABLE is required"), "{err}");
+    }
+
+    #[test]
+    fn the_api_key_never_shows_in_debug_output() {
+        let c = config(&[("PAYMENT_API_KEY", "sk_test_supersecret123")]).unwrap();
+        let text = format!("{c:?}");
+        assert!(!text.contains("supersecret"), "{text}");
+        assert_eq!(
+            c.payment_api_key.unwrap().expose(),
+            "sk_test_supersecret123"
+        );
+    }
+}

@@ -1,0 +1,56 @@
+//! The idempotency key (`cobro#<id>`) and the provider key derived from it.
+
+use std::fmt;
+
+/// Partition key of the idempotency table: `cobro#<order id>`.
+///
+/// Built from the business fact (the order id), never from the SQS message id: an
+/// SNS fan-out or a producer retry gives the same order a new message id (trap 3).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+impl Key {
+    pub const PREFIX: &'static str = "cobro#";
+
+    /// The key of an order id. Validation of the id (no `#`) is `Order`'s job.
+    pub fn for_order_id(order_id: &str) -> Self {
+        Self(format!("{}{order_id}", Self::PREFIX))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The order id part of the key.
+    pub fn order_id(&self) -> &str {
+        &self.0[Self::PREFIX.len()..]
+    }
+
+    /// The key the provider gets for attempt `intento`: `<pk>#<intento>`.
+    ///
+    /// A replay with the same attempt gets the provider's stored outcome, so a crash
+    /// between charging and `complete` cannot charge twice.
+    pub fn provider_key(&self, intento: u32) -> String {
+        format!("{}#{intento}", self.0)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_key_appends_the_attempt_to_the_partition_key() {
+        let key = Key::for_order_id("ord-1");
+        assert_eq!(key.as_str(), "cobro#ord-1");
+        assert_eq!(key.order_id(), "ord-1");
+        assert_eq!(key.provider_key(1), "cobro#ord-1#1");
+        assert_eq!(key.provider_key(12), "cobro#ord-1#12");
+    }
+}

@@ -1,0 +1,566 @@
+//! The state machine of one order (DESIGN §5): reserve, reconcile when the provider
+//! may have forgotten the key, charge under `<pk>#<intento>`, then complete (fenced,
+//! with the attempt fallback) or release.
+//!
+//! Every branch ends in an [`Outcome`]; only `Charged`, `Reconciled` and `Duplicate`
+//! acknowledge the message. When in doubt the record fails: SQS retries it and the
+//! retry replays the same provider key, which cannot charge twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{error, warn};
+
+use super::{
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
+    ReserveOutcome, ReserveRequest, StoreError,
+};
+use crate::error_chain;
+use crate::order::Order;
+use crate::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
+
+/// The current time as ms since the Unix epoch. Injected so tests can move time.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// What the state machine needs from the configuration.
+#[derive(Clone)]
+pub struct Settings {
+    /// `expira` = now + this.
+    pub retention: Duration,
+    /// Upper bound of one provider call, enforced here as well as in the client.
+    pub payment_timeout: Duration,
+    /// Keys first sent longer ago than this are reconciled before reuse.
+    pub provider_key_ttl: Duration,
+    pub clock: Clock,
+}
+
+impl Settings {
+    /// The wall clock.
+    pub fn system_clock() -> Clock {
+        Arc::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0)
+        })
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+}
+
+/// How a reservation was judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// We hold the lease; the record as written.
+    Won(Record),
+    /// Already charged: ack with the stored receipt.
+    Duplicate { recibo: Option<String> },
+    /// Same key, other payload: never charged.
+    Conflict { stored_huella: Option<String> },
+    /// Someone else holds a live lease.
+    InProgress { until_ms: Option<i64> },
+    /// A human (or `resolve`) must look at the provider first.
+    NeedsReconciliation { reason: &'static str },
+}
+
+/// Runs the reserve write and classifies a lost condition (DESIGN §5 "reserve").
+pub async fn reserve(
+    store: &dyn IdempotencyStore,
+    req: &ReserveRequest<'_>,
+) -> Result<Reservation, StoreError> {
+    let old = match store.reserve(req).await? {
+        ReserveOutcome::Won(record) => return Ok(Reservation::Won(record)),
+        ReserveOutcome::Lost(Some(old)) => old,
+        // The item that failed the condition is gone (TTL swept it between the write
+        // and the read): nothing is known, so retry later rather than guess.
+        ReserveOutcome::Lost(None) => return Ok(Reservation::InProgress { until_ms: None }),
+    };
+    Ok(classify_lost(old, req))
+}
+
+fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
+    if old.is_card_format() {
+        return match old.estado {
+            Estado::Hecho => Reservation::Duplicate { recibo: old.recibo },
+            _ => Reservation::NeedsReconciliation {
+                reason: "item written by the card's consumer is not `hecho`: it gave the \
+                         provider no idempotency key, so it is never taken over",
+            },
+        };
+    }
+    if old.huella.as_deref() != Some(req.huella) {
+        return Reservation::Conflict {
+            stored_huella: old.huella,
+        };
+    }
+    match old.estado {
+        Estado::Hecho => Reservation::Duplicate { recibo: old.recibo },
+        // The SDK retried a reserve that had been applied: the lease is ours.
+        Estado::EnCurso if old.titular.as_deref() == Some(req.titular) => Reservation::Won(old),
+        Estado::EnCurso | Estado::Libre => Reservation::InProgress {
+            until_ms: old.en_curso_hasta_ms,
+        },
+        Estado::Other(_) => Reservation::NeedsReconciliation {
+            reason: "item has an unknown `estado`",
+        },
+    }
+}
+
+/// The end of one record. Only the first three acknowledge the message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Charged {
+        receipt: String,
+        attempt: u32,
+    },
+    /// Found at the provider by reconciliation and completed with that charge.
+    Reconciled {
+        receipt: String,
+        attempt: u32,
+    },
+    Duplicate {
+        receipt: Option<String>,
+    },
+    Conflict,
+    InProgress,
+    Declined {
+        code: String,
+        decline_code: Option<String>,
+        attempt: u32,
+    },
+    /// Transient or unknown: the retry is safe (same key, or reconciled first).
+    FailedRetryable {
+        reason: String,
+        attempt: Option<u32>,
+    },
+    /// Cannot be settled automatically; logged at error level.
+    NeedsReconciliation {
+        reason: String,
+    },
+    /// The body is not a valid order.
+    Invalid {
+        reason: String,
+    },
+    /// Not started: too little time was left before the invocation deadline.
+    Unstarted,
+    /// Not started: an earlier record of the same key (or of a FIFO batch) failed.
+    Skipped,
+}
+
+impl Outcome {
+    /// Whether the message is acknowledged (left out of `batchItemFailures`).
+    pub fn is_ack(&self) -> bool {
+        matches!(
+            self,
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. }
+        )
+    }
+
+    /// Stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Charged { .. } => "charged",
+            Self::Reconciled { .. } => "reconciled",
+            Self::Duplicate { .. } => "duplicate",
+            Self::Conflict => "conflict",
+            Self::InProgress => "in_progress",
+            Self::Declined { .. } => "declined",
+            Self::FailedRetryable { .. } => "failed_retryable",
+            Self::NeedsReconciliation { .. } => "needs_reconciliation",
+            Self::Invalid { .. } => "invalid",
+            Self::Unstarted => "unstarted",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    fn retryable(reason: impl Into<String>, attempt: Option<u32>) -> Self {
+        Self::FailedRetryable {
+            reason: reason.into(),
+            attempt,
+        }
+    }
+}
+
+/// Runs the state machine for one order against a store and a provider.
+pub struct Charger<'a> {
+    pub store: &'a dyn IdempotencyStore,
+    pub provider: &'a dyn PaymentProvider,
+    pub settings: &'a Settings,
+}
+
+/// Everything a step needs to write under our lease.
+struct Lease<'a> {
+    pk: &'a Key,
+    titular: &'a str,
+    intento: u32,
+    expira_s: i64,
+}
+
+/// At most this many provider charges per record and invocation: the first, and one
+/// more after reconciliation moved to a new key.
+const MAX_CHARGES_PER_RECORD: usize = 2;
+
+impl Charger<'_> {
+    /// Processes one valid order. `lease_until_ms` is the invocation deadline.
+    pub async fn process(&self, order: &Order, lease_until_ms: i64) -> Outcome {
+        let pk = order.key();
+        let huella = order.fingerprint();
+        let titular = uuid::Uuid::new_v4().to_string();
+        let now_ms = self.settings.now_ms();
+        let expira_s = self.expira_s(now_ms);
+        let req = ReserveRequest {
+            pk: &pk,
+            huella: &huella,
+            titular: &titular,
+            now_ms,
+            lease_until_ms,
+            expira_s,
+        };
+        let record = match reserve(self.store, &req).await {
+            Ok(Reservation::Won(record)) => record,
+            Ok(Reservation::Duplicate { recibo }) => return Outcome::Duplicate { receipt: recibo },
+            Ok(Reservation::Conflict { .. }) => return Outcome::Conflict,
+            Ok(Reservation::InProgress { .. }) => return Outcome::InProgress,
+            Ok(Reservation::NeedsReconciliation { reason }) => {
+                return Outcome::NeedsReconciliation {
+                    reason: reason.to_owned(),
+                };
+            }
+            Err(e) => return Outcome::retryable(format!("reserve: {}", error_chain(&e)), None),
+        };
+        let mut lease = Lease {
+            pk: &pk,
+            titular: &titular,
+            intento: record.attempt(),
+            expira_s,
+        };
+
+        let key_age_ms = now_ms.saturating_sub(record.enviado_ms.unwrap_or(now_ms));
+        let ttl_ms = i64::try_from(self.settings.provider_key_ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut must_reconcile = key_age_ms > ttl_ms;
+
+        for _ in 0..MAX_CHARGES_PER_RECORD {
+            if must_reconcile {
+                match self.reconcile(order, &mut lease).await {
+                    Ok(Some(receipt)) => {
+                        return self
+                            .complete(
+                                &lease,
+                                &receipt,
+                                Outcome::Reconciled {
+                                    receipt: receipt.id.clone(),
+                                    attempt: lease.intento,
+                                },
+                            )
+                            .await;
+                    }
+                    Ok(None) => {}
+                    Err(outcome) => return outcome,
+                }
+            }
+            match self
+                .charge(order, lease.pk.provider_key(lease.intento))
+                .await
+            {
+                Ok(receipt) => {
+                    let outcome = Outcome::Charged {
+                        receipt: receipt.id.clone(),
+                        attempt: lease.intento,
+                    };
+                    return self.complete(&lease, &receipt, outcome).await;
+                }
+                Err(PaymentError::ReplayedServerError { status }) if !must_reconcile => {
+                    warn!(
+                        status,
+                        attempt = lease.intento,
+                        "provider replayed a server error; reconciling"
+                    );
+                    must_reconcile = true;
+                }
+                Err(e) => return self.after_failed_charge(&lease, e).await,
+            }
+        }
+        // Reconciled, moved to a new key, and the new key still replayed a server
+        // error: the provider is misbehaving. Keep the key, retry later.
+        self.release(&lease, false).await;
+        Outcome::retryable(
+            "provider replayed a server error after reconciliation",
+            Some(lease.intento),
+        )
+    }
+
+    fn expira_s(&self, now_ms: i64) -> i64 {
+        let retention_s = i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX);
+        now_ms.div_euclid(1000).saturating_add(retention_s)
+    }
+
+    async fn charge(&self, order: &Order, key: String) -> Result<Receipt, PaymentError> {
+        match tokio::time::timeout(
+            self.settings.payment_timeout,
+            self.provider.charge(order, &key),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_elapsed) => Err(PaymentError::retryable(FailureKind::Timeout)),
+        }
+    }
+
+    /// Looks the order's charge up. `Ok(Some)` = found; `Ok(None)` = not found and the
+    /// lease moved to the next attempt; `Err` = the record's final outcome.
+    async fn reconcile(
+        &self,
+        order: &Order,
+        lease: &mut Lease<'_>,
+    ) -> Result<Option<Receipt>, Outcome> {
+        let found = tokio::time::timeout(
+            self.settings.payment_timeout,
+            self.provider.find_charge(order),
+        )
+        .await;
+        match found {
+            Ok(Ok(Some(receipt))) => return Ok(Some(receipt)),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                self.release(lease, false).await;
+                return Err(Outcome::retryable(
+                    format!("reconciliation lookup: {}", error_chain(&e)),
+                    Some(lease.intento),
+                ));
+            }
+            Err(_elapsed) => {
+                self.release(lease, false).await;
+                return Err(Outcome::retryable(
+                    "reconciliation lookup timed out",
+                    Some(lease.intento),
+                ));
+            }
+        }
+        let now_ms = self.settings.now_ms();
+        match self
+            .store
+            .next_attempt(lease.pk, lease.titular, now_ms)
+            .await
+        {
+            Ok(FenceOutcome::Applied(record)) => {
+                lease.intento = record.attempt();
+                Ok(None)
+            }
+            Ok(FenceOutcome::Refused(_)) => Err(Outcome::retryable(
+                "lease lost before moving to the next attempt",
+                Some(lease.intento),
+            )),
+            Err(e) => {
+                self.release(lease, false).await;
+                Err(Outcome::retryable(
+                    format!("next attempt: {}", error_chain(&e)),
+                    Some(lease.intento),
+                ))
+            }
+        }
+    }
+
+    async fn after_failed_charge(&self, lease: &Lease<'_>, e: PaymentError) -> Outcome {
+        match e {
+            PaymentError::Declined { code, decline_code } => {
+                self.release(lease, true).await;
+                Outcome::Declined {
+                    code,
+                    decline_code,
+                    attempt: lease.intento,
+                }
+            }
+            PaymentError::KeyReused => {
+                self.release(lease, false).await;
+                Outcome::NeedsReconciliation {
+                    reason: format!(
+                        "provider says key {} was used with other parameters",
+                        lease.pk.provider_key(lease.intento)
+                    ),
+                }
+            }
+            other => {
+                self.release(lease, false).await;
+                Outcome::retryable(
+                    format!("charge: {}", error_chain(&other)),
+                    Some(lease.intento),
+                )
+            }
+        }
+    }
+
+    /// Fenced complete, then the attempt fallback. A store error fails the record:
+    /// a charge whose receipt is not stored is never acknowledged.
+    async fn complete(&self, lease: &Lease<'_>, receipt: &Receipt, success: Outcome) -> Outcome {
+        let req = CompleteRequest {
+            pk: lease.pk,
+            titular: lease.titular,
+            intento: lease.intento,
+            recibo: &receipt.id,
+            expira_s: lease.expira_s,
+        };
+        let store_failed = |e: StoreError| {
+            Outcome::retryable(
+                format!(
+                    "complete: {}; the retry replays the same key",
+                    error_chain(&e)
+                ),
+                Some(lease.intento),
+            )
+        };
+        match self.store.complete(&req).await {
+            Ok(FenceOutcome::Applied(_)) => return success,
+            Ok(FenceOutcome::Refused(Some(old))) if is_done_with(&old, &receipt.id) => {
+                return success;
+            }
+            Ok(FenceOutcome::Refused(_)) => {
+                warn!(
+                    attempt = lease.intento,
+                    "lease lost before complete; completing by attempt"
+                );
+            }
+            Err(e) => return store_failed(e),
+        }
+        match self.store.complete_attempt(&req).await {
+            Ok(FenceOutcome::Applied(_)) => success,
+            Ok(FenceOutcome::Refused(Some(old))) if is_done_with(&old, &receipt.id) => success,
+            Ok(FenceOutcome::Refused(old)) => {
+                let reason = format!(
+                    "charged {} under attempt {} but the record moved on (estado {:?}, intento {:?}, recibo {:?})",
+                    receipt.id,
+                    lease.intento,
+                    old.as_ref().map(|r| r.estado.as_str().to_owned()),
+                    old.as_ref().and_then(|r| r.intento),
+                    old.as_ref().and_then(|r| r.recibo.clone()),
+                );
+                error!(%reason, "charge could not be recorded");
+                Outcome::NeedsReconciliation { reason }
+            }
+            Err(e) => store_failed(e),
+        }
+    }
+
+    /// Gives the lease back. A failed release is logged, never fatal: the lease ends
+    /// at the invocation deadline anyway, and the record already fails.
+    async fn release(&self, lease: &Lease<'_>, next_attempt: bool) {
+        let req = ReleaseRequest {
+            pk: lease.pk,
+            titular: lease.titular,
+            next_attempt,
+        };
+        match self.store.release(&req).await {
+            Ok(FenceOutcome::Applied(_)) => {}
+            Ok(FenceOutcome::Refused(_)) => warn!("release refused: the lease is no longer ours"),
+            Err(e) => {
+                warn!(error = %error_chain(&e), "release failed; the lease ends at its deadline")
+            }
+        }
+    }
+}
+
+fn is_done_with(record: &Record, recibo: &str) -> bool {
+    record.estado == Estado::Hecho && record.recibo.as_deref() == Some(recibo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(estado: Estado, huella: Option<&str>, titular: Option<&str>) -> Record {
+        Record {
+            pk: "cobro#a".into(),
+            estado,
+            creado_ms: Some(1),
+            expira_s: Some(10),
+            recibo: Some("ch_1".into()),
+            huella: huella.map(str::to_owned),
+            titular: titular.map(str::to_owned),
+            en_curso_hasta_ms: Some(5),
+            intento: Some(1),
+            enviado_ms: Some(1),
+        }
+    }
+
+    fn judge(old: Record) -> Reservation {
+        let pk = Key::for_order_id("a");
+        let req = ReserveRequest {
+            pk: &pk,
+            huella: "h",
+            titular: "me",
+            now_ms: 0,
+            lease_until_ms: 1,
+            expira_s: 2,
+        };
+        classify_lost(old, &req)
+    }
+
+    #[test]
+    fn lost_reserve_is_classified_per_design() {
+        assert_eq!(
+            judge(record(Estado::Hecho, Some("h"), None)),
+            Reservation::Duplicate {
+                recibo: Some("ch_1".into())
+            }
+        );
+        assert!(matches!(
+            judge(record(Estado::Hecho, Some("x"), None)),
+            Reservation::Conflict { .. }
+        ));
+        assert!(matches!(
+            judge(record(Estado::EnCurso, Some("h"), Some("other"))),
+            Reservation::InProgress { .. }
+        ));
+        assert!(matches!(
+            judge(record(Estado::EnCurso, Some("h"), Some("me"))),
+            Reservation::Won(_)
+        ));
+        assert!(matches!(
+            judge(record(Estado::EnCurso, Some("x"), Some("me"))),
+            Reservation::Conflict { .. }
+        ));
+        assert!(matches!(
+            judge(record(Estado::Hecho, None, None)),
+            Reservation::Duplicate { .. }
+        ));
+        assert!(matches!(
+            judge(record(Estado::EnCurso, None, None)),
+            Reservation::NeedsReconciliation { .. }
+        ));
+        assert!(matches!(
+            judge(record(Estado::Other("raro".into()), Some("h"), None)),
+            Reservation::NeedsReconciliation { .. }
+        ));
+    }
+
+    #[test]
+    fn only_effects_and_duplicates_acknowledge_the_message() {
+        assert!(
+            Outcome::Charged {
+                receipt: "c".into(),
+                attempt: 1
+            }
+            .is_ack()
+        );
+        assert!(Outcome::Duplicate { receipt: None }.is_ack());
+        assert!(
+            Outcome::Reconciled {
+                receipt: "c".into(),
+                attempt: 2
+            }
+            .is_ack()
+        );
+        for failed in [
+            Outcome::Conflict,
+            Outcome::InProgress,
+            Outcome::Unstarted,
+            Outcome::Skipped,
+            Outcome::retryable("x", None),
+            Outcome::NeedsReconciliation { reason: "x".into() },
+            Outcome::Invalid { reason: "x".into() },
+        ] {
+            assert!(!failed.is_ack(), "{failed:?}");
+        }
+    }
+}

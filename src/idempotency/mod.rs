@@ -1,0 +1,16 @@
+//! The idempotency policy: keys, the stored record, the store contract and the state
+//! machine of DESIGN §4–5. Nothing in here knows about AWS: adapters in `store/` and
+//! `payment/` do the I/O, this module decides.
+
+mod key;
+mod machine;
+mod record;
+mod store;
+
+pub use key::Key;
+pub use machine::{Charger, Clock, Outcome, Reservation, Settings, reserve};
+pub use record::{Estado, Record};
+pub use store::{
+    CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseRequest, ReserveOutcome,
+    ReserveRequest, StoreError,
+};

@@ -1,0 +1,126 @@
+//! The store contract: the conditional writes the state machine needs, each one
+//! request (DESIGN §5). Implementations do only I/O; deciding what a lost condition
+//! means is the state machine's job, so every losing write returns the old record.
+
+use async_trait::async_trait;
+
+use super::{Key, Record};
+use crate::BoxError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed or could not be reached. The write may or may not have been
+    /// applied: callers treat the record as failed, never as done.
+    #[error("{operation} on {target} failed")]
+    Backend {
+        operation: &'static str,
+        /// The key, or the table for table-level operations.
+        target: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A table did not become usable in time (table creation for tests and local runs).
+    #[error("table {table} did not become ACTIVE in time")]
+    TableNotActive { table: String },
+    /// An item exists but cannot be read as a record (wrong type, unknown shape).
+    #[error("item {pk} is malformed: attribute `{attribute}` {problem}")]
+    Malformed {
+        pk: String,
+        attribute: &'static str,
+        problem: &'static str,
+    },
+}
+
+/// Reserve `pk` for this fingerprint (DESIGN §5 "reserve").
+#[derive(Clone, Debug)]
+pub struct ReserveRequest<'a> {
+    pub pk: &'a Key,
+    pub huella: &'a str,
+    /// Fresh random owner token of this attempt.
+    pub titular: &'a str,
+    pub now_ms: i64,
+    /// End of the lease: the invocation deadline.
+    pub lease_until_ms: i64,
+    /// Retention: the TTL attribute written with the reservation.
+    pub expira_s: i64,
+}
+
+impl ReserveRequest<'_> {
+    pub fn now_s(&self) -> i64 {
+        self.now_ms.div_euclid(1000)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// The condition held; the record as written.
+    Won(Record),
+    /// The condition failed; the record that made it fail (`None` if it vanished
+    /// between the write and the fallback read).
+    Lost(Option<Record>),
+}
+
+/// Mark `pk` `hecho` with `recibo`.
+#[derive(Clone, Debug)]
+pub struct CompleteRequest<'a> {
+    pub pk: &'a Key,
+    pub titular: &'a str,
+    /// The attempt whose provider key produced `recibo`.
+    pub intento: u32,
+    pub recibo: &'a str,
+    pub expira_s: i64,
+}
+
+/// Give a lease back (`libre`).
+#[derive(Clone, Debug)]
+pub struct ReleaseRequest<'a> {
+    pub pk: &'a Key,
+    pub titular: &'a str,
+    /// Only after a 402 Declined: the provider stored a decline under the current key,
+    /// so the next attempt needs a new one.
+    pub next_attempt: bool,
+}
+
+/// The result of a fenced write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceOutcome {
+    /// Applied; the record as written.
+    Applied(Record),
+    /// The fence failed; the record that made it fail, if any.
+    Refused(Option<Record>),
+}
+
+/// The idempotency table. One item per key; every write is one conditional request.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Wins when the key is absent, or a non-`hecho` item of ours is past `expira`,
+    /// or the item has the same `huella` and is `libre` or `en-curso` with an expired
+    /// lease. On winning: `en-curso`, our `titular`, lease until `lease_until_ms`,
+    /// `creado`/`intento`/`enviado` kept if present. On losing, the old item.
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError>;
+
+    /// `hecho` + `recibo`, lease removed, on `estado = en-curso AND titular = mine`.
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError>;
+
+    /// The fallback when the fence is lost: the success is still a fact about
+    /// attempt `intento`, so write `hecho` + `recibo` on `intento = :mine AND estado <>
+    /// hecho`.
+    async fn complete_attempt(&self, req: &CompleteRequest<'_>)
+    -> Result<FenceOutcome, StoreError>;
+
+    /// `libre`, lease removed (and `intento` + 1, `enviado` removed when
+    /// `next_attempt`), same fence as `complete`.
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError>;
+
+    /// While holding the lease: `intento` + 1 and `enviado = now`, for a key the
+    /// provider may have forgotten and reconciliation did not find (DESIGN §5).
+    async fn next_attempt(
+        &self,
+        pk: &Key,
+        titular: &str,
+        now_ms: i64,
+    ) -> Result<FenceOutcome, StoreError>;
+
+    /// Strongly consistent read.
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
+}

@@ -1,0 +1,47 @@
+//! # charge-once
+//!
+//! An AWS Lambda SQS consumer that charges each order **exactly once in effect**,
+//! although SQS and SNS deliver at least once: an idempotent consumer backed by a
+//! DynamoDB table of conditional writes, fenced leases and end-to-end provider
+//! idempotency keys. The design is `DESIGN.md` (shared with the project).
+//!
+//! ## Layout
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`config`] | every setting, typed and validated once at cold start |
+//! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
+//! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
+//! | [`store`] | store adapters: DynamoDB (production) |
+//! | [`payment`] | the provider contract |
+//! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
+//! | [`telemetry`] | JSON logs |
+//!
+//! `main.rs` only wires these together.
+
+pub mod batch;
+pub mod config;
+pub mod idempotency;
+pub mod order;
+pub mod payment;
+pub mod store;
+pub mod telemetry;
+
+/// A boxed source error of an adapter, kept whole (never stringified).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An error and all its sources on one line, `outer: inner: root`, for log fields.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Some SDK errors repeat their source's text; say each thing once.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,442 @@
+//! The order message: parsing a raw or SNS-wrapped SQS body, validating it against
+//! DESIGN §2, and computing its fingerprint (`huella`, DESIGN §3).
+//!
+//! Parsing never panics and never guesses: every rejection names the field and the
+//! rule it broke, so the log line of a failed record says exactly what to fix.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+
+use crate::idempotency::Key;
+
+/// Largest accepted amount, in minor units.
+pub const MAX_AMOUNT: u64 = 99_999_999;
+/// Longest accepted order id.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest accepted customer reference (Stripe ids are far shorter).
+pub const MAX_CUSTOMER_LEN: usize = 255;
+
+/// A validated order: the only input the state machine and the provider ever see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    id: String,
+    amount: u64,
+    currency: String,
+    customer: String,
+}
+
+/// Why a body is not a valid order. Each variant names the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error("body is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("body is not a JSON object")]
+    NotObject,
+    #[error("SNS envelope: {0}")]
+    SnsEnvelope(&'static str),
+    #[error("SNS envelope: Message is not JSON: {0}")]
+    SnsMessageNotJson(#[source] serde_json::Error),
+    #[error("field `{0}` is missing")]
+    Missing(&'static str),
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("field `id` is invalid: {0}")]
+    InvalidId(&'static str),
+    #[error("field `amount` must be an integer of minor units in 1..={MAX_AMOUNT}, got {0}")]
+    AmountOutOfRange(String),
+    #[error("field `currency` must be 3 ASCII letters (ISO 4217)")]
+    InvalidCurrency,
+    #[error("field `customer` is invalid: {0}")]
+    InvalidCustomer(&'static str),
+}
+
+impl Order {
+    /// Builds an order from already-typed fields, applying the same rules as parsing.
+    pub fn new(id: &str, amount: u64, currency: &str, customer: &str) -> Result<Self, OrderError> {
+        validate_id(id)?;
+        if amount == 0 || amount > MAX_AMOUNT {
+            return Err(OrderError::AmountOutOfRange(amount.to_string()));
+        }
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(OrderError::InvalidCurrency);
+        }
+        validate_customer(customer)?;
+        Ok(Self {
+            id: id.to_owned(),
+            amount,
+            currency: currency.to_ascii_uppercase(),
+            customer: customer.to_owned(),
+        })
+    }
+
+    /// Parses an SQS body: a raw order, or an SNS notification envelope around one.
+    pub fn parse(body: &str) -> Result<Self, OrderError> {
+        let value: Value = serde_json::from_str(body).map_err(OrderError::NotJson)?;
+        let object = value.as_object().ok_or(OrderError::NotObject)?;
+        if is_sns_envelope(object) {
+            let message = match object.get("Message") {
+                None => return Err(OrderError::SnsEnvelope("Message is missing")),
+                Some(Value::String(s)) => s,
+                Some(_) => return Err(OrderError::SnsEnvelope("Message is not a string")),
+            };
+            let inner: Value =
+                serde_json::from_str(message).map_err(OrderError::SnsMessageNotJson)?;
+            let inner = inner
+                .as_object()
+                .ok_or(OrderError::SnsEnvelope("Message is not a JSON object"))?;
+            return Self::from_object(inner);
+        }
+        Self::from_object(object)
+    }
+
+    fn from_object(object: &Map<String, Value>) -> Result<Self, OrderError> {
+        let id = string_field(object, "id")?;
+        let amount = match object.get("amount") {
+            None | Some(Value::Null) => return Err(OrderError::Missing("amount")),
+            // A float (even 50.0) is refused: money is never a float here.
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(a) => a,
+                None => return Err(OrderError::AmountOutOfRange(n.to_string())),
+            },
+            Some(_) => {
+                return Err(OrderError::WrongType {
+                    field: "amount",
+                    expected: "a JSON integer (minor units)",
+                });
+            }
+        };
+        let currency = string_field(object, "currency")?;
+        let customer = string_field(object, "customer")?;
+        Self::new(id, amount, currency, customer)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Amount in minor units (cents).
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    /// ISO 4217 code, upper case.
+    pub fn currency(&self) -> &str {
+        &self.currency
+    }
+
+    pub fn customer(&self) -> &str {
+        &self.customer
+    }
+
+    /// The idempotency key of this order: the business fact, never the transport id.
+    pub fn key(&self) -> Key {
+        Key::for_order_id(&self.id)
+    }
+
+    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer` (DESIGN §3).
+    pub fn fingerprint(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(self.id.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.amount.to_string().as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.currency.as_bytes());
+        hasher.update(b"\n");
+        hasher.update(self.customer.as_bytes());
+        let digest = hasher.finalize();
+        let mut hex = String::with_capacity(64);
+        for byte in digest {
+            // Writing to a String cannot fail.
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
+    }
+}
+
+fn is_sns_envelope(object: &Map<String, Value>) -> bool {
+    matches!(object.get("Type"), Some(Value::String(t)) if t == "Notification")
+}
+
+fn string_field<'a>(
+    object: &'a Map<String, Value>,
+    field: &'static str,
+) -> Result<&'a str, OrderError> {
+    match object.get(field) {
+        None | Some(Value::Null) => Err(OrderError::Missing(field)),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(OrderError::WrongType {
+            field,
+            expected: "a string",
+        }),
+    }
+}
+
+fn validate_id(id: &str) -> Result<(), OrderError> {
+    if id.is_empty() {
+        return Err(OrderError::InvalidId("empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(OrderError::InvalidId("longer than 128 characters"));
+    }
+    if id.contains('#') {
+        return Err(OrderError::InvalidId(
+            "contains `#`, which separates key parts",
+        ));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    {
+        return Err(OrderError::InvalidId(
+            "only A-Z, a-z, 0-9 and . _ : - are allowed",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_customer(customer: &str) -> Result<(), OrderError> {
+    if customer.trim().is_empty() {
+        return Err(OrderError::InvalidCustomer("empty"));
+    }
+    if customer.len() > MAX_CUSTOMER_LEN {
+        return Err(OrderError::InvalidCustomer("longer than 255 bytes"));
+    }
+    if customer.chars().any(char::is_control) {
+        return Err(OrderError::InvalidCustomer("contains control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const RAW: &str = r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123"}"#;
+
+    fn err(body: &str) -> String {
+        match Order::parse(body) {
+            Ok(o) => panic!("expected an error, parsed {o:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn fingerprint_matches_the_golden_vector() {
+        let order = Order::parse(RAW).unwrap();
+        assert_eq!(
+            order.fingerprint(),
+            "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc"
+        );
+    }
+
+    #[test]
+    fn currency_case_does_not_change_the_fingerprint() {
+        let lower = Order::parse(
+            r#"{"id":"ord-1001","amount":5000,"currency":"eur","customer":"cus_123"}"#,
+        )
+        .unwrap();
+        assert_eq!(lower.currency(), "EUR");
+        assert_eq!(
+            lower.fingerprint(),
+            Order::parse(RAW).unwrap().fingerprint()
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_not_fingerprinted() {
+        let extra = Order::parse(
+            r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","note":"x","ts":1}"#,
+        )
+        .unwrap();
+        assert_eq!(extra, Order::parse(RAW).unwrap());
+    }
+
+    #[test]
+    fn sns_envelope_is_unwrapped_to_the_same_order() {
+        let envelope = serde_json::json!({
+            "Type": "Notification",
+            "MessageId": "abc",
+            "TopicArn": "arn:aws:sns:eu-west-1:123456789012:orders",
+            "Message": RAW,
+        })
+        .to_string();
+        assert_eq!(Order::parse(&envelope).unwrap(), Order::parse(RAW).unwrap());
+    }
+
+    #[test]
+    fn key_is_built_from_the_order_id() {
+        assert_eq!(Order::parse(RAW).unwrap().key().as_str(), "cobro#ord-1001");
+    }
+
+    #[test]
+    fn each_invalid_body_names_its_problem() {
+        assert!(err("not json").contains("not JSON"));
+        assert!(err("[1,2]").contains("not a JSON object"));
+        assert!(err(r#"{"amount":1,"currency":"EUR","customer":"c"}"#).contains("`id` is missing"));
+        assert!(
+            err(r#"{"id":"a","amount":50.5,"currency":"EUR","customer":"c"}"#).contains("amount")
+        );
+        assert!(
+            err(r#"{"id":"a","amount":50.0,"currency":"EUR","customer":"c"}"#).contains("amount")
+        );
+        assert!(
+            err(r#"{"id":"a","amount":"50","currency":"EUR","customer":"c"}"#).contains("amount")
+        );
+        assert!(err(r#"{"id":"a","amount":0,"currency":"EUR","customer":"c"}"#).contains("amount"));
+        assert!(
+            err(r#"{"id":"a","amount":100000000,"currency":"EUR","customer":"c"}"#)
+                .contains("amount")
+        );
+        assert!(
+            err(r#"{"id":"a","amount":-5,"currency":"EUR","customer":"c"}"#).contains("amount")
+        );
+        assert!(
+            err(r#"{"id":"a","amount":5,"currency":"EURO","customer":"c"}"#).contains("currency")
+        );
+        assert!(
+            err(r#"{"id":"a","amount":5,"currency":"E1R","customer":"c"}"#).contains("currency")
+        );
+        assert!(err(r#"{"id":"a#b","amount":5,"currency":"EUR","customer":"c"}"#).contains("`#`"));
+        let long = "x".repeat(129);
+        assert!(
+            err(&format!(
+                r#"{{"id":"{long}","amount":5,"currency":"EUR","customer":"c"}}"#
+            ))
+            .contains("128")
+        );
+        assert!(err(r#"{"id":"a b","amount":5,"currency":"EUR","customer":"c"}"#).contains("`id`"));
+        assert!(
+            err(r#"{"id":"a","amount":5,"currency":"EUR","customer":""}"#).contains("customer")
+        );
+        assert!(err(r#"{"id":"a","amount":5,"currency":"EUR"}"#).contains("`customer` is missing"));
+        assert!(err(r#"{"Type":"Notification"}"#).contains("Message is missing"));
+        assert!(err(r#"{"Type":"Notification","Message":"{oops"}"#).contains("SNS envelope"));
+        assert!(err(r#"{"Type":"Notification","Message":{"id":"a"}}"#).contains("not a string"));
+    }
+
+    #[test]
+    fn an_id_of_exactly_128_characters_is_accepted() {
+        let id = "x".repeat(128);
+        let body = format!(r#"{{"id":"{id}","amount":5,"currency":"EUR","customer":"c"}}"#);
+        assert_eq!(Order::parse(&body).unwrap().id(), id);
+    }
+
+    /// Every accepted order satisfies the rules of DESIGN §2; every rejection names
+    /// a field or the envelope, so a log line always says what is wrong.
+    fn check_parse(body: &str) {
+        match Order::parse(body) {
+            Ok(o) => {
+                assert!(!o.id().is_empty() && o.id().len() <= MAX_ID_LEN);
+                assert!(!o.id().contains('#'));
+                assert!((1..=MAX_AMOUNT).contains(&o.amount()));
+                assert!(
+                    o.currency().len() == 3 && o.currency().bytes().all(|b| b.is_ascii_uppercase())
+                );
+                assert!(!o.customer().is_empty());
+                assert_eq!(o.fingerprint().len(), 64);
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(
+                    [
+                        "JSON",
+                        "SNS",
+                        "`id`",
+                        "`amount`",
+                        "`currency`",
+                        "`customer`"
+                    ]
+                    .iter()
+                    .any(|w| text.contains(w)),
+                    "error does not name the problem: {text}"
+                );
+            }
+        }
+    }
+
+    fn json_leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[A-Za-z0-9#._:\\- ]{0,140}".prop_map(Value::from),
+            "\\PC{0,20}".prop_map(Value::from),
+        ]
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        json_leaf().prop_recursive(3, 24, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("id".to_owned()),
+                        Just("amount".to_owned()),
+                        Just("currency".to_owned()),
+                        Just("customer".to_owned()),
+                        Just("Type".to_owned()),
+                        Just("Message".to_owned()),
+                        "[a-z]{1,6}"
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn order_like() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![
+                "[A-Za-z0-9._:\\-]{1,130}".prop_map(Value::from),
+                "[A-Za-z0-9#]{0,5}".prop_map(Value::from),
+                json_leaf()
+            ],
+            prop_oneof![
+                (0u64..200_000_000).prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                json_leaf()
+            ],
+            prop_oneof!["[A-Za-z]{3}".prop_map(Value::from), json_leaf()],
+            prop_oneof!["cus_[a-z0-9]{1,10}".prop_map(Value::from), json_leaf()],
+        )
+            .prop_map(|(id, amount, currency, customer)| {
+                serde_json::json!({"id": id, "amount": amount, "currency": currency, "customer": customer})
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics_and_is_explained(body in "\\PC{0,200}") {
+            check_parse(&body);
+        }
+
+        #[test]
+        fn arbitrary_json_never_panics_and_is_explained(value in json_value()) {
+            check_parse(&value.to_string());
+        }
+
+        #[test]
+        fn order_shaped_json_raw_or_wrapped_is_valid_or_explained(
+            value in order_like(),
+            wrap in any::<bool>(),
+        ) {
+            let raw = value.to_string();
+            let body = if wrap {
+                serde_json::json!({"Type": "Notification", "Message": raw}).to_string()
+            } else {
+                raw.clone()
+            };
+            check_parse(&body);
+            // Wrapping never changes the verdict or the order.
+            prop_assert_eq!(Order::parse(&raw).ok(), Order::parse(&body).ok());
+        }
+    }
+}

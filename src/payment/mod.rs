@@ -1,0 +1,88 @@
+//! The payment provider contract (DESIGN §5 "charge"): charge an order under an
+//! idempotency key, and look a charge up for reconciliation.
+//!
+//! The HTTP client for Stripe-compatible APIs is not built yet (issue "Payment
+//! provider"); until then only in-process providers implement this trait.
+
+use async_trait::async_trait;
+
+use crate::BoxError;
+use crate::order::Order;
+
+/// What the provider returns for a successful charge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The provider's charge id, stored as `recibo`.
+    pub id: String,
+}
+
+/// Why a provider call did not produce a receipt. The variant decides what happens to
+/// the provider key (DESIGN §5): only `Declined` moves to the next attempt.
+#[derive(Debug, thiserror::Error)]
+pub enum PaymentError {
+    /// 402: the provider stored a decline under this key; nothing was charged.
+    #[error("declined ({code}{})", decline_code.as_deref().map(|d| format!(", {d}")).unwrap_or_default())]
+    Declined {
+        code: String,
+        decline_code: Option<String>,
+    },
+    /// The provider refused the key because it was used with other parameters.
+    #[error("idempotency key reused with other parameters")]
+    KeyReused,
+    /// The provider replayed a stored 5xx for this key: the original outcome is
+    /// unknown, so the charge must be looked up before anything else is sent.
+    #[error("provider replayed a stored server error (status {status})")]
+    ReplayedServerError { status: u16 },
+    /// Anything else: timeout, connection error, 5xx, 409, 429, 401, other 4xx. The
+    /// outcome is unknown or transient; the next attempt replays the same key.
+    #[error("{kind}")]
+    Retryable {
+        kind: FailureKind,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+/// The classes of retryable failure, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    Timeout,
+    Connection,
+    Server(u16),
+    RateLimited,
+    Conflict,
+    Unauthorized,
+    Client(u16),
+    Panicked,
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("provider timed out"),
+            Self::Connection => f.write_str("provider connection failed"),
+            Self::Server(s) => write!(f, "provider server error (status {s})"),
+            Self::RateLimited => f.write_str("provider rate limited (status 429)"),
+            Self::Conflict => f.write_str("provider conflict (status 409)"),
+            Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
+            Self::Client(s) => write!(f, "provider refused the request (status {s})"),
+            Self::Panicked => f.write_str("provider call panicked"),
+        }
+    }
+}
+
+impl PaymentError {
+    pub fn retryable(kind: FailureKind) -> Self {
+        Self::Retryable { kind, source: None }
+    }
+}
+
+#[async_trait]
+pub trait PaymentProvider: Send + Sync {
+    /// Charges `order` under `idempotency_key`. The request must be a pure function of
+    /// the order's fingerprinted fields, so a replay is byte-identical.
+    async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
+
+    /// Finds a successful charge for this order (same order id and amount), if any.
+    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError>;
+}

@@ -1,0 +1,424 @@
+//! The production store: the idempotency table in DynamoDB. Each contract operation
+//! is one conditional `UpdateItem`; a lost condition returns the old item in the same
+//! round trip (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), or, on backends that
+//! ignore that flag, through one strongly consistent `GetItem`.
+//!
+//! Every attribute name goes through `ExpressionAttributeNames`: several of them are
+//! DynamoDB reserved words, and aliasing all of them leaves no trap for the next one.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+};
+
+use crate::idempotency::{
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
+    ReserveOutcome, ReserveRequest, StoreError,
+};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// Attribute names of DESIGN §4, aliased as `#<alias>` in every expression.
+const NAMES: &[(&str, &str)] = &[
+    ("#pk", "pk"),
+    ("#estado", "estado"),
+    ("#creado", "creado"),
+    ("#expira", "expira"),
+    ("#recibo", "recibo"),
+    ("#huella", "huella"),
+    ("#titular", "titular"),
+    ("#hasta", "en_curso_hasta"),
+    ("#intento", "intento"),
+    ("#enviado", "enviado"),
+];
+
+const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
+     #huella = :huella, #expira = :expira, #creado = if_not_exists(#creado, :now_ms), \
+     #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
+/// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
+/// card's consumer have no `huella` and are never taken over); or the same payload,
+/// `libre` or with an expired lease. `hecho` is never matched: it is final.
+const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
+     OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
+     OR (#huella = :huella AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
+const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
+const COMPLETE_UPDATE: &str =
+    "SET #estado = :hecho, #recibo = :recibo, #expira = :expira REMOVE #titular, #hasta";
+const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :hecho";
+const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
+const RELEASE_NEXT_UPDATE: &str =
+    "SET #estado = :libre, #intento = #intento + :uno REMOVE #titular, #hasta, #enviado";
+const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
+
+/// The idempotency table in DynamoDB (or a compatible server).
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// An `UpdateItem` on `pk` with the names its expressions use, returning the new
+    /// item on success and the old one on a failed condition.
+    fn update(&self, pk: &Key, update: &str, condition: &str) -> UpdateItemFluentBuilder {
+        let mut builder = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(pk.as_str()))
+            .update_expression(update)
+            .condition_expression(condition)
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // DynamoDB rejects unused names, so alias only those the expressions mention.
+        for (alias, name) in NAMES {
+            if mentions(update, alias) || mentions(condition, alias) {
+                builder = builder.expression_attribute_names(*alias, *name);
+            }
+        }
+        builder
+    }
+
+    async fn send(
+        &self,
+        operation: &'static str,
+        pk: &Key,
+        builder: UpdateItemFluentBuilder,
+    ) -> Result<FenceOutcome, StoreError> {
+        match builder.send().await {
+            Ok(output) => match output.attributes() {
+                Some(item) => Ok(FenceOutcome::Applied(record_from_item(item)?)),
+                // Only a non-conforming backend answers a success without ALL_NEW.
+                None => Ok(FenceOutcome::Applied(self.required(pk).await?)),
+            },
+            Err(err) if is_condition_failure(&err) => {
+                let old = match condition_failure_item(&err) {
+                    Some(item) => Some(record_from_item(item)?),
+                    None => self.get(pk).await?,
+                };
+                Ok(FenceOutcome::Refused(old))
+            }
+            Err(err) => Err(backend(operation, pk.as_str(), err)),
+        }
+    }
+
+    async fn required(&self, pk: &Key) -> Result<Record, StoreError> {
+        self.get(pk).await?.ok_or_else(|| StoreError::Malformed {
+            pk: pk.to_string(),
+            attribute: "pk",
+            problem: "vanished right after a successful write",
+        })
+    }
+
+    /// Creates the idempotency table (on demand, `pk` S) with TTL on `expira`. For
+    /// tests and local runs; production tables come from `template.yaml`.
+    pub async fn create_table(&self) -> Result<(), StoreError> {
+        let table = self.table.as_str();
+        self.client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| backend("CreateTable", table, e))?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|e| backend("CreateTable", table, e))?,
+            )
+            .send()
+            .await
+            .map_err(|e| backend("CreateTable", table, e))?;
+        // Tables start CREATING; writes fail until ACTIVE. Bounded: 200 × 50 ms.
+        for _ in 0..200 {
+            let described = self
+                .client
+                .describe_table()
+                .table_name(table)
+                .send()
+                .await
+                .map_err(|e| backend("DescribeTable", table, e))?;
+            if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Err(StoreError::TableNotActive {
+            table: table.to_owned(),
+        })
+    }
+
+    /// Turns TTL on for `expira`. Separate because some servers (dynalite) lack it.
+    pub async fn enable_ttl(&self) -> Result<(), StoreError> {
+        let table = self.table.as_str();
+        let spec = TimeToLiveSpecification::builder()
+            .enabled(true)
+            .attribute_name("expira")
+            .build()
+            .map_err(|e| backend("UpdateTimeToLive", table, e))?;
+        self.client
+            .update_time_to_live()
+            .table_name(&self.table)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+            .map_err(|e| backend("UpdateTimeToLive", table, e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for DynamoStore {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let builder = self
+            .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
+            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
+            .expression_attribute_values(":hecho", s(Estado::HECHO))
+            .expression_attribute_values(":libre", s(Estado::LIBRE))
+            .expression_attribute_values(":titular", s(req.titular))
+            .expression_attribute_values(":huella", s(req.huella))
+            .expression_attribute_values(":hasta", n(req.lease_until_ms))
+            .expression_attribute_values(":expira", n(req.expira_s))
+            .expression_attribute_values(":now_ms", n(req.now_ms))
+            .expression_attribute_values(":now_s", n(req.now_s()))
+            .expression_attribute_values(":uno", n(1));
+        Ok(match self.send("reserve", req.pk, builder).await? {
+            FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
+            FenceOutcome::Refused(old) => ReserveOutcome::Lost(old),
+        })
+    }
+
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        let builder = self
+            .update(req.pk, COMPLETE_UPDATE, FENCE)
+            .expression_attribute_values(":hecho", s(Estado::HECHO))
+            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
+            .expression_attribute_values(":titular", s(req.titular))
+            .expression_attribute_values(":recibo", s(req.recibo))
+            .expression_attribute_values(":expira", n(req.expira_s));
+        self.send("complete", req.pk, builder).await
+    }
+
+    async fn complete_attempt(
+        &self,
+        req: &CompleteRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        let builder = self
+            .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
+            .expression_attribute_values(":hecho", s(Estado::HECHO))
+            .expression_attribute_values(":intento", n(i64::from(req.intento)))
+            .expression_attribute_values(":recibo", s(req.recibo))
+            .expression_attribute_values(":expira", n(req.expira_s));
+        self.send("complete_attempt", req.pk, builder).await
+    }
+
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        let update = if req.next_attempt {
+            RELEASE_NEXT_UPDATE
+        } else {
+            RELEASE_UPDATE
+        };
+        let mut builder = self
+            .update(req.pk, update, FENCE)
+            .expression_attribute_values(":libre", s(Estado::LIBRE))
+            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
+            .expression_attribute_values(":titular", s(req.titular));
+        if req.next_attempt {
+            builder = builder.expression_attribute_values(":uno", n(1));
+        }
+        self.send("release", req.pk, builder).await
+    }
+
+    async fn next_attempt(
+        &self,
+        pk: &Key,
+        titular: &str,
+        now_ms: i64,
+    ) -> Result<FenceOutcome, StoreError> {
+        let builder = self
+            .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
+            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
+            .expression_attribute_values(":titular", s(titular))
+            .expression_attribute_values(":uno", n(1))
+            .expression_attribute_values(":now_ms", n(now_ms));
+        self.send("next_attempt", pk, builder).await
+    }
+
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| backend("get", pk.as_str(), e))?;
+        output.item().map(record_from_item).transpose()
+    }
+}
+
+fn mentions(expression: &str, alias: &str) -> bool {
+    expression.match_indices(alias).any(|(at, _)| {
+        expression[at + alias.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+    })
+}
+
+fn is_condition_failure<R>(err: &SdkError<UpdateItemError, R>) -> bool {
+    err.as_service_error()
+        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+}
+
+fn condition_failure_item<R>(err: &SdkError<UpdateItemError, R>) -> Option<&Item> {
+    match err.as_service_error() {
+        Some(UpdateItemError::ConditionalCheckFailedException(e)) => e.item(),
+        _ => None,
+    }
+}
+
+fn backend<E>(operation: &'static str, target: &str, source: E) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    StoreError::Backend {
+        operation,
+        target: target.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: i64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// Reads an item into a record; a wrong type is `Malformed`, never a guess.
+pub fn record_from_item(item: &Item) -> Result<Record, StoreError> {
+    let pk = match item.get("pk") {
+        Some(AttributeValue::S(pk)) => pk.clone(),
+        _ => {
+            return Err(StoreError::Malformed {
+                pk: String::new(),
+                attribute: "pk",
+                problem: "is missing or not a string",
+            });
+        }
+    };
+    let malformed = |attribute: &'static str, problem: &'static str| StoreError::Malformed {
+        pk: pk.clone(),
+        attribute,
+        problem,
+    };
+    let string = |attribute: &'static str| -> Result<Option<String>, StoreError> {
+        match item.get(attribute) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
+            Some(_) => Err(malformed(attribute, "is not a string")),
+        }
+    };
+    let number = |attribute: &'static str| -> Result<Option<i64>, StoreError> {
+        match item.get(attribute) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::N(v)) => v
+                .parse::<i64>()
+                .or_else(|_| v.parse::<f64>().map(|f| f as i64))
+                .map(Some)
+                .map_err(|_| malformed(attribute, "is not a number")),
+            Some(_) => Err(malformed(attribute, "is not a number")),
+        }
+    };
+    let estado = string("estado")?.ok_or_else(|| malformed("estado", "is missing"))?;
+    let intento = match number("intento")? {
+        None => None,
+        Some(i) => Some(u32::try_from(i).map_err(|_| malformed("intento", "is out of range"))?),
+    };
+    Ok(Record {
+        estado: Estado::parse(&estado),
+        creado_ms: number("creado")?,
+        expira_s: number("expira")?,
+        recibo: string("recibo")?,
+        huella: string("huella")?,
+        titular: string("titular")?,
+        en_curso_hasta_ms: number("en_curso_hasta")?,
+        intento,
+        enviado_ms: number("enviado")?,
+        pk,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_attribute_in_every_expression_is_aliased() {
+        let expressions = [
+            RESERVE_UPDATE,
+            RESERVE_CONDITION,
+            FENCE,
+            COMPLETE_UPDATE,
+            COMPLETE_ATTEMPT_CONDITION,
+            RELEASE_UPDATE,
+            RELEASE_NEXT_UPDATE,
+            NEXT_ATTEMPT_UPDATE,
+        ];
+        for expression in expressions {
+            for (_, name) in NAMES {
+                let bare = expression
+                    .split(|c: char| {
+                        !(c.is_ascii_alphanumeric() || c == '_' || c == '#' || c == ':')
+                    })
+                    .any(|word| word == *name);
+                assert!(!bare, "`{name}` appears unaliased in {expression}");
+            }
+        }
+    }
+
+    #[test]
+    fn alias_mentions_do_not_match_longer_aliases() {
+        assert!(mentions("SET #estado = :x", "#estado"));
+        assert!(!mentions("SET #estado_x = :x", "#estado"));
+        assert!(!mentions("SET #hastaX = :x", "#hasta"));
+    }
+
+    #[test]
+    fn a_wrongly_typed_attribute_is_malformed() {
+        let mut item = Item::new();
+        item.insert("pk".into(), s("cobro#a"));
+        item.insert("estado".into(), s("hecho"));
+        item.insert("intento".into(), s("uno"));
+        assert!(matches!(
+            record_from_item(&item),
+            Err(StoreError::Malformed {
+                attribute: "intento",
+                ..
+            })
+        ));
+    }
+}

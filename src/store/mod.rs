@@ -1,0 +1,4 @@
+//! Store adapters: implementations of [`crate::idempotency::IdempotencyStore`]. They
+//! translate the contract into one conditional request each and do nothing else.
+
+pub mod dynamodb;

@@ -1,0 +1,425 @@
+//! The store contract suite (DESIGN §4–5), one suite run against every backend: moto
+//! behind its lock and dynalite. Each test gets a fresh table; times are explicit so
+//! expiry is tested without waiting.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use charge_once::idempotency::{
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
+    Reservation, ReserveRequest, reserve,
+};
+use support::{Backend, Table};
+
+const T: i64 = support::TestClock::START_MS;
+const MINUTE: i64 = 60_000;
+const DAY_MS: i64 = 24 * 3600 * 1000;
+const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";
+const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
+
+/// A reservation by `titular` at `now_ms`, lease of one minute, retention 400 days.
+fn req<'a>(pk: &'a Key, huella: &'a str, titular: &'a str, now_ms: i64) -> ReserveRequest<'a> {
+    ReserveRequest {
+        pk,
+        huella,
+        titular,
+        now_ms,
+        lease_until_ms: now_ms + MINUTE,
+        expira_s: now_ms / 1000 + 400 * 24 * 3600,
+    }
+}
+
+fn complete<'a>(
+    pk: &'a Key,
+    titular: &'a str,
+    intento: u32,
+    recibo: &'a str,
+) -> CompleteRequest<'a> {
+    CompleteRequest {
+        pk,
+        titular,
+        intento,
+        recibo,
+        expira_s: T / 1000 + 400 * 24 * 3600,
+    }
+}
+
+fn release<'a>(pk: &'a Key, titular: &'a str, next_attempt: bool) -> ReleaseRequest<'a> {
+    ReleaseRequest {
+        pk,
+        titular,
+        next_attempt,
+    }
+}
+
+async fn won(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Record {
+    match reserve(store, r).await.expect("reserve") {
+        Reservation::Won(record) => record,
+        other => panic!("expected Won, got {other:?}"),
+    }
+}
+
+async fn judged(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Reservation {
+    reserve(store, r).await.expect("reserve")
+}
+
+fn applied(outcome: FenceOutcome) -> Record {
+    match outcome {
+        FenceOutcome::Applied(record) => record,
+        FenceOutcome::Refused(old) => panic!("expected Applied, refused by {old:?}"),
+    }
+}
+
+fn key() -> Key {
+    Key::for_order_id(&format!("ord-{}", uuid::Uuid::new_v4().simple()))
+}
+
+async fn fresh_reserve_wins_with_a_new_lease(t: Table) {
+    let pk = key();
+    let record = won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    assert_eq!(record.estado, Estado::EnCurso);
+    assert_eq!(record.titular.as_deref(), Some("a"));
+    assert_eq!(record.huella.as_deref(), Some(H1));
+    assert_eq!(record.intento, Some(1));
+    assert_eq!(record.creado_ms, Some(T));
+    assert_eq!(record.enviado_ms, Some(T));
+    assert_eq!(record.en_curso_hasta_ms, Some(T + MINUTE));
+    assert_eq!(t.store.get(&pk).await.unwrap(), Some(record));
+}
+
+async fn duplicate_returns_the_stored_receipt(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    let done = applied(
+        t.store
+            .complete(&complete(&pk, "a", 1, "ch_1"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.estado, Estado::Hecho);
+    assert_eq!(done.titular, None, "the lease is removed on complete");
+    assert_eq!(done.en_curso_hasta_ms, None);
+    assert_eq!(
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await,
+        Reservation::Duplicate {
+            recibo: Some("ch_1".into())
+        }
+    );
+}
+
+async fn hecho_past_expira_is_still_a_duplicate(t: Table) {
+    let pk = key();
+    let mut first = req(&pk, H1, "a", T);
+    first.expira_s = T / 1000 + 1;
+    won(t.store.as_ref(), &first).await;
+    let mut done = complete(&pk, "a", 1, "ch_1");
+    done.expira_s = T / 1000 + 1;
+    applied(t.store.complete(&done).await.unwrap());
+    // Ten days later TTL has not swept it yet: it is still final.
+    assert_eq!(
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + 10 * DAY_MS)).await,
+        Reservation::Duplicate {
+            recibo: Some("ch_1".into())
+        }
+    );
+}
+
+async fn non_hecho_past_expira_counts_as_absent(t: Table) {
+    let pk = key();
+    let mut first = req(&pk, H1, "a", T);
+    first.expira_s = T / 1000 + 1;
+    first.lease_until_ms = T + 30 * DAY_MS;
+    won(t.store.as_ref(), &first).await;
+    // Past `expira`, even a live lease and another payload do not stop a reservation.
+    let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY_MS)).await;
+    assert_eq!(record.titular.as_deref(), Some("b"));
+    assert_eq!(record.huella.as_deref(), Some(H2));
+}
+
+async fn other_fingerprint_is_a_conflict(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    assert!(matches!(
+        judged(t.store.as_ref(), &req(&pk, H2, "b", T + 1)).await,
+        Reservation::Conflict { stored_huella: Some(h) } if h == H1
+    ));
+    // Also when the first one is done, released, or its lease expired.
+    applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    assert!(matches!(
+        judged(t.store.as_ref(), &req(&pk, H2, "b", T + 2 * MINUTE)).await,
+        Reservation::Conflict { .. }
+    ));
+    won(t.store.as_ref(), &req(&pk, H1, "c", T + 2 * MINUTE)).await;
+    applied(
+        t.store
+            .complete(&complete(&pk, "c", 1, "ch_1"))
+            .await
+            .unwrap(),
+    );
+    assert!(matches!(
+        judged(t.store.as_ref(), &req(&pk, H2, "d", T + 3 * MINUTE)).await,
+        Reservation::Conflict { .. }
+    ));
+}
+
+async fn live_lease_is_in_progress(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    assert_eq!(
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + MINUTE - 1)).await,
+        Reservation::InProgress {
+            until_ms: Some(T + MINUTE)
+        }
+    );
+}
+
+async fn our_own_retried_reserve_is_won(t: Table) {
+    let pk = key();
+    let first = req(&pk, H1, "a", T);
+    let record = won(t.store.as_ref(), &first).await;
+    // The SDK resends the same request after a lost response: the condition fails on
+    // our own write, and the lease is recognised as ours.
+    assert_eq!(won(t.store.as_ref(), &first).await, record);
+}
+
+async fn expired_lease_is_taken_over_keeping_intento(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    applied(t.store.release(&release(&pk, "a", true)).await.unwrap());
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    let taken = won(t.store.as_ref(), &req(&pk, H1, "c", T + 1 + MINUTE + 1)).await;
+    assert_eq!(taken.titular.as_deref(), Some("c"));
+    assert_eq!(
+        taken.intento,
+        Some(2),
+        "takeover keeps the attempt (and its provider key)"
+    );
+    assert_eq!(taken.creado_ms, Some(T), "creado is the first reservation");
+    assert_eq!(
+        taken.enviado_ms,
+        Some(T + 1),
+        "enviado is when attempt 2 was first sent"
+    );
+}
+
+async fn libre_is_reserved_again(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    let released = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    assert_eq!(released.estado, Estado::Libre);
+    assert_eq!(released.titular, None);
+    let again = won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    assert_eq!(again.titular.as_deref(), Some("b"));
+    assert_eq!(again.intento, Some(1));
+}
+
+async fn complete_and_release_with_a_stale_titular_are_refused(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
+    let refused = t
+        .store
+        .complete(&complete(&pk, "a", 1, "ch_zombie"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&refused, FenceOutcome::Refused(Some(r)) if r.titular.as_deref() == Some("b"))
+    );
+    let refused = t.store.release(&release(&pk, "a", true)).await.unwrap();
+    assert!(matches!(refused, FenceOutcome::Refused(Some(_))));
+    let refused = t
+        .store
+        .next_attempt(&pk, "a", T + 3 * MINUTE)
+        .await
+        .unwrap();
+    assert!(matches!(refused, FenceOutcome::Refused(Some(_))));
+    let record = t.store.get(&pk).await.unwrap().unwrap();
+    assert_eq!(record.estado, Estado::EnCurso);
+    assert_eq!(record.titular.as_deref(), Some("b"));
+    assert_eq!(record.intento, Some(1));
+    assert_eq!(record.recibo, None);
+    // Fences on a key that does not exist are refused too, and create nothing.
+    let ghost = key();
+    let refused = t
+        .store
+        .complete(&complete(&ghost, "a", 1, "ch_x"))
+        .await
+        .unwrap();
+    assert_eq!(refused, FenceOutcome::Refused(None));
+    assert_eq!(t.store.get(&ghost).await.unwrap(), None);
+}
+
+async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    // "a" charged under attempt 1 but its lease expired; "b" took over (same attempt).
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
+    let late = complete(&pk, "a", 1, "ch_1");
+    assert!(matches!(
+        t.store.complete(&late).await.unwrap(),
+        FenceOutcome::Refused(_)
+    ));
+    let wrong_attempt = complete(&pk, "a", 2, "ch_1");
+    assert!(matches!(
+        t.store.complete_attempt(&wrong_attempt).await.unwrap(),
+        FenceOutcome::Refused(_)
+    ));
+    let done = applied(t.store.complete_attempt(&late).await.unwrap());
+    assert_eq!(done.estado, Estado::Hecho);
+    assert_eq!(done.recibo.as_deref(), Some("ch_1"));
+    // "b" replays the same key, gets the same receipt, and finds the record done.
+    let b = t
+        .store
+        .complete(&complete(&pk, "b", 1, "ch_1"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(b, FenceOutcome::Refused(Some(r)) if r.estado == Estado::Hecho && r.recibo.as_deref() == Some("ch_1"))
+    );
+    // `hecho` is final: the fallback never overwrites it.
+    let other = complete(&pk, "z", 1, "ch_other");
+    assert!(matches!(
+        t.store.complete_attempt(&other).await.unwrap(),
+        FenceOutcome::Refused(_)
+    ));
+    assert_eq!(
+        t.store.get(&pk).await.unwrap().unwrap().recibo.as_deref(),
+        Some("ch_1")
+    );
+}
+
+async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    let kept = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    assert_eq!(kept.intento, Some(1));
+    assert_eq!(
+        kept.enviado_ms,
+        Some(T),
+        "the same key is still the one sent at T"
+    );
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    let bumped = applied(t.store.release(&release(&pk, "b", true)).await.unwrap());
+    assert_eq!(bumped.intento, Some(2));
+    assert_eq!(
+        bumped.enviado_ms, None,
+        "attempt 2's key has not been sent yet"
+    );
+    let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + 2)).await;
+    assert_eq!(next.intento, Some(2));
+    assert_eq!(next.enviado_ms, Some(T + 2));
+}
+
+async fn next_attempt_moves_the_key_under_the_lease(t: Table) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    let moved = applied(t.store.next_attempt(&pk, "a", T + 5).await.unwrap());
+    assert_eq!(moved.intento, Some(2));
+    assert_eq!(moved.enviado_ms, Some(T + 5));
+    assert_eq!(moved.titular.as_deref(), Some("a"), "the lease is kept");
+}
+
+async fn card_format_hecho_is_a_duplicate(t: Table) {
+    let pk = key();
+    t.put_card_item(pk.as_str(), "hecho", Some("ch_card"), T / 1000 + 3600)
+        .await;
+    assert_eq!(
+        judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
+        Reservation::Duplicate {
+            recibo: Some("ch_card".into())
+        }
+    );
+}
+
+async fn card_format_en_curso_needs_reconciliation(t: Table) {
+    let pk = key();
+    t.put_card_item(pk.as_str(), "en-curso", None, T / 1000 + 3600)
+        .await;
+    assert!(matches!(
+        judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
+        Reservation::NeedsReconciliation { .. }
+    ));
+    // Never taken over, even past its `expira`.
+    assert!(matches!(
+        judged(t.store.as_ref(), &req(&pk, H1, "a", T + 30 * DAY_MS)).await,
+        Reservation::NeedsReconciliation { .. }
+    ));
+    assert_eq!(
+        t.store.get(&pk).await.unwrap().unwrap().titular,
+        None,
+        "nothing was written"
+    );
+}
+
+async fn missing_key_reads_as_none(t: Table) {
+    assert_eq!(t.store.get(&key()).await.unwrap(), None);
+}
+
+/// 20 concurrent reservations of one key, 50 rounds: exactly one winner each round.
+async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Table) {
+    for round in 0..50 {
+        let pk = key();
+        let titulares: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+        let attempts = titulares.iter().map(|titular| {
+            let store = t.store.clone();
+            let pk = pk.clone();
+            let titular = titular.clone();
+            tokio::spawn(async move {
+                let r = req(&pk, H1, &titular, T);
+                reserve(store.as_ref(), &r).await
+            })
+        });
+        let results = futures::future::join_all(attempts).await;
+        let mut winners = 0;
+        for result in results {
+            match result.expect("task").expect("reserve") {
+                Reservation::Won(_) => winners += 1,
+                Reservation::InProgress { .. } => {}
+                other => panic!("round {round}: unexpected {other:?}"),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}: {winners} winners");
+    }
+}
+
+macro_rules! contract_suite {
+    ($($test:ident),* $(,)?) => {
+        mod moto {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Moto.fresh_table().await).await;
+                }
+            )*
+        }
+        mod dynalite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::Dynalite.fresh_table().await).await;
+                }
+            )*
+        }
+    };
+}
+
+contract_suite!(
+    fresh_reserve_wins_with_a_new_lease,
+    duplicate_returns_the_stored_receipt,
+    hecho_past_expira_is_still_a_duplicate,
+    non_hecho_past_expira_counts_as_absent,
+    other_fingerprint_is_a_conflict,
+    live_lease_is_in_progress,
+    our_own_retried_reserve_is_won,
+    expired_lease_is_taken_over_keeping_intento,
+    libre_is_reserved_again,
+    complete_and_release_with_a_stale_titular_are_refused,
+    complete_falls_back_on_the_attempt_when_the_fence_is_lost,
+    declined_release_bumps_intento_and_any_other_keeps_it,
+    next_attempt_moves_the_key_under_the_lease,
+    card_format_hecho_is_a_duplicate,
+    card_format_en_curso_needs_reconciliation,
+    missing_key_reads_as_none,
+    twenty_concurrent_reservations_have_exactly_one_winner,
+);

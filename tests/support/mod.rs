@@ -1,0 +1,222 @@
+//! Test harness: real DynamoDB-compatible servers on 127.0.0.1, started once per test
+//! binary (moto behind a one-lock wrapper, and dynalite), a fresh table per test, an
+//! in-process payment provider that behaves like a real one, and a movable clock.
+//!
+//! A missing server is a failure that says how to install it, never a skip.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod provider;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock, mpsc};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::types::AttributeValue;
+use charge_once::idempotency::{Clock, IdempotencyStore};
+use charge_once::store::dynamodb::DynamoStore;
+
+/// The DynamoDB-compatible servers the suites run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// moto_server behind one lock (stock moto lets two conditional writes both win).
+    Moto,
+    /// dynalite: stricter validation; ignores ALL_OLD, so the GetItem fallback runs.
+    Dynalite,
+}
+
+struct Server {
+    url: String,
+    // Kept for the life of the test binary: its stdin closes when the binary exits,
+    // and the server exits with it.
+    _child: Child,
+}
+
+static MOTO: OnceLock<Server> = OnceLock::new();
+static DYNALITE: OnceLock<Server> = OnceLock::new();
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Backend {
+    pub fn url(self) -> &'static str {
+        match self {
+            Self::Moto => &MOTO.get_or_init(start_moto).url,
+            Self::Dynalite => &DYNALITE.get_or_init(start_dynalite).url,
+        }
+    }
+
+    /// A client with fixed test credentials, bounded timeouts and the standard retries.
+    pub fn client(self) -> Client {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+            .endpoint_url(self.url())
+            .timeout_config(
+                aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_secs(10))
+                    .operation_timeout(Duration::from_secs(30))
+                    .build(),
+            )
+            .build();
+        Client::from_conf(config)
+    }
+
+    /// A store on a fresh, empty table.
+    pub async fn fresh_table(self) -> Table {
+        let client = self.client();
+        let name = format!("idem-{}", uuid::Uuid::new_v4().simple());
+        let store = DynamoStore::new(client.clone(), name.clone());
+        store.create_table().await.unwrap_or_else(|e| {
+            panic!(
+                "{self:?}: creating table {name}: {}",
+                charge_once::error_chain(&e)
+            )
+        });
+        Table {
+            client,
+            name,
+            store: Arc::new(store),
+        }
+    }
+}
+
+/// A fresh table and the store on it.
+pub struct Table {
+    pub client: Client,
+    pub name: String,
+    pub store: Arc<DynamoStore>,
+}
+
+impl Table {
+    pub fn dyn_store(&self) -> Arc<dyn IdempotencyStore> {
+        self.store.clone()
+    }
+
+    /// Writes an item as the pattern card's TypeScript consumer does: `pk`, `estado`,
+    /// `creado`, `expira` and, once done, `recibo`; no fingerprint, no lease.
+    pub async fn put_card_item(&self, pk: &str, estado: &str, recibo: Option<&str>, expira_s: i64) {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.name)
+            .item("pk", AttributeValue::S(pk.to_owned()))
+            .item("estado", AttributeValue::S(estado.to_owned()))
+            .item("creado", AttributeValue::N("1700000000000".to_owned()))
+            .item("expira", AttributeValue::N(expira_s.to_string()));
+        if let Some(r) = recibo {
+            put = put.item("recibo", AttributeValue::S(r.to_owned()));
+        }
+        put.send().await.expect("put card item");
+    }
+}
+
+/// A clock the test moves by hand; starts at a fixed instant.
+#[derive(Clone)]
+pub struct TestClock(Arc<AtomicI64>);
+
+impl TestClock {
+    pub const START_MS: i64 = 1_800_000_000_000;
+
+    pub fn new() -> Self {
+        Self(Arc::new(AtomicI64::new(Self::START_MS)))
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.0
+            .fetch_add(i64::try_from(by.as_millis()).unwrap(), Ordering::SeqCst);
+    }
+
+    pub fn clock(&self) -> Clock {
+        let inner = self.0.clone();
+        Arc::new(move || inner.load(Ordering::SeqCst))
+    }
+}
+
+fn start_moto() -> Server {
+    let python = root().join(".venv/bin/python");
+    if !python.exists() {
+        panic!(
+            "moto is not installed: {} is missing. Run `make test` (it creates .venv with \
+             moto[server]), or `python3 -m venv .venv && .venv/bin/pip install -r \
+             requirements-test.txt`",
+            python.display()
+        );
+    }
+    spawn_server(
+        "moto",
+        Command::new(python).arg(root().join("tests/support/moto_locked.py")),
+    )
+}
+
+fn start_dynalite() -> Server {
+    if !root().join("node_modules/dynalite").exists() {
+        panic!(
+            "dynalite is not installed: node_modules/dynalite is missing. Run `make test` \
+             (it runs `npm ci`), or `npm install` in {}",
+            root().display()
+        );
+    }
+    spawn_server(
+        "dynalite",
+        Command::new("node").arg(root().join("tests/support/dynalite_server.js")),
+    )
+}
+
+/// Starts a server that prints `PORT=<n>` and exits when its stdin closes.
+fn spawn_server(name: &str, command: &mut Command) -> Server {
+    let log = log_path(name);
+    let stderr = std::fs::File::create(&log).expect("server log file");
+    let mut child = command
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("starting {name} ({command:?}): {e}. Run `make test` to install it")
+        });
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(port) = line.strip_prefix("PORT=") {
+                let _ = tx.send(port.trim().to_owned());
+                break;
+            }
+        }
+        // Keep draining so the server never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let port = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!(
+                "{name} did not report its port within 60 s; its log ({}):\n{text}",
+                log.display()
+            )
+        });
+    Server {
+        url: format!("http://127.0.0.1:{port}"),
+        _child: child,
+    }
+}
+
+fn log_path(name: &str) -> PathBuf {
+    let dir = root().join("target/test-servers");
+    std::fs::create_dir_all(&dir).expect("target/test-servers");
+    dir.join(format!("{name}-{}.log", std::process::id()))
+}

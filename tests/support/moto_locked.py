@@ -1,0 +1,41 @@
+"""moto_server behind one lock, for the charge-once tests.
+
+Stock moto_server serves requests on several threads without isolating DynamoDB
+conditional writes, so two concurrent UpdateItems with the same condition can both
+win. Real DynamoDB never allows that; serialising every request restores the
+guarantee the idempotency table depends on.
+
+Binds 127.0.0.1 on a free port, prints `PORT=<n>` on stdout, and exits when its stdin
+closes (the test process that started it ended).
+"""
+
+import os
+import sys
+import threading
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+
+def main() -> None:
+    app = DomainDispatcherApplication(create_backend_app)
+    lock = threading.Lock()
+
+    def locked(environ, start_response):
+        with lock:
+            # Consume the whole response inside the lock: the write happens lazily.
+            return list(app(environ, start_response))
+
+    server = make_server("127.0.0.1", 0, locked, threaded=True)
+    print(f"PORT={server.server_port}", flush=True)
+
+    def exit_when_parent_ends() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=exit_when_parent_ends, daemon=True).start()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+//! An in-process payment provider that behaves like a real one: it stores the outcome
+//! of every idempotency key and replays it, refuses a key reused with other
+//! parameters, records every call, and can be told to fail in each way of DESIGN §5.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use charge_once::order::Order;
+use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
+
+/// A scripted failure for the next charge call of one order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// 402: stores the decline under the key; nothing charged.
+    Decline,
+    /// Hangs without charging (the caller's timeout fires).
+    Timeout,
+    /// Charges, stores the success under the key, then hangs: the response is lost.
+    ChargeThenTimeout,
+    /// 500, not stored: a replay runs again.
+    ServerError,
+    /// 500 stored under the key: a replay returns it with `Idempotent-Replayed`.
+    StoredServerError,
+    /// Panics inside the call.
+    Panic,
+}
+
+/// One call as the provider saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub order_id: String,
+    pub key: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug)]
+enum Stored {
+    Charged { charge_id: String, params: String },
+    Declined { params: String },
+    ServerError { params: String },
+}
+
+#[derive(Default)]
+struct State {
+    faults: HashMap<String, VecDeque<Fault>>,
+    by_key: HashMap<String, Stored>,
+    /// Every charge actually made: (order id, amount, charge id).
+    charges: Vec<(String, u64, String)>,
+    calls: Vec<Call>,
+    lookups: Vec<String>,
+}
+
+#[derive(Default)]
+pub struct TestProvider {
+    state: Mutex<State>,
+}
+
+/// How long a hanging call hangs: far past any test's payment timeout, yet bounded.
+const HANG: Duration = Duration::from_secs(30);
+
+impl TestProvider {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues faults for the next charge calls of `order_id`, in order.
+    pub fn script(&self, order_id: &str, faults: &[Fault]) {
+        let mut state = self.state.lock().unwrap();
+        state
+            .faults
+            .entry(order_id.to_owned())
+            .or_default()
+            .extend(faults);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    pub fn calls_for(&self, order_id: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.order_id == order_id)
+            .collect()
+    }
+
+    pub fn keys_for(&self, order_id: &str) -> Vec<String> {
+        self.calls_for(order_id)
+            .into_iter()
+            .map(|c| c.key)
+            .collect()
+    }
+
+    /// Charge ids actually created for `order_id`.
+    pub fn charges_for(&self, order_id: &str) -> Vec<String> {
+        let state = self.state.lock().unwrap();
+        state
+            .charges
+            .iter()
+            .filter(|(o, _, _)| o == order_id)
+            .map(|(_, _, id)| id.clone())
+            .collect()
+    }
+
+    pub fn charge_count(&self) -> usize {
+        self.state.lock().unwrap().charges.len()
+    }
+
+    pub fn lookups(&self) -> Vec<String> {
+        self.state.lock().unwrap().lookups.clone()
+    }
+
+    /// The invariant of the product: no order was charged twice.
+    pub fn assert_no_order_charged_twice(&self) {
+        let state = self.state.lock().unwrap();
+        let mut per_order: HashMap<&str, usize> = HashMap::new();
+        for (order, _, _) in &state.charges {
+            *per_order.entry(order).or_default() += 1;
+        }
+        let twice: Vec<_> = per_order.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "orders charged more than once: {twice:?}");
+    }
+
+    fn record(&self, order: &Order, key: &str, result: &str) {
+        self.state.lock().unwrap().calls.push(Call {
+            order_id: order.id().to_owned(),
+            key: key.to_owned(),
+            result: result.to_owned(),
+        });
+    }
+}
+
+fn params(order: &Order) -> String {
+    format!(
+        "{}|{}|{}|{}",
+        order.id(),
+        order.amount(),
+        order.currency(),
+        order.customer()
+    )
+}
+
+fn declined() -> PaymentError {
+    PaymentError::Declined {
+        code: "card_declined".to_owned(),
+        decline_code: Some("generic_decline".to_owned()),
+    }
+}
+
+#[async_trait]
+impl PaymentProvider for TestProvider {
+    async fn charge(&self, order: &Order, key: &str) -> Result<Receipt, PaymentError> {
+        let params = params(order);
+        let (fault, replay) = {
+            let mut state = self.state.lock().unwrap();
+            let replay = state.by_key.get(key).cloned();
+            let fault = match replay {
+                // A replay returns the stored outcome; scripted faults wait.
+                Some(_) => None,
+                None => state
+                    .faults
+                    .get_mut(order.id())
+                    .and_then(VecDeque::pop_front),
+            };
+            (fault, replay)
+        };
+        if let Some(stored) = replay {
+            let (stored_params, result) = match &stored {
+                Stored::Charged { charge_id, params } => (
+                    params,
+                    Ok(Receipt {
+                        id: charge_id.clone(),
+                    }),
+                ),
+                Stored::Declined { params } => (params, Err(declined())),
+                Stored::ServerError { params } => (
+                    params,
+                    Err(PaymentError::ReplayedServerError { status: 500 }),
+                ),
+            };
+            if *stored_params != params {
+                self.record(order, key, "key_reused");
+                return Err(PaymentError::KeyReused);
+            }
+            self.record(order, key, &format!("replayed:{}", describe(&result)));
+            return result;
+        }
+        match fault {
+            Some(Fault::Decline) => {
+                self.state
+                    .lock()
+                    .unwrap()
+                    .by_key
+                    .insert(key.to_owned(), Stored::Declined { params });
+                self.record(order, key, "declined");
+                Err(declined())
+            }
+            Some(Fault::Timeout) => {
+                self.record(order, key, "timeout");
+                tokio::time::sleep(HANG).await;
+                Err(PaymentError::retryable(FailureKind::Timeout))
+            }
+            Some(Fault::ServerError) => {
+                self.record(order, key, "server_error");
+                Err(PaymentError::retryable(FailureKind::Server(500)))
+            }
+            Some(Fault::StoredServerError) => {
+                self.state
+                    .lock()
+                    .unwrap()
+                    .by_key
+                    .insert(key.to_owned(), Stored::ServerError { params });
+                self.record(order, key, "server_error_stored");
+                Err(PaymentError::retryable(FailureKind::Server(500)))
+            }
+            Some(Fault::Panic) => {
+                self.record(order, key, "panic");
+                panic!("test provider told to panic for {}", order.id());
+            }
+            Some(Fault::ChargeThenTimeout) => {
+                self.make_charge(order, key, params);
+                self.record(order, key, "charged_then_timeout");
+                tokio::time::sleep(HANG).await;
+                Err(PaymentError::retryable(FailureKind::Timeout))
+            }
+            None => {
+                let id = self.make_charge(order, key, params);
+                self.record(order, key, "charged");
+                Ok(Receipt { id })
+            }
+        }
+    }
+
+    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
+        let mut state = self.state.lock().unwrap();
+        state.lookups.push(order.id().to_owned());
+        Ok(state
+            .charges
+            .iter()
+            .find(|(o, amount, _)| o == order.id() && *amount == order.amount())
+            .map(|(_, _, id)| Receipt { id: id.clone() }))
+    }
+}
+
+impl TestProvider {
+    fn make_charge(&self, order: &Order, key: &str, params: String) -> String {
+        let mut state = self.state.lock().unwrap();
+        let id = format!("ch_{}", state.charges.len() + 1);
+        state
+            .charges
+            .push((order.id().to_owned(), order.amount(), id.clone()));
+        state.by_key.insert(
+            key.to_owned(),
+            Stored::Charged {
+                charge_id: id.clone(),
+                params,
+            },
+        );
+        id
+    }
+
+    /// Forgets every stored key, as a real provider does after its key TTL.
+    pub fn forget_keys(&self) {
+        self.state.lock().unwrap().by_key.clear();
+    }
+}
+
+fn describe(result: &Result<Receipt, PaymentError>) -> String {
+    match result {
+        Ok(r) => format!("charged {}", r.id),
+        Err(e) => e.to_string(),
+    }
+}
