@@ -13,7 +13,7 @@
 //! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
 //! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
 //! | [`store`] | store adapters: DynamoDB (production) |
-//! | [`payment`] | the provider contract |
+//! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
 //! | [`telemetry`] | JSON logs |
 //!

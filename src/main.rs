@@ -1,4 +1,5 @@
 //! The binary: wiring only. Logs, config, clients built once, then the Lambda runtime.
+//! A cold start that cannot be completed logs one line naming what is wrong and exits.
 
 use std::sync::Arc;
 
@@ -6,14 +7,22 @@ use anyhow::{Context as _, bail};
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::payment::PaymentProvider;
+use charge_once::payment::{api_key, http::HttpProvider};
 use charge_once::store::dynamodb::DynamoStore;
 use charge_once::telemetry;
 use lambda_runtime::{LambdaEvent, service_fn};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     telemetry::init();
+    if let Err(e) = run().await {
+        // `{:#}` keeps the whole cause chain on one line.
+        tracing::error!(error = format!("{e:#}"), "charge-once stopped");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
         // STUB: the local `invoke` / `inspect` commands are the "Local run" issue.
         bail!(
@@ -23,8 +32,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let config = Config::from_env()?;
     let table = config.require_table()?.to_owned();
-    let provider = http_provider(&config)?;
+    let api_url = config.require_payment_api_url()?.to_owned();
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let key = api_key::load(&config, &sdk).await?;
+    let provider = Arc::new(HttpProvider::new(&api_url, &key, config.payment_timeout)?);
     let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
     let consumer = Arc::new(Consumer::new(
         store,
@@ -45,14 +56,4 @@ async fn main() -> anyhow::Result<()> {
     .await
     .map_err(|e| anyhow::anyhow!(e))
     .context("Lambda runtime stopped")
-}
-
-/// STUB: the Stripe-compatible HTTP client is the "Payment provider" issue. Until it
-/// exists the function refuses to start, so no message is consumed and none is lost.
-fn http_provider(config: &Config) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    config.require_payment_api_url()?;
-    bail!(
-        "PAYMENT_API_URL is set but the HTTP payment provider is not built yet; \
-         refusing to start rather than consume messages"
-    )
 }

@@ -7,181 +7,20 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::batch::Consumer;
-use charge_once::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, Settings, StoreError,
-};
-use charge_once::store::dynamodb::DynamoStore;
-use lambda_runtime::{Context, LambdaEvent};
+use charge_once::idempotency::Estado;
+use support::harness::{DEADLINE_MARGIN, Harness, event, message_ids};
 use support::provider::{Fault, TestProvider};
-use support::{Backend, Table, TestClock};
 
-const PAYMENT_TIMEOUT: Duration = Duration::from_millis(300);
-const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
-const INVOCATION: Duration = Duration::from_secs(60);
-
-/// The real store, with injectable store errors on `complete` (the server is real;
-/// only the answer to chosen calls is replaced by a backend error).
-struct FlakyStore {
-    inner: Arc<DynamoStore>,
-    fail_completes: AtomicUsize,
-}
-
-fn injected(operation: &'static str, pk: &Key) -> StoreError {
-    StoreError::Backend {
-        operation,
-        target: pk.to_string(),
-        source: Box::new(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "injected: connection reset",
-        )),
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for FlakyStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
-        self.inner.reserve(req).await
-    }
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
-        let armed = self
-            .fail_completes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if armed {
-            return Err(injected("complete", req.pk));
-        }
-        self.inner.complete(req).await
-    }
-    async fn complete_attempt(
-        &self,
-        req: &CompleteRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
-        self.inner.complete_attempt(req).await
-    }
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
-        self.inner.release(req).await
-    }
-    async fn next_attempt(
-        &self,
-        pk: &Key,
-        titular: &str,
-        now_ms: i64,
-    ) -> Result<FenceOutcome, StoreError> {
-        self.inner.next_attempt(pk, titular, now_ms).await
-    }
-    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
-        self.inner.get(pk).await
-    }
-}
-
-struct Harness {
-    table: Table,
-    store: Arc<FlakyStore>,
-    provider: Arc<TestProvider>,
-    clock: TestClock,
-    consumer: Consumer,
-}
-
-impl Harness {
-    async fn new() -> Self {
-        let table = Backend::Moto.fresh_table().await;
-        let store = Arc::new(FlakyStore {
-            inner: table.store.clone(),
-            fail_completes: AtomicUsize::new(0),
-        });
-        let provider = Arc::new(TestProvider::new());
-        let clock = TestClock::new();
-        let settings = Settings {
-            retention: Duration::from_secs(400 * 24 * 3600),
-            payment_timeout: PAYMENT_TIMEOUT,
-            provider_key_ttl: Duration::from_secs(23 * 3600),
-            clock: clock.clock(),
-        };
-        let consumer = Consumer::new(
-            store.clone(),
-            provider.clone(),
-            settings,
-            10,
-            DEADLINE_MARGIN,
-        );
-        Self {
-            table,
-            store,
-            provider,
-            clock,
-            consumer,
-        }
-    }
-
-    /// Invokes the handler with `events/<name>` and a deadline `time_left` from now;
-    /// returns the failed message ids.
-    async fn invoke_with(&self, name: &str, time_left: Duration) -> Vec<String> {
-        let mut context = Context::default();
-        context.request_id = format!("req-{}", uuid::Uuid::new_v4());
-        context.deadline = u64::try_from(self.clock.now_ms()).unwrap()
-            + u64::try_from(time_left.as_millis()).unwrap();
-        let event = LambdaEvent::new(event(name), context);
-        let response = self
-            .consumer
-            .handle_lambda_event(event)
-            .await
-            .expect("batch judged");
-        response
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect()
-    }
-
-    async fn invoke(&self, name: &str) -> Vec<String> {
-        self.invoke_with(name, INVOCATION).await
-    }
-
-    /// The next delivery comes after the visibility timeout, past this invocation.
-    fn redeliver_later(&self) {
-        self.clock.advance(INVOCATION + Duration::from_secs(1));
-    }
-
-    async fn record(&self, order_id: &str) -> Option<Record> {
-        self.table
-            .store
-            .get(&Key::for_order_id(order_id))
-            .await
-            .expect("get")
-    }
-
-    fn finish(&self) {
-        self.provider.assert_no_order_charged_twice();
-    }
-}
-
-fn event(name: &str) -> SqsEvent {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("events")
-        .join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn message_ids(name: &str, positions: &[usize]) -> Vec<String> {
-    let event = event(name);
-    positions
-        .iter()
-        .map(|&i| event.records[i].message_id.clone().unwrap())
-        .collect()
+async fn harness() -> Harness<TestProvider> {
+    Harness::new(TestProvider::new()).await
 }
 
 #[tokio::test]
 async fn raw_and_sns_wrapped_copies_of_one_order_in_one_batch_charge_once() {
-    let h = Harness::new().await;
+    let h = harness().await;
     assert_eq!(h.invoke("sqs-sns-fanout.json").await, Vec::<String>::new());
     assert_eq!(h.provider.charges_for("ord-2001").len(), 1);
     assert_eq!(
@@ -199,12 +38,12 @@ async fn raw_and_sns_wrapped_copies_of_one_order_in_one_batch_charge_once() {
     h.redeliver_later();
     assert_eq!(h.invoke("sqs-sns-fanout.json").await, Vec::<String>::new());
     assert_eq!(h.provider.calls_for("ord-2001").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn each_invalid_body_fails_with_its_message_id_while_valid_neighbours_are_charged() {
-    let h = Harness::new().await;
+    let h = harness().await;
     let failed = h.invoke("tests/invalid-bodies.json").await;
     // not JSON, missing id, float amount, bad currency, `#` in id, id over 128, broken SNS
     assert_eq!(
@@ -214,12 +53,12 @@ async fn each_invalid_body_fails_with_its_message_id_while_valid_neighbours_are_
     assert_eq!(h.provider.charges_for("ord-6001").len(), 1);
     assert_eq!(h.provider.charges_for("ord-6008").len(), 1);
     assert_eq!(h.provider.charge_count(), 2);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn declined_fails_releases_and_the_next_delivery_uses_the_next_attempt() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-1001", &[Fault::Decline]);
     assert_eq!(
         h.invoke("sqs-single.json").await,
@@ -237,11 +76,11 @@ async fn declined_fails_releases_and_the_next_delivery_uses_the_next_attempt() {
         ["cobro#ord-1001#1", "cobro#ord-1001#2"]
     );
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 async fn failure_keeps_the_key(fault: Fault) {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-1001", &[fault]);
     assert_eq!(
         h.invoke("sqs-single.json").await,
@@ -264,7 +103,7 @@ async fn failure_keeps_the_key(fault: Fault) {
         h.record("ord-1001").await.unwrap().recibo,
         Some(charges[0].clone())
     );
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
@@ -284,7 +123,7 @@ async fn server_error_fails_releases_and_the_retry_sends_the_same_key() {
 
 #[tokio::test]
 async fn conflict_fails_and_is_not_charged() {
-    let h = Harness::new().await;
+    let h = harness().await;
     let failed = h.invoke("tests/conflict.json").await;
     assert_eq!(failed, message_ids("tests/conflict.json", &[1]));
     assert_eq!(
@@ -301,12 +140,12 @@ async fn conflict_fails_and_is_not_charged() {
         message_ids("tests/conflict.json", &[1])
     );
     assert_eq!(h.provider.calls_for("ord-7001").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-8001", &[Fault::ServerError]);
     let failed = h.invoke("tests/same-order-thrice.json").await;
     assert_eq!(
@@ -315,12 +154,12 @@ async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
     );
     assert_eq!(h.provider.calls_for("ord-8001").len(), 1);
     assert_eq!(h.record("ord-8001").await.unwrap().estado, Estado::Libre);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn fifo_batch_stops_at_the_first_failure() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-4002", &[Fault::Decline]);
     let failed = h.invoke("sqs-fifo.json").await;
     assert_eq!(failed, message_ids("sqs-fifo.json", &[1, 2, 3]));
@@ -331,24 +170,24 @@ async fn fifo_batch_stops_at_the_first_failure() {
         h.record("ord-4003").await.is_none(),
         "later records touch nothing"
     );
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn records_past_the_deadline_margin_fail_unstarted() {
-    let h = Harness::new().await;
+    let h = harness().await;
     let failed = h
         .invoke_with("sqs-batch.json", DEADLINE_MARGIN - Duration::from_millis(1))
         .await;
     assert_eq!(failed.len(), event("sqs-batch.json").records.len());
     assert!(h.provider.calls().is_empty());
     assert!(h.record("ord-3001").await.is_none());
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_panicking_provider_call_fails_only_its_record() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-9002", &[Fault::Panic]);
     let failed = h.invoke("tests/three-orders.json").await;
     assert_eq!(failed, message_ids("tests/three-orders.json", &[1]));
@@ -361,13 +200,13 @@ async fn a_panicking_provider_call_fails_only_its_record() {
         Vec::<String>::new()
     );
     assert_eq!(h.provider.charges_for("ord-9002").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_store_error_on_complete_fails_the_record_and_the_retry_completes_it_with_the_same_receipt()
  {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.store.fail_completes.store(1, Ordering::SeqCst);
     assert_eq!(
         h.invoke("sqs-single.json").await,
@@ -387,12 +226,12 @@ async fn a_store_error_on_complete_fails_the_record_and_the_retry_completes_it_w
     let record = h.record("ord-1001").await.unwrap();
     assert_eq!(record.estado, Estado::Hecho);
     assert_eq!(record.recibo, Some(charges[0].clone()));
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_retry_while_the_lease_is_live_fails_as_in_progress_without_a_call() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.store.fail_completes.store(1, Ordering::SeqCst);
     h.invoke("sqs-single.json").await;
     // Redelivered before the first invocation's deadline: the lease still holds.
@@ -401,12 +240,12 @@ async fn a_retry_while_the_lease_is_live_fails_as_in_progress_without_a_call() {
         message_ids("sqs-single.json", &[0])
     );
     assert_eq!(h.provider.calls_for("ord-1001").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_key_older_than_the_provider_ttl_is_reconciled_and_found() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-1001", &[Fault::ChargeThenTimeout]);
     h.invoke("sqs-single.json").await;
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
@@ -422,12 +261,12 @@ async fn a_key_older_than_the_provider_ttl_is_reconciled_and_found() {
         record.recibo,
         Some(h.provider.charges_for("ord-1001")[0].clone())
     );
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_key_older_than_the_provider_ttl_not_found_moves_to_the_next_attempt() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-1001", &[Fault::Timeout]);
     h.invoke("sqs-single.json").await;
     h.clock.advance(Duration::from_secs(24 * 3600));
@@ -440,12 +279,12 @@ async fn a_key_older_than_the_provider_ttl_not_found_moves_to_the_next_attempt()
     );
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
     assert_eq!(h.record("ord-1001").await.unwrap().intento, Some(2));
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_replayed_server_error_is_reconciled_before_a_new_key_is_sent() {
-    let h = Harness::new().await;
+    let h = harness().await;
     h.provider.script("ord-1001", &[Fault::StoredServerError]);
     assert_eq!(
         h.invoke("sqs-single.json").await,
@@ -459,31 +298,31 @@ async fn a_replayed_server_error_is_reconciled_before_a_new_key_is_sent() {
         ["cobro#ord-1001#1", "cobro#ord-1001#1", "cobro#ord-1001#2"]
     );
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn the_mixed_batch_acks_charges_and_duplicates_and_fails_only_the_invalid_record() {
-    let h = Harness::new().await;
+    let h = harness().await;
     let failed = h.invoke("sqs-batch.json").await;
     assert_eq!(failed, message_ids("sqs-batch.json", &[5]));
     for order in ["ord-3001", "ord-3002", "ord-3003"] {
         assert_eq!(h.provider.charges_for(order).len(), 1, "{order}");
     }
     assert_eq!(h.provider.calls().len(), 3);
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]
 async fn a_record_without_a_message_id_fails_the_whole_batch() {
-    let h = Harness::new().await;
+    let h = harness().await;
     let mut event = event("sqs-single.json");
     event.records[0].message_id = None;
     let result = h.consumer.handle(&event, h.clock.now_ms() + 60_000).await;
     let err = result.expect_err("the batch cannot be judged");
     assert!(err.to_string().contains("messageId"), "{err}");
     assert!(h.provider.calls().is_empty());
-    h.finish();
+    h.provider.assert_no_order_charged_twice();
 }
 
 /// The test harness always unwinds, whatever the profile says, so the panic test above

@@ -1,8 +1,10 @@
 //! The payment provider contract (DESIGN §5 "charge"): charge an order under an
 //! idempotency key, and look a charge up for reconciliation.
 //!
-//! The HTTP client for Stripe-compatible APIs is not built yet (issue "Payment
-//! provider"); until then only in-process providers implement this trait.
+//! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key.
+
+pub mod api_key;
+pub mod http;
 
 use async_trait::async_trait;
 
@@ -53,7 +55,8 @@ pub enum FailureKind {
     Conflict,
     Unauthorized,
     Client(u16),
-    Panicked,
+    /// A 2xx (or error) body we cannot read.
+    BadResponse,
 }
 
 impl std::fmt::Display for FailureKind {
@@ -66,7 +69,7 @@ impl std::fmt::Display for FailureKind {
             Self::Conflict => f.write_str("provider conflict (status 409)"),
             Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
             Self::Client(s) => write!(f, "provider refused the request (status {s})"),
-            Self::Panicked => f.write_str("provider call panicked"),
+            Self::BadResponse => f.write_str("provider response could not be read"),
         }
     }
 }

@@ -6,7 +6,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod harness;
 pub mod provider;
+pub mod stripe;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -39,6 +41,7 @@ struct Server {
 
 static MOTO: OnceLock<Server> = OnceLock::new();
 static DYNALITE: OnceLock<Server> = OnceLock::new();
+static STRIPE_MOCK: OnceLock<Server> = OnceLock::new();
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -172,6 +175,37 @@ fn start_dynalite() -> Server {
         "dynalite",
         Command::new("node").arg(root().join("tests/support/dynalite_server.js")),
     )
+}
+
+fn start_stripe_mock() -> Server {
+    if !root().join("node_modules/stripe-stateful-mock").exists() {
+        panic!(
+            "stripe-stateful-mock is not installed: node_modules/stripe-stateful-mock is \
+             missing. Run `make test` (it runs `npm ci`), or `npm install` in {}",
+            root().display()
+        );
+    }
+    spawn_server(
+        "stripe-mock",
+        Command::new("node").arg(root().join("tests/support/stripe_mock_server.js")),
+    )
+}
+
+/// The stripe-stateful-mock base URL (started on first use).
+pub fn stripe_mock_url() -> &'static str {
+    &STRIPE_MOCK.get_or_init(start_stripe_mock).url
+}
+
+/// An SDK config for moto (Secrets Manager and the rest).
+pub fn moto_sdk_config() -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::SharedCredentialsProvider::new(
+            Credentials::new("test", "test", None, None, "tests"),
+        ))
+        .endpoint_url(Backend::Moto.url())
+        .build()
 }
 
 /// Starts a server that prints `PORT=<n>` and exits when its stdin closes.

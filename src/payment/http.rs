@@ -1,0 +1,285 @@
+//! The production provider: a Stripe-compatible HTTP client (`reqwest`, rustls).
+//!
+//! `charge` is `POST /v1/charges` with an `Idempotency-Key` and a form body that is a
+//! pure function of the order's fingerprinted fields, so a replay is byte-identical
+//! and the provider answers with the original outcome. `find_charge` lists the
+//! customer's charges for reconciliation. Responses are classified per DESIGN §5.
+//!
+//! The API key is sent as a sensitive header and never appears in errors, logs or
+//! `Debug` output; the provider's error text is never carried into our errors (an
+//! auth error echoes fragments of the key), only its status, type and code.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::{Client, Response, StatusCode};
+use serde::Deserialize;
+
+use super::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use crate::config::Secret;
+use crate::order::Order;
+
+/// Page size of a charge listing, and how many pages reconciliation reads at most.
+const PAGE_SIZE: usize = 100;
+const MAX_PAGES: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSetupError {
+    #[error("PAYMENT_API_KEY is not a valid header value")]
+    InvalidKey,
+    #[error("building the HTTP client failed")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The provider answered something we cannot read; kept as a source error.
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected provider response: {0}")]
+pub struct UnexpectedResponse(&'static str);
+
+/// A Stripe-compatible provider at `base_url`.
+pub struct HttpProvider {
+    client: Client,
+    base_url: String,
+}
+
+impl std::fmt::Debug for HttpProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl HttpProvider {
+    /// `timeout` bounds each call as a whole; connecting gets at most half of it.
+    pub fn new(
+        base_url: &str,
+        api_key: &Secret,
+        timeout: Duration,
+    ) -> Result<Self, HttpSetupError> {
+        let mut auth = HeaderValue::from_str(&format!("Bearer {}", api_key.expose()))
+            .map_err(|_| HttpSetupError::InvalidKey)?;
+        auth.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, auth);
+        let client = Client::builder()
+            .default_headers(headers)
+            .timeout(timeout)
+            .connect_timeout(timeout / 2)
+            .user_agent(concat!("charge-once/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(HttpSetupError::Client)?;
+        Ok(Self {
+            client,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+}
+
+/// The form body of a charge: only fingerprinted fields, in a fixed order.
+pub fn charge_form(order: &Order) -> [(&'static str, String); 5] {
+    [
+        ("amount", order.amount().to_string()),
+        ("currency", order.currency().to_ascii_lowercase()),
+        ("customer", order.customer().to_owned()),
+        ("description", format!("order {}", order.id())),
+        ("metadata[order_id]", order.id().to_owned()),
+    ]
+}
+
+#[derive(Deserialize)]
+struct Charge {
+    id: String,
+    #[serde(default)]
+    amount: Option<u64>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    metadata: Option<std::collections::HashMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct ChargeList {
+    data: Vec<Charge>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    error: ErrorDetail,
+}
+
+/// Only the machine-readable parts of a provider error; never its `message`.
+#[derive(Deserialize, Default)]
+struct ErrorDetail {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    decline_code: Option<String>,
+}
+
+fn send_error(e: reqwest::Error) -> PaymentError {
+    let kind = if e.is_timeout() {
+        FailureKind::Timeout
+    } else {
+        FailureKind::Connection
+    };
+    PaymentError::Retryable {
+        kind,
+        // reqwest's error names the URL (no secret in it), never the headers.
+        source: Some(Box::new(e.without_url())),
+    }
+}
+
+fn unexpected(what: &'static str) -> PaymentError {
+    PaymentError::Retryable {
+        kind: FailureKind::BadResponse,
+        source: Some(Box::new(UnexpectedResponse(what))),
+    }
+}
+
+/// Classifies a non-2xx answer (DESIGN §5). Only a 402 moves to the next attempt.
+async fn classify_failure(response: Response) -> PaymentError {
+    let status = response.status();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        // The body of an auth error echoes parts of the key: never read it.
+        return PaymentError::retryable(FailureKind::Unauthorized);
+    }
+    let body: ErrorBody = match response.bytes().await {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        Err(_) => ErrorBody::default(),
+    };
+    let detail = body.error;
+    match status.as_u16() {
+        402 => PaymentError::Declined {
+            code: detail.code.unwrap_or_else(|| "card_declined".to_owned()),
+            decline_code: detail.decline_code,
+        },
+        400 if detail.kind.as_deref() == Some("idempotency_error") => PaymentError::KeyReused,
+        409 => PaymentError::retryable(FailureKind::Conflict),
+        429 => PaymentError::retryable(FailureKind::RateLimited),
+        s @ 500..=599 if replayed => PaymentError::ReplayedServerError { status: s },
+        s @ 500..=599 => PaymentError::retryable(FailureKind::Server(s)),
+        s => PaymentError::retryable(FailureKind::Client(s)),
+    }
+}
+
+#[async_trait]
+impl PaymentProvider for HttpProvider {
+    async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
+        let response = self
+            .client
+            .post(self.url("/v1/charges"))
+            .header("Idempotency-Key", idempotency_key)
+            .form(&charge_form(order))
+            .send()
+            .await
+            .map_err(send_error)?;
+        if !response.status().is_success() {
+            return Err(classify_failure(response).await);
+        }
+        let charge: Charge = response
+            .json()
+            .await
+            .map_err(|_| unexpected("a 2xx charge response without a charge id"))?;
+        match charge.status.as_deref() {
+            // Stripe answers a failed card charge with 402; a 2xx "failed" is the same.
+            Some("failed") => Err(PaymentError::Declined {
+                code: "card_declined".to_owned(),
+                decline_code: None,
+            }),
+            _ => Ok(Receipt { id: charge.id }),
+        }
+    }
+
+    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
+        let mut starting_after: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut query = vec![
+                ("customer", order.customer().to_owned()),
+                ("limit", PAGE_SIZE.to_string()),
+            ];
+            if let Some(after) = &starting_after {
+                query.push(("starting_after", after.clone()));
+            }
+            let response = self
+                .client
+                .get(self.url("/v1/charges"))
+                .query(&query)
+                .send()
+                .await
+                .map_err(send_error)?;
+            if !response.status().is_success() {
+                return Err(classify_failure(response).await);
+            }
+            let page: ChargeList = response
+                .json()
+                .await
+                .map_err(|_| unexpected("a charge listing that is not a list"))?;
+            let found = page.data.iter().find(|c| {
+                c.status.as_deref() == Some("succeeded")
+                    && c.amount == Some(order.amount())
+                    && c.metadata
+                        .as_ref()
+                        .and_then(|m| m.get("order_id"))
+                        .is_some_and(|id| id == order.id())
+            });
+            if let Some(charge) = found {
+                return Ok(Some(Receipt {
+                    id: charge.id.clone(),
+                }));
+            }
+            match page.data.last() {
+                Some(last) if page.has_more => starting_after = Some(last.id.clone()),
+                _ => return Ok(None),
+            }
+        }
+        // "Not found" must be certain: a new key after an incomplete search could
+        // charge twice.
+        Err(unexpected(
+            "more charges than reconciliation reads; settle by hand",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_charge_body_depends_only_on_fingerprinted_fields() {
+        let a = Order::parse(
+            r#"{"id":"o-1","amount":5000,"currency":"eur","customer":"cus_1","ts":1}"#,
+        )
+        .unwrap();
+        let b = Order::parse(
+            r#"{"id":"o-1","amount":5000,"currency":"EUR","customer":"cus_1","ts":2}"#,
+        )
+        .unwrap();
+        assert_eq!(charge_form(&a), charge_form(&b));
+        assert_eq!(charge_form(&a)[1], ("currency", "eur".to_owned()));
+        assert_eq!(charge_form(&a)[4], ("metadata[order_id]", "o-1".to_owned()));
+    }
+
+    #[test]
+    fn debug_output_hides_the_api_key() {
+        let key = Secret::new("sk_test_hideme12345".to_owned());
+        let provider =
+            HttpProvider::new("http://127.0.0.1:1", &key, Duration::from_secs(1)).unwrap();
+        assert!(!format!("{provider:?}").contains("hideme"));
+    }
+}

@@ -1,0 +1,401 @@
+//! The HTTP provider against stripe-stateful-mock (and moto's Secrets Manager), alone
+//! and end to end through the handler: idempotent replays, declines, timeouts, a wrong
+//! key that never reaches the logs, a crash between charge and complete, and
+//! reconciliation of keys the provider may have forgotten.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use charge_once::config::{Config, Secret};
+use charge_once::idempotency::{Estado, Key, ReserveRequest, reserve};
+use charge_once::order::Order;
+use charge_once::payment::http::HttpProvider;
+use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
+use support::harness::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
+use support::stripe::{self, TEST_KEY};
+
+fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
+    HttpProvider::new(
+        support::stripe_mock_url(),
+        &Secret::new(key.to_owned()),
+        timeout,
+    )
+    .unwrap()
+}
+
+fn provider() -> HttpProvider {
+    provider_with_key(TEST_KEY, PAYMENT_TIMEOUT)
+}
+
+fn unique_id() -> String {
+    format!("ord-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn order(id: &str, amount: u64, customer: &str) -> Order {
+    Order::new(id, amount, "eur", customer).unwrap()
+}
+
+fn body(order: &Order) -> String {
+    serde_json::json!({
+        "id": order.id(), "amount": order.amount(), "currency": order.currency(), "customer": order.customer()
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_charge_returns_its_id_and_the_same_key_twice_returns_the_same_id() {
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 5000, &customer);
+    let key = order.key().provider_key(1);
+    let first = provider().charge(&order, &key).await.unwrap();
+    assert!(first.id.starts_with("ch_"), "{first:?}");
+    let again = provider().charge(&order, &key).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        stripe::charges_of(&customer).await.len(),
+        1,
+        "the mock holds one charge"
+    );
+    let charge = &stripe::charges_of(&customer).await[0];
+    assert_eq!(charge["amount"], 5000);
+    assert_eq!(charge["currency"], "eur");
+    assert_eq!(charge["metadata"]["order_id"], order.id());
+}
+
+#[tokio::test]
+async fn the_declining_customer_is_declined_with_its_code() {
+    let customer = stripe::customer("tok_chargeCustomerFail").await;
+    let order = order(&unique_id(), 700, &customer);
+    match provider()
+        .charge(&order, &order.key().provider_key(1))
+        .await
+    {
+        Err(PaymentError::Declined { code, decline_code }) => {
+            assert_eq!(code, "card_declined");
+            assert_eq!(decline_code.as_deref(), Some("generic_decline"));
+        }
+        other => panic!("expected Declined, got {other:?}"),
+    }
+    assert!(stripe::succeeded_charges_of(&customer).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_key_reused_with_other_parameters_needs_reconciliation() {
+    let customer = stripe::customer("tok_visa").await;
+    let id = unique_id();
+    let key = Key::for_order_id(&id).provider_key(1);
+    provider()
+        .charge(&order(&id, 100, &customer), &key)
+        .await
+        .unwrap();
+    let other = provider().charge(&order(&id, 200, &customer), &key).await;
+    assert!(matches!(other, Err(PaymentError::KeyReused)), "{other:?}");
+}
+
+#[tokio::test]
+async fn a_closed_port_fails_within_the_timeout_and_keeps_the_key() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let provider =
+        HttpProvider::new(&url, &Secret::new(TEST_KEY.into()), Duration::from_secs(2)).unwrap();
+    let started = Instant::now();
+    let result = provider
+        .charge(&order("ord-closed", 100, "cus_x"), "cobro#ord-closed#1")
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        matches!(
+            result,
+            Err(PaymentError::Retryable {
+                kind: FailureKind::Connection,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_key() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts, reads nothing, answers nothing; bounded by the test.
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            if let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    });
+    let timeout = Duration::from_millis(800);
+    let provider = HttpProvider::new(&url, &Secret::new(TEST_KEY.into()), timeout).unwrap();
+    let started = Instant::now();
+    let result = provider
+        .charge(&order("ord-silent", 100, "cus_x"), "cobro#ord-silent#1")
+        .await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= timeout && elapsed < timeout + Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+    assert!(
+        matches!(
+            result,
+            Err(PaymentError::Retryable {
+                kind: FailureKind::Timeout,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    silent.abort();
+}
+
+/// A `MakeWriter` that keeps every log line in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
+    let wrong_key = "qZxJvWpKmQbTrYgHfNdLsXcV";
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 1500, &customer);
+    let h = Harness::new(provider_with_key(wrong_key, PAYMENT_TIMEOUT)).await;
+    let event = single_event_with_body(&body(&order));
+    let failed = h
+        .invoke_event_with(event, support::harness::INVOCATION)
+        .await;
+    assert_eq!(failed.len(), 1);
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.estado, Estado::Libre);
+    assert_eq!(record.intento, Some(1), "a 401 keeps the key");
+    assert!(stripe::charges_of(&customer).await.is_empty());
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("provider refused the API key"), "{text}");
+    for window in wrong_key.as_bytes().windows(4) {
+        let fragment = std::str::from_utf8(window).unwrap();
+        assert!(
+            !text.contains(fragment),
+            "key fragment {fragment:?} in logs:\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_api_key_is_read_from_a_secrets_manager_secret_in_moto() {
+    let sdk = support::moto_sdk_config();
+    let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
+    let name = format!("charge-once/{}", uuid::Uuid::new_v4().simple());
+    let created = secrets
+        .create_secret()
+        .name(&name)
+        .secret_string(r#"{"api_key":"sk_test_fromsecret"}"#)
+        .send()
+        .await
+        .unwrap();
+    let arn = created.arn().unwrap().to_owned();
+    let config = Config::from_lookup(|var| match var {
+        "PAYMENT_API_KEY_SECRET_ARN" => Some(arn.clone()),
+        "PAYMENT_API_KEY" => Some("sk_test_loses".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let key = api_key::load(&config, &sdk).await.unwrap();
+    assert_eq!(
+        key.expose(),
+        "sk_test_fromsecret",
+        "the ARN wins over the plain variable"
+    );
+
+    let missing = Config::from_lookup(|var| {
+        (var == "PAYMENT_API_KEY_SECRET_ARN").then(|| format!("{arn}-missing"))
+    })
+    .unwrap();
+    let err = api_key::load(&missing, &sdk).await.unwrap_err();
+    assert!(
+        err.to_string().starts_with("PAYMENT_API_KEY_SECRET_ARN="),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_charges_once() {
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 4200, &customer);
+    let h = Harness::new(provider()).await;
+    h.store
+        .hang_completes
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    // Reserve, charge through the HTTP client, die before `complete` is written.
+    h.invoke_and_die(
+        single_event_with_body(&body(&order)),
+        Duration::from_secs(3),
+    )
+    .await;
+    let first = stripe::succeeded_charges_of(&customer).await;
+    assert_eq!(first.len(), 1, "charged before the crash");
+    assert_eq!(h.record(order.id()).await.unwrap().estado, Estado::EnCurso);
+
+    // After the lease expires, a second invocation takes over and replays the key.
+    h.redeliver_later();
+    let failed = h
+        .invoke_event_with(
+            single_event_with_body(&body(&order)),
+            support::harness::INVOCATION,
+        )
+        .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(
+        record.recibo.as_deref(),
+        Some(first[0].as_str()),
+        "the same charge id"
+    );
+    assert_eq!(
+        stripe::charges_of(&customer).await.len(),
+        1,
+        "the mock holds one charge"
+    );
+}
+
+#[tokio::test]
+async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 990, &customer);
+    let h = Harness::new(provider()).await;
+    h.store
+        .hang_completes
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    h.invoke_and_die(
+        single_event_with_body(&body(&order)),
+        Duration::from_secs(3),
+    )
+    .await;
+    let charged = stripe::succeeded_charges_of(&customer).await;
+    assert_eq!(charged.len(), 1);
+
+    // A day later the key is older than PROVIDER_KEY_TTL: look up, do not re-send.
+    h.clock
+        .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
+    let failed = h
+        .invoke_event_with(
+            single_event_with_body(&body(&order)),
+            support::harness::INVOCATION,
+        )
+        .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.recibo.as_deref(), Some(charged[0].as_str()));
+    assert_eq!(record.intento, Some(1), "found: no new attempt");
+    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 1234, &customer);
+    let h = Harness::new(provider()).await;
+    // A reservation made a day ago whose invocation died before sending anything.
+    let pk = order.key();
+    let then = h.clock.now_ms();
+    let titular = "died-before-sending";
+    let req = ReserveRequest {
+        pk: &pk,
+        huella: &order.fingerprint(),
+        titular,
+        now_ms: then,
+        lease_until_ms: then + 60_000,
+        expira_s: then / 1000 + 400 * 24 * 3600,
+    };
+    reserve(h.table.store.as_ref(), &req).await.unwrap();
+    h.clock
+        .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
+
+    let failed = h
+        .invoke_event_with(
+            single_event_with_body(&body(&order)),
+            support::harness::INVOCATION,
+        )
+        .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.intento, Some(2), "not found: the next attempt's key");
+    let charges = stripe::succeeded_charges_of(&customer).await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(record.recibo.as_deref(), Some(charges[0].as_str()));
+}
+
+#[tokio::test]
+async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
+    let customer = stripe::customer("tok_chargeCustomerFail").await;
+    let order = order(&unique_id(), 3100, &customer);
+    let h = Harness::new(provider()).await;
+    let event = single_event_with_body(&body(&order));
+    assert_eq!(
+        h.invoke_event_with(event.clone(), support::harness::INVOCATION)
+            .await
+            .len(),
+        1
+    );
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(2)));
+
+    // The customer fixes their card; SQS redelivers.
+    stripe::replace_card(&customer, "tok_visa").await;
+    h.redeliver_later();
+    assert!(
+        h.invoke_event_with(event, support::harness::INVOCATION)
+            .await
+            .is_empty()
+    );
+    let charges = stripe::charges_of(&customer).await;
+    assert_eq!(
+        charges.len(),
+        2,
+        "one decline under #1, one charge under #2"
+    );
+    let succeeded = stripe::succeeded_charges_of(&customer).await;
+    assert_eq!(succeeded.len(), 1);
+    assert_eq!(
+        h.record(order.id()).await.unwrap().recibo.as_deref(),
+        Some(succeeded[0].as_str())
+    );
+}

@@ -1,0 +1,201 @@
+//! The handler harness: the real `Consumer` on a fresh moto table, a movable clock, a
+//! store wrapper that can fail or hang chosen `complete` calls, and helpers to invoke
+//! the handler with `LambdaEvent`s built from `events/`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::batch::Consumer;
+use charge_once::idempotency::{
+    CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest, ReserveOutcome,
+    ReserveRequest, Settings, StoreError,
+};
+use charge_once::payment::PaymentProvider;
+use charge_once::store::dynamodb::DynamoStore;
+use lambda_runtime::{Context, LambdaEvent};
+
+use super::{Backend, Table, TestClock};
+
+pub const PAYMENT_TIMEOUT: Duration = Duration::from_millis(1500);
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+pub const INVOCATION: Duration = Duration::from_secs(60);
+pub const PROVIDER_KEY_TTL: Duration = Duration::from_secs(23 * 3600);
+
+/// The real store, with injectable faults on `complete`: the server is real; only the
+/// answer to chosen calls is replaced by a backend error, or never comes (the process
+/// "dies" there).
+pub struct FlakyStore {
+    inner: Arc<DynamoStore>,
+    pub fail_completes: AtomicUsize,
+    pub hang_completes: AtomicUsize,
+}
+
+fn take(counter: &AtomicUsize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+#[async_trait]
+impl IdempotencyStore for FlakyStore {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        self.inner.reserve(req).await
+    }
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        if take(&self.hang_completes) {
+            // Bounded: the caller's timeout ends the invocation long before this.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        if take(&self.fail_completes) {
+            return Err(StoreError::Backend {
+                operation: "complete",
+                target: req.pk.to_string(),
+                source: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected: connection reset",
+                )),
+            });
+        }
+        self.inner.complete(req).await
+    }
+    async fn complete_attempt(
+        &self,
+        req: &CompleteRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        self.inner.complete_attempt(req).await
+    }
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        self.inner.release(req).await
+    }
+    async fn next_attempt(
+        &self,
+        pk: &Key,
+        titular: &str,
+        now_ms: i64,
+    ) -> Result<FenceOutcome, StoreError> {
+        self.inner.next_attempt(pk, titular, now_ms).await
+    }
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
+        self.inner.get(pk).await
+    }
+}
+
+pub struct Harness<P> {
+    pub table: Table,
+    pub store: Arc<FlakyStore>,
+    pub provider: Arc<P>,
+    pub clock: TestClock,
+    pub consumer: Consumer,
+}
+
+impl<P: PaymentProvider + 'static> Harness<P> {
+    pub async fn new(provider: P) -> Self {
+        let table = Backend::Moto.fresh_table().await;
+        let store = Arc::new(FlakyStore {
+            inner: table.store.clone(),
+            fail_completes: AtomicUsize::new(0),
+            hang_completes: AtomicUsize::new(0),
+        });
+        let provider = Arc::new(provider);
+        let clock = TestClock::new();
+        let settings = Settings {
+            retention: Duration::from_secs(400 * 24 * 3600),
+            payment_timeout: PAYMENT_TIMEOUT,
+            provider_key_ttl: PROVIDER_KEY_TTL,
+            clock: clock.clock(),
+        };
+        let consumer = Consumer::new(
+            store.clone(),
+            provider.clone(),
+            settings,
+            10,
+            DEADLINE_MARGIN,
+        );
+        Self {
+            table,
+            store,
+            provider,
+            clock,
+            consumer,
+        }
+    }
+
+    /// Invokes the handler with `event` and a deadline `time_left` from now; returns
+    /// the failed message ids.
+    pub async fn invoke_event_with(&self, event: SqsEvent, time_left: Duration) -> Vec<String> {
+        let mut context = Context::default();
+        context.request_id = format!("req-{}", uuid::Uuid::new_v4());
+        context.deadline = u64::try_from(self.clock.now_ms()).unwrap()
+            + u64::try_from(time_left.as_millis()).unwrap();
+        let response = self
+            .consumer
+            .handle_lambda_event(LambdaEvent::new(event, context))
+            .await
+            .expect("batch judged");
+        response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect()
+    }
+
+    /// Invokes the handler with `events/<name>`.
+    pub async fn invoke_with(&self, name: &str, time_left: Duration) -> Vec<String> {
+        self.invoke_event_with(event(name), time_left).await
+    }
+
+    pub async fn invoke(&self, name: &str) -> Vec<String> {
+        self.invoke_with(name, INVOCATION).await
+    }
+
+    /// Invokes and kills the invocation after `after`: the process "dies" wherever it
+    /// is, and no response is sent.
+    pub async fn invoke_and_die(&self, event: SqsEvent, after: Duration) {
+        let died = tokio::time::timeout(after, self.invoke_event_with(event, INVOCATION)).await;
+        assert!(
+            died.is_err(),
+            "the invocation finished before it could be killed"
+        );
+    }
+
+    /// The next delivery comes after the visibility timeout, past this invocation.
+    pub fn redeliver_later(&self) {
+        self.clock.advance(INVOCATION + Duration::from_secs(1));
+    }
+
+    pub async fn record(&self, order_id: &str) -> Option<Record> {
+        self.table
+            .store
+            .get(&Key::for_order_id(order_id))
+            .await
+            .expect("get")
+    }
+}
+
+/// `events/<name>`, parsed as Lambda would.
+pub fn event(name: &str) -> SqsEvent {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("events")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `events/sqs-single.json` carrying `body` instead, with a fresh message id.
+pub fn single_event_with_body(body: &str) -> SqsEvent {
+    let mut event = event("sqs-single.json");
+    event.records[0].body = Some(body.to_owned());
+    event.records[0].message_id = Some(uuid::Uuid::new_v4().to_string());
+    event
+}
+
+pub fn message_ids(name: &str, positions: &[usize]) -> Vec<String> {
+    let event = event(name);
+    positions
+        .iter()
+        .map(|&i| event.records[i].message_id.clone().unwrap())
+        .collect()
+}
