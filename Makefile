@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps test test-release lint fmt clean
+.PHONY: help deps test test-release lint fmt run reset clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,15 @@ test-release: deps ## the panic-isolation handler test again, optimised (release
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+EVENT ?= events/sqs-batch.json
+DB    ?= .local/charge-once.sqlite3
+
+run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator, needs only cargo
+	$(CARGO) run --quiet -- invoke $(EVENT) --db $(DB)
+
+reset: ## forget every local record and the simulator's ledger
+	rm -f $(DB) $(DB)-wal $(DB)-shm
 
 fmt: ## format the code
 	$(CARGO) fmt --all

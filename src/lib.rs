@@ -12,12 +12,12 @@
 //! | [`config`] | every setting, typed and validated once at cold start |
 //! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
 //! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
-//! | [`store`] | store adapters: DynamoDB (production) |
-//! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key |
+//! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
+//! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
 //! | [`telemetry`] | JSON logs |
 //!
-//! `main.rs` only wires these together.
+//! The binary (`main.rs`, `cli.rs`) only wires these together.
 
 pub mod batch;
 pub mod config;

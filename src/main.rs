@@ -1,41 +1,65 @@
-//! The binary: wiring only. Logs, config, clients built once, then the Lambda runtime.
-//! A cold start that cannot be completed logs one line naming what is wrong and exits.
+//! The binary: wiring only. Logs, config, clients built once; then the Lambda runtime
+//! (inside Lambda) or one CLI command (outside). A start that cannot be completed logs
+//! one line naming what is wrong and exits non-zero.
+
+mod cli;
 
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::Consumer;
 use charge_once::config::Config;
+use charge_once::payment::PaymentProvider;
 use charge_once::payment::{api_key, http::HttpProvider};
 use charge_once::store::dynamodb::DynamoStore;
 use charge_once::telemetry;
+use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
 
 #[tokio::main]
 async fn main() {
     telemetry::init();
-    if let Err(e) = run().await {
+    let result = if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        run_lambda().await
+    } else {
+        let cli = cli::Cli::parse();
+        match Config::from_env() {
+            Ok(config) => cli::run(cli, &config).await,
+            Err(e) => Err(e.into()),
+        }
+    };
+    if let Err(e) = result {
         // `{:#}` keeps the whole cause chain on one line.
         tracing::error!(error = format!("{e:#}"), "charge-once stopped");
         std::process::exit(1);
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
-        // STUB: the local `invoke` / `inspect` commands are the "Local run" issue.
-        bail!(
-            "not running inside Lambda (AWS_LAMBDA_RUNTIME_API is unset); the local \
-             `invoke` command is not built yet"
-        );
-    }
+async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// The Stripe-compatible provider at PAYMENT_API_URL, its key read once.
+async fn http_provider(
+    config: &Config,
+    sdk: &aws_config::SdkConfig,
+) -> anyhow::Result<Arc<dyn PaymentProvider>> {
+    let url = config.require_payment_api_url()?;
+    let key = api_key::load(config, sdk).await?;
+    Ok(Arc::new(HttpProvider::new(
+        url,
+        &key,
+        config.payment_timeout,
+    )?))
+}
+
+async fn run_lambda() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     let table = config.require_table()?.to_owned();
-    let api_url = config.require_payment_api_url()?.to_owned();
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let key = api_key::load(&config, &sdk).await?;
-    let provider = Arc::new(HttpProvider::new(&api_url, &key, config.payment_timeout)?);
+    config.require_payment_api_url()?;
+    let sdk = sdk_config().await;
+    let provider = http_provider(&config, &sdk).await?;
     let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
     let consumer = Arc::new(Consumer::new(
         store,

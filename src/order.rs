@@ -175,7 +175,8 @@ fn string_field<'a>(
     }
 }
 
-fn validate_id(id: &str) -> Result<(), OrderError> {
+/// Checks an order id against DESIGN §2 (also used by the CLI for `inspect`).
+pub fn validate_id(id: &str) -> Result<(), OrderError> {
     if id.is_empty() {
         return Err(OrderError::InvalidId("empty"));
     }

@@ -1,6 +1,6 @@
-//! The store contract suite (DESIGN §4–5), one suite run against every backend: moto
-//! behind its lock and dynalite. Each test gets a fresh table; times are explicit so
-//! expiry is tested without waiting.
+//! The store contract suite (DESIGN §4–5), one suite run against every store: DynamoDB
+//! on moto (behind its lock) and on dynalite, and the embedded SQLite store. Each test
+//! gets a fresh table (or file); times are explicit so expiry is tested without waiting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -10,7 +10,55 @@ use charge_once::idempotency::{
     CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
     Reservation, ReserveRequest, reserve,
 };
+use charge_once::store::sqlite::SqliteStore;
+use std::sync::Arc;
 use support::{Backend, Table};
+
+/// A fresh, empty store, and a way to write items as the card's consumer did.
+struct Fixture {
+    store: Arc<dyn IdempotencyStore>,
+    card: CardWriter,
+}
+
+enum CardWriter {
+    Dynamo(Table),
+    Sqlite(std::path::PathBuf, #[allow(dead_code)] tempfile::TempDir),
+}
+
+impl Fixture {
+    async fn dynamo(backend: Backend) -> Self {
+        let table = backend.fresh_table().await;
+        Self {
+            store: table.dyn_store(),
+            card: CardWriter::Dynamo(table),
+        }
+    }
+
+    async fn sqlite() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("contract.sqlite3");
+        Self {
+            store: Arc::new(SqliteStore::open(&path).unwrap()),
+            card: CardWriter::Sqlite(path, dir),
+        }
+    }
+
+    /// An item as the pattern card's TypeScript consumer writes it: no fingerprint,
+    /// no lease, no attempt.
+    async fn put_card_item(&self, pk: &str, estado: &str, recibo: Option<&str>, expira_s: i64) {
+        match &self.card {
+            CardWriter::Dynamo(table) => table.put_card_item(pk, estado, recibo, expira_s).await,
+            CardWriter::Sqlite(path, _) => {
+                let conn = rusqlite::Connection::open(path).unwrap();
+                conn.execute(
+                    "INSERT INTO idempotency (pk, estado, creado, expira, recibo) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![pk, estado, 1_700_000_000_000_i64, expira_s, recibo],
+                )
+                .unwrap();
+            }
+        }
+    }
+}
 
 const T: i64 = support::TestClock::START_MS;
 const MINUTE: i64 = 60_000;
@@ -75,7 +123,7 @@ fn key() -> Key {
     Key::for_order_id(&format!("ord-{}", uuid::Uuid::new_v4().simple()))
 }
 
-async fn fresh_reserve_wins_with_a_new_lease(t: Table) {
+async fn fresh_reserve_wins_with_a_new_lease(t: Fixture) {
     let pk = key();
     let record = won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert_eq!(record.estado, Estado::EnCurso);
@@ -88,7 +136,7 @@ async fn fresh_reserve_wins_with_a_new_lease(t: Table) {
     assert_eq!(t.store.get(&pk).await.unwrap(), Some(record));
 }
 
-async fn duplicate_returns_the_stored_receipt(t: Table) {
+async fn duplicate_returns_the_stored_receipt(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let done = applied(
@@ -108,7 +156,7 @@ async fn duplicate_returns_the_stored_receipt(t: Table) {
     );
 }
 
-async fn hecho_past_expira_is_still_a_duplicate(t: Table) {
+async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
     first.expira_s = T / 1000 + 1;
@@ -125,7 +173,7 @@ async fn hecho_past_expira_is_still_a_duplicate(t: Table) {
     );
 }
 
-async fn non_hecho_past_expira_counts_as_absent(t: Table) {
+async fn non_hecho_past_expira_counts_as_absent(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
     first.expira_s = T / 1000 + 1;
@@ -137,7 +185,7 @@ async fn non_hecho_past_expira_counts_as_absent(t: Table) {
     assert_eq!(record.huella.as_deref(), Some(H2));
 }
 
-async fn other_fingerprint_is_a_conflict(t: Table) {
+async fn other_fingerprint_is_a_conflict(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert!(matches!(
@@ -163,7 +211,7 @@ async fn other_fingerprint_is_a_conflict(t: Table) {
     ));
 }
 
-async fn live_lease_is_in_progress(t: Table) {
+async fn live_lease_is_in_progress(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert_eq!(
@@ -174,7 +222,7 @@ async fn live_lease_is_in_progress(t: Table) {
     );
 }
 
-async fn our_own_retried_reserve_is_won(t: Table) {
+async fn our_own_retried_reserve_is_won(t: Fixture) {
     let pk = key();
     let first = req(&pk, H1, "a", T);
     let record = won(t.store.as_ref(), &first).await;
@@ -183,7 +231,7 @@ async fn our_own_retried_reserve_is_won(t: Table) {
     assert_eq!(won(t.store.as_ref(), &first).await, record);
 }
 
-async fn expired_lease_is_taken_over_keeping_intento(t: Table) {
+async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     applied(t.store.release(&release(&pk, "a", true)).await.unwrap());
@@ -203,7 +251,7 @@ async fn expired_lease_is_taken_over_keeping_intento(t: Table) {
     );
 }
 
-async fn libre_is_reserved_again(t: Table) {
+async fn libre_is_reserved_again(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let released = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
@@ -214,7 +262,7 @@ async fn libre_is_reserved_again(t: Table) {
     assert_eq!(again.intento, Some(1));
 }
 
-async fn complete_and_release_with_a_stale_titular_are_refused(t: Table) {
+async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
@@ -250,7 +298,7 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Table) {
     assert_eq!(t.store.get(&ghost).await.unwrap(), None);
 }
 
-async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Table) {
+async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     // "a" charged under attempt 1 but its lease expired; "b" took over (same attempt).
@@ -289,7 +337,7 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Table) {
     );
 }
 
-async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Table) {
+async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let kept = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
@@ -311,7 +359,7 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Table) {
     assert_eq!(next.enviado_ms, Some(T + 2));
 }
 
-async fn next_attempt_moves_the_key_under_the_lease(t: Table) {
+async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let moved = applied(t.store.next_attempt(&pk, "a", T + 5).await.unwrap());
@@ -320,7 +368,7 @@ async fn next_attempt_moves_the_key_under_the_lease(t: Table) {
     assert_eq!(moved.titular.as_deref(), Some("a"), "the lease is kept");
 }
 
-async fn card_format_hecho_is_a_duplicate(t: Table) {
+async fn card_format_hecho_is_a_duplicate(t: Fixture) {
     let pk = key();
     t.put_card_item(pk.as_str(), "hecho", Some("ch_card"), T / 1000 + 3600)
         .await;
@@ -332,7 +380,7 @@ async fn card_format_hecho_is_a_duplicate(t: Table) {
     );
 }
 
-async fn card_format_en_curso_needs_reconciliation(t: Table) {
+async fn card_format_en_curso_needs_reconciliation(t: Fixture) {
     let pk = key();
     t.put_card_item(pk.as_str(), "en-curso", None, T / 1000 + 3600)
         .await;
@@ -352,12 +400,12 @@ async fn card_format_en_curso_needs_reconciliation(t: Table) {
     );
 }
 
-async fn missing_key_reads_as_none(t: Table) {
+async fn missing_key_reads_as_none(t: Fixture) {
     assert_eq!(t.store.get(&key()).await.unwrap(), None);
 }
 
 /// 20 concurrent reservations of one key, 50 rounds: exactly one winner each round.
-async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Table) {
+async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Fixture) {
     for round in 0..50 {
         let pk = key();
         let titulares: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
@@ -389,7 +437,7 @@ macro_rules! contract_suite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
-                    super::$test(super::Backend::Moto.fresh_table().await).await;
+                    super::$test(super::Fixture::dynamo(super::Backend::Moto).await).await;
                 }
             )*
         }
@@ -397,7 +445,15 @@ macro_rules! contract_suite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
-                    super::$test(super::Backend::Dynalite.fresh_table().await).await;
+                    super::$test(super::Fixture::dynamo(super::Backend::Dynalite).await).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Fixture::sqlite().await).await;
                 }
             )*
         }

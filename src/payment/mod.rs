@@ -1,10 +1,12 @@
 //! The payment provider contract (DESIGN §5 "charge"): charge an order under an
 //! idempotency key, and look a charge up for reconciliation.
 //!
-//! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key.
+//! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key;
+//! [`simulated::SimulatedProvider`] is the local stand-in for runs without a provider.
 
 pub mod api_key;
 pub mod http;
+pub mod simulated;
 
 use async_trait::async_trait;
 

@@ -2,3 +2,4 @@
 //! translate the contract into one conditional request each and do nothing else.
 
 pub mod dynamodb;
+pub mod sqlite;

@@ -1,0 +1,156 @@
+//! The commands outside Lambda (DESIGN §7): `invoke` runs the real handler once on an
+//! SQS event file, `inspect` prints an order's record. Edge code: errors are `anyhow`.
+//! stdout carries only the command's JSON; logs go to stderr.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::batch::Consumer;
+use charge_once::config::Config;
+use charge_once::idempotency::{IdempotencyStore, Key, Record};
+use charge_once::order::validate_id;
+use charge_once::payment::PaymentProvider;
+use charge_once::payment::simulated::SimulatedProvider;
+use charge_once::store::dynamodb::DynamoStore;
+use charge_once::store::sqlite::SqliteStore;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use crate::{http_provider, sdk_config};
+
+#[derive(Parser)]
+#[command(
+    name = "charge-once",
+    version,
+    about = "Charges each order exactly once in effect"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// The embedded SQLite file (`--db`).
+    Sqlite,
+    /// DynamoDB: the table in IDEMPOTENCY_TABLE, endpoints from the AWS SDK settings.
+    Dynamodb,
+}
+
+#[derive(clap::Args)]
+pub struct Backing {
+    /// Where idempotency records live.
+    #[arg(long, value_enum, default_value_t = StoreKind::Sqlite)]
+    store: StoreKind,
+    /// The SQLite file: the store (with `--store sqlite`) and the simulator's ledger.
+    #[arg(long, default_value = ".local/charge-once.sqlite3")]
+    db: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the handler once on an SQS event file and print the SQSBatchResponse.
+    ///
+    /// The provider is the HTTP client when PAYMENT_API_URL is set, else the local
+    /// simulator (test customers: cus_declined, cus_timeout_after_charge).
+    Invoke {
+        /// An SQS event (the `events/` files work).
+        event: PathBuf,
+        #[command(flatten)]
+        backing: Backing,
+    },
+    /// Print an order's idempotency record and, with the simulator, its ledger rows.
+    Inspect {
+        order_id: String,
+        #[command(flatten)]
+        backing: Backing,
+    },
+}
+
+pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Invoke { event, backing } => invoke(config, &event, &backing).await,
+        Command::Inspect { order_id, backing } => inspect(config, &order_id, &backing).await,
+    }
+}
+
+async fn store(config: &Config, backing: &Backing) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+    Ok(match backing.store {
+        StoreKind::Sqlite => {
+            Arc::new(SqliteStore::open(&backing.db).with_context(|| {
+                format!("--db {}: opening the SQLite store", backing.db.display())
+            })?)
+        }
+        StoreKind::Dynamodb => {
+            let table = config.require_table()?.to_owned();
+            let sdk = sdk_config().await;
+            Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table))
+        }
+    })
+}
+
+/// The simulator's ledger, when the simulator is the provider.
+fn simulator(config: &Config, db: &Path) -> anyhow::Result<Option<SimulatedProvider>> {
+    if config.payment_api_url.is_some() {
+        return Ok(None);
+    }
+    let provider = SimulatedProvider::open(db)
+        .with_context(|| format!("--db {}: opening the simulator's ledger", db.display()))?;
+    Ok(Some(provider))
+}
+
+async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let event: SqsEvent = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not an SQS event", path.display()))?;
+    let store = store(config, backing).await?;
+    let provider: Arc<dyn PaymentProvider> = match simulator(config, &backing.db)? {
+        Some(simulated) => Arc::new(simulated),
+        None => http_provider(config, &sdk_config().await).await?,
+    };
+    let settings = config.settings();
+    let deadline_ms = settings
+        .now_ms()
+        .saturating_add(i64::try_from(config.invoke_deadline.as_millis()).unwrap_or(i64::MAX));
+    let consumer = Consumer::new(
+        store,
+        provider,
+        settings,
+        config.max_concurrency,
+        config.deadline_margin,
+    );
+    let response = consumer.handle(&event, deadline_ms).await?;
+    println!("{}", serde_json::to_string(&response)?);
+    Ok(())
+}
+
+async fn inspect(config: &Config, order_id: &str, backing: &Backing) -> anyhow::Result<()> {
+    validate_id(order_id).context("order id")?;
+    let store = store(config, backing).await?;
+    let record = store.get(&Key::for_order_id(order_id)).await?;
+    let mut out = json!({ "record": record.as_ref().map(record_json) });
+    if let Some(simulated) = simulator(config, &backing.db)? {
+        out["ledger"] = serde_json::to_value(simulated.ledger(order_id)?)?;
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// A record under its table attribute names (DESIGN §4).
+fn record_json(r: &Record) -> serde_json::Value {
+    json!({
+        "pk": r.pk,
+        "estado": r.estado.as_str(),
+        "creado": r.creado_ms,
+        "expira": r.expira_s,
+        "recibo": r.recibo,
+        "huella": r.huella,
+        "titular": r.titular,
+        "en_curso_hasta": r.en_curso_hasta_ms,
+        "intento": r.intento,
+        "enviado": r.enviado_ms,
+    })
+}

@@ -1,0 +1,314 @@
+//! A local payment provider for runs without a real one. It behaves like a
+//! Stripe-compatible provider where it matters here: it stores the outcome of every
+//! idempotency key and replays it, refuses a key reused with other parameters, and
+//! answers `find_charge`. Its ledger is the `charges` table of the SQLite file given
+//! to it: one row per call outcome.
+//!
+//! Test customers (anything else is charged):
+//!
+//! | customer | behaviour |
+//! | --- | --- |
+//! | `cus_declined` | 402 Declined (`card_declined` / `generic_decline`), stored under the key |
+//! | `cus_timeout_after_charge` | charges, then the response is lost (a timeout); a replay of the key returns that charge |
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, named_params};
+
+use super::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use crate::idempotency::StoreError;
+use crate::order::Order;
+
+pub const DECLINED_CUSTOMER: &str = "cus_declined";
+pub const TIMEOUT_AFTER_CHARGE_CUSTOMER: &str = "cus_timeout_after_charge";
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms           INTEGER NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    order_id        TEXT NOT NULL,
+    amount          INTEGER NOT NULL,
+    currency        TEXT NOT NULL,
+    customer        TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    charge_id       TEXT,
+    charged         INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS charges_by_key ON charges (idempotency_key);
+CREATE INDEX IF NOT EXISTS charges_by_order ON charges (order_id)";
+
+/// One ledger row.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LedgerRow {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub idempotency_key: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub customer: String,
+    /// `succeeded`, `declined`, `succeeded_response_lost`, `replayed`, `key_reused`.
+    pub status: String,
+    pub charge_id: Option<String>,
+    /// 1 when this call took money (a new charge), else 0.
+    pub charged: i64,
+}
+
+#[derive(Clone)]
+pub struct SimulatedProvider {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SimulatedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimulatedProvider")
+    }
+}
+
+impl SimulatedProvider {
+    /// Opens the ledger in `path` (creating the `charges` table if missing).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = crate::store::sqlite::open(path)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| StoreError::Backend {
+                operation: "create table",
+                target: "charges".to_owned(),
+                source: Box::new(e),
+            })?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// The ledger rows of one order, oldest first.
+    pub fn ledger(&self, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut stmt =
+            conn.prepare("SELECT * FROM charges WHERE order_id = :order ORDER BY seq")?;
+        let rows = stmt.query_map(named_params! {":order": order_id}, |row| {
+            Ok(LedgerRow {
+                seq: row.get("seq")?,
+                at_ms: row.get("at_ms")?,
+                idempotency_key: row.get("idempotency_key")?,
+                order_id: row.get("order_id")?,
+                amount: row.get("amount")?,
+                currency: row.get("currency")?,
+                customer: row.get("customer")?,
+                status: row.get("status")?,
+                charge_id: row.get("charge_id")?,
+                charged: row.get("charged")?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    fn charge_blocking(
+        &self,
+        order: &Order,
+        key: &str,
+    ) -> Result<Result<Receipt, PaymentError>, rusqlite::Error> {
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let first = tx
+            .query_row(
+                "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
+                 WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
+                named_params! {":key": key},
+                |row| {
+                    let params: (String, i64, String, String) =
+                        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+                    let status: String = row.get(4)?;
+                    let charge_id: Option<String> = row.get(5)?;
+                    Ok((params, status, charge_id))
+                },
+            )
+            .optional()?;
+        let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
+        let this_params = (
+            order.id().to_owned(),
+            amount,
+            order.currency().to_owned(),
+            order.customer().to_owned(),
+        );
+        let insert = |status: &str, charge_id: Option<&str>, charged: bool| {
+            tx.execute(
+                "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer, status, charge_id, charged)
+                 VALUES (:at, :key, :order, :amount, :currency, :customer, :status, :charge_id, :charged)",
+                named_params! {
+                    ":at": now_ms(), ":key": key, ":order": order.id(), ":amount": amount,
+                    ":currency": order.currency(), ":customer": order.customer(),
+                    ":status": status, ":charge_id": charge_id, ":charged": i64::from(charged),
+                },
+            )
+        };
+        let outcome = match first {
+            Some((params, _, _)) if params != this_params => {
+                insert("key_reused", None, false)?;
+                Err(PaymentError::KeyReused)
+            }
+            Some((_, status, charge_id)) => {
+                insert("replayed", charge_id.as_deref(), false)?;
+                match (status.as_str(), charge_id) {
+                    ("declined", _) | (_, None) => Err(declined()),
+                    (_, Some(id)) => Ok(Receipt { id }),
+                }
+            }
+            None if order.customer() == DECLINED_CUSTOMER => {
+                insert("declined", None, false)?;
+                Err(declined())
+            }
+            None => {
+                let id = format!("ch_sim_{}", uuid::Uuid::new_v4().simple());
+                if order.customer() == TIMEOUT_AFTER_CHARGE_CUSTOMER {
+                    insert("succeeded_response_lost", Some(&id), true)?;
+                    Err(PaymentError::retryable(FailureKind::Timeout))
+                } else {
+                    insert("succeeded", Some(&id), true)?;
+                    Ok(Receipt { id })
+                }
+            }
+        };
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    fn find_blocking(&self, order: &Order) -> Result<Option<Receipt>, rusqlite::Error> {
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        conn.query_row(
+            "SELECT charge_id FROM charges WHERE order_id = :order AND amount = :amount AND charged = 1
+             ORDER BY seq LIMIT 1",
+            named_params! {":order": order.id(), ":amount": i64::try_from(order.amount()).unwrap_or(i64::MAX)},
+            |row| row.get::<_, String>(0),
+        )
+        .optional()
+        .map(|id| id.map(|id| Receipt { id }))
+    }
+}
+
+fn declined() -> PaymentError {
+    PaymentError::Declined {
+        code: "card_declined".to_owned(),
+        decline_code: Some("generic_decline".to_owned()),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn ledger_error(e: impl std::error::Error + Send + Sync + 'static) -> PaymentError {
+    PaymentError::Retryable {
+        kind: FailureKind::Connection,
+        source: Some(Box::new(e)),
+    }
+}
+
+#[async_trait]
+impl PaymentProvider for SimulatedProvider {
+    async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
+        let this = self.clone();
+        let order = order.clone();
+        let key = idempotency_key.to_owned();
+        tokio::task::spawn_blocking(move || this.charge_blocking(&order, &key))
+            .await
+            .map_err(ledger_error)?
+            .map_err(ledger_error)?
+    }
+
+    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
+        let this = self.clone();
+        let order = order.clone();
+        tokio::task::spawn_blocking(move || this.find_blocking(&order))
+            .await
+            .map_err(ledger_error)?
+            .map_err(ledger_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(customer: &str) -> Order {
+        Order::new("ord-sim", 500, "EUR", customer).unwrap()
+    }
+
+    fn provider() -> (tempfile::TempDir, SimulatedProvider) {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = SimulatedProvider::open(&dir.path().join("sim.sqlite3")).unwrap();
+        (dir, provider)
+    }
+
+    #[tokio::test]
+    async fn a_key_replays_its_charge_and_the_ledger_holds_one_charge() {
+        let (_dir, p) = provider();
+        let first = p.charge(&order("cus_1"), "k#1").await.unwrap();
+        assert_eq!(p.charge(&order("cus_1"), "k#1").await.unwrap(), first);
+        let ledger = p.ledger("ord-sim").unwrap();
+        let statuses: Vec<_> = ledger.iter().map(|r| r.status.as_str()).collect();
+        assert_eq!(statuses, ["succeeded", "replayed"]);
+        assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
+        assert_eq!(p.find_charge(&order("cus_1")).await.unwrap(), Some(first));
+    }
+
+    #[tokio::test]
+    async fn the_declined_customer_is_declined_and_the_decline_is_replayed() {
+        let (_dir, p) = provider();
+        for _ in 0..2 {
+            let result = p.charge(&order(DECLINED_CUSTOMER), "k#1").await;
+            assert!(
+                matches!(result, Err(PaymentError::Declined { .. })),
+                "{result:?}"
+            );
+        }
+        assert_eq!(
+            p.find_charge(&order(DECLINED_CUSTOMER)).await.unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_after_charge_charges_then_the_replay_returns_the_charge() {
+        let (_dir, p) = provider();
+        let lost = p.charge(&order(TIMEOUT_AFTER_CHARGE_CUSTOMER), "k#1").await;
+        assert!(matches!(
+            lost,
+            Err(PaymentError::Retryable {
+                kind: FailureKind::Timeout,
+                ..
+            })
+        ));
+        let replay = p
+            .charge(&order(TIMEOUT_AFTER_CHARGE_CUSTOMER), "k#1")
+            .await
+            .unwrap();
+        let ledger = p.ledger("ord-sim").unwrap();
+        assert_eq!(ledger[0].charge_id.as_deref(), Some(replay.id.as_str()));
+        assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_key_reused_with_other_parameters_is_refused() {
+        let (_dir, p) = provider();
+        p.charge(&order("cus_1"), "k#1").await.unwrap();
+        let other = Order::new("ord-sim", 999, "EUR", "cus_1").unwrap();
+        assert!(matches!(
+            p.charge(&other, "k#1").await,
+            Err(PaymentError::KeyReused)
+        ));
+    }
+}

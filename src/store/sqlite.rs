@@ -1,0 +1,264 @@
+//! The embedded store for local runs: the idempotency table in one SQLite file, with
+//! the same contract and semantics as DynamoDB. Each operation is one immediate
+//! transaction holding one conditional statement (`INSERT … ON CONFLICT DO UPDATE …
+//! WHERE` / `UPDATE … WHERE`, `RETURNING *`); when the condition fails, the old row is
+//! read in the same transaction, as DynamoDB's `ALL_OLD` would return it.
+//!
+//! Columns are the attribute names of DESIGN §4. SQL `NULL` comparisons are false, as
+//! comparisons with missing attributes are in DynamoDB condition expressions.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
+
+use crate::idempotency::{
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
+    ReserveOutcome, ReserveRequest, StoreError,
+};
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
+    pk             TEXT PRIMARY KEY NOT NULL,
+    estado         TEXT NOT NULL,
+    creado         INTEGER,
+    expira         INTEGER,
+    recibo         TEXT,
+    huella         TEXT,
+    titular        TEXT,
+    en_curso_hasta INTEGER,
+    intento        INTEGER,
+    enviado        INTEGER
+) STRICT";
+
+const RESERVE: &str = "INSERT INTO idempotency
+        (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
+    VALUES (:pk, 'en-curso', :titular, :hasta, :huella, :expira, :now_ms, 1, :now_ms)
+    ON CONFLICT (pk) DO UPDATE SET
+        estado = 'en-curso', titular = :titular, en_curso_hasta = :hasta,
+        huella = :huella, expira = :expira,
+        creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
+        enviado = COALESCE(enviado, :now_ms)
+    WHERE (estado <> 'hecho' AND expira < :now_s AND huella IS NOT NULL)
+       OR (huella = :huella AND (estado = 'libre' OR (estado = 'en-curso' AND en_curso_hasta < :now_ms)))
+    RETURNING *";
+const COMPLETE: &str = "UPDATE idempotency
+    SET estado = 'hecho', recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
+    SET estado = 'hecho', recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND intento = :intento AND estado <> 'hecho'
+    RETURNING *";
+const RELEASE: &str = "UPDATE idempotency
+    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const RELEASE_NEXT: &str = "UPDATE idempotency
+    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const NEXT_ATTEMPT: &str = "UPDATE idempotency
+    SET intento = intento + 1, enviado = :now_ms
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
+
+/// The idempotency table in a SQLite file. Cheap to clone; one connection, used by
+/// one blocking task at a time.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteStore")
+    }
+}
+
+/// Opens (creating if needed) a SQLite file shared by the store and the simulator:
+/// WAL, and a busy timeout so two connections wait for each other instead of failing.
+pub fn open(path: &Path) -> Result<Connection, StoreError> {
+    let target = path.display().to_string();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| backend("open", &target, e))?;
+    }
+    let conn = Connection::open(path).map_err(|e| backend("open", &target, e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
+        .map_err(|e| backend("open", &target, e))?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens the file and creates the `idempotency` table if missing.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = open(path)?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| backend("create table", "idempotency", e))?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs one conditional statement in an immediate transaction; on a failed
+    /// condition, reads the old row in the same transaction.
+    async fn conditional(
+        &self,
+        operation: &'static str,
+        pk: &Key,
+        sql: &'static str,
+        params: Vec<(&'static str, rusqlite::types::Value)>,
+    ) -> Result<FenceOutcome, StoreError> {
+        let conn = Arc::clone(&self.conn);
+        let pk_text = pk.to_string();
+        let target = pk_text.clone();
+        let run = move || -> Result<FenceOutcome, rusqlite::Error> {
+            let mut conn = conn
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":pk", &pk_text)];
+            for (name, value) in &params {
+                bound.push((name, value));
+            }
+            let written = tx
+                .query_row(sql, bound.as_slice(), row_to_record)
+                .optional()?;
+            let outcome = match written {
+                Some(record) => FenceOutcome::Applied(record),
+                None => FenceOutcome::Refused(
+                    tx.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
+                        .optional()?,
+                ),
+            };
+            tx.commit()?;
+            Ok(outcome)
+        };
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| backend(operation, &target, e))?
+            .map_err(|e| backend(operation, &target, e))
+    }
+}
+
+fn backend<E>(operation: &'static str, target: &str, source: E) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    StoreError::Backend {
+        operation,
+        target: target.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn row_to_record(row: &Row<'_>) -> Result<Record, rusqlite::Error> {
+    let estado: String = row.get("estado")?;
+    let intento: Option<i64> = row.get("intento")?;
+    Ok(Record {
+        pk: row.get("pk")?,
+        estado: Estado::parse(&estado),
+        creado_ms: row.get("creado")?,
+        expira_s: row.get("expira")?,
+        recibo: row.get("recibo")?,
+        huella: row.get("huella")?,
+        titular: row.get("titular")?,
+        en_curso_hasta_ms: row.get("en_curso_hasta")?,
+        intento: intento.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
+        enviado_ms: row.get("enviado")?,
+    })
+}
+
+fn text(value: &str) -> rusqlite::types::Value {
+    rusqlite::types::Value::Text(value.to_owned())
+}
+
+fn int(value: i64) -> rusqlite::types::Value {
+    rusqlite::types::Value::Integer(value)
+}
+
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let params = vec![
+            (":titular", text(req.titular)),
+            (":hasta", int(req.lease_until_ms)),
+            (":huella", text(req.huella)),
+            (":expira", int(req.expira_s)),
+            (":now_ms", int(req.now_ms)),
+            (":now_s", int(req.now_s())),
+        ];
+        Ok(
+            match self.conditional("reserve", req.pk, RESERVE, params).await? {
+                FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
+                FenceOutcome::Refused(old) => ReserveOutcome::Lost(old),
+            },
+        )
+    }
+
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        let params = vec![
+            (":titular", text(req.titular)),
+            (":recibo", text(req.recibo)),
+            (":expira", int(req.expira_s)),
+        ];
+        self.conditional("complete", req.pk, COMPLETE, params).await
+    }
+
+    async fn complete_attempt(
+        &self,
+        req: &CompleteRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        let params = vec![
+            (":intento", int(i64::from(req.intento))),
+            (":recibo", text(req.recibo)),
+            (":expira", int(req.expira_s)),
+        ];
+        self.conditional("complete_attempt", req.pk, COMPLETE_ATTEMPT, params)
+            .await
+    }
+
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+        let sql = if req.next_attempt {
+            RELEASE_NEXT
+        } else {
+            RELEASE
+        };
+        self.conditional(
+            "release",
+            req.pk,
+            sql,
+            vec![(":titular", text(req.titular))],
+        )
+        .await
+    }
+
+    async fn next_attempt(
+        &self,
+        pk: &Key,
+        titular: &str,
+        now_ms: i64,
+    ) -> Result<FenceOutcome, StoreError> {
+        let params = vec![(":titular", text(titular)), (":now_ms", int(now_ms))];
+        self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
+            .await
+    }
+
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
+        let conn = Arc::clone(&self.conn);
+        let pk_text = pk.to_string();
+        let target = pk_text.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = conn
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            conn.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
+                .optional()
+        })
+        .await
+        .map_err(|e| backend("get", &target, e))?
+        .map_err(|e| backend("get", &target, e))
+    }
+}
