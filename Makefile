@@ -10,12 +10,12 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps test test-release lint fmt run reset clean
+.PHONY: help deps tools test test-release lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto, dynalite)
+deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto; dynalite, stripe-stateful-mock)
 
 $(VENV)/.installed: requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: deps ## all tests: unit, property, store contract (moto + dynalite), handler
+test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template
 	$(CARGO) test --locked
 	$(MAKE) --no-print-directory test-release
 
@@ -45,6 +45,49 @@ run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + 
 
 reset: ## forget every local record and the simulator's ledger
 	rm -f $(DB) $(DB)-wal $(DB)-shm
+
+# --- Lambda build, template, local Lambda mode -------------------------------------
+
+ARCH ?= arm64
+ifeq ($(ARCH),arm64)
+LAMBDA_ARCH := --arm64
+else ifeq ($(ARCH),x86_64)
+LAMBDA_ARCH := --x86-64
+else
+$(error ARCH must be arm64 or x86_64, not $(ARCH))
+endif
+# cargo-lambda finds zig (from PyPI's ziglang) through the venv's python.
+TOOLS_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+
+tools: $(VENV)/.tools ## install cargo-lambda (with zig) and cfn-lint into .venv
+
+$(VENV)/.tools: requirements-build.txt $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-build.txt
+	@touch $@
+
+build: tools ## cargo lambda build --release for ARCH (arm64 default; here ARCH=x86_64) -> target/lambda/charge-once/bootstrap
+	$(TOOLS_PATH) cargo lambda build --release $(LAMBDA_ARCH) --bin charge-once
+	file target/lambda/charge-once/bootstrap
+
+validate: tools ## cfn-lint template.yaml (offline); the rules linters miss are in tests/template.rs
+	$(VENV)/bin/cfn-lint template.yaml
+
+local-up: deps tools ## start moto + stripe-stateful-mock on fixed ports, create table and customers
+	scripts/local.sh up
+
+local-down: ## stop them
+	scripts/local.sh down
+
+watch: local-up ## the binary in Lambda mode under cargo lambda watch (Runtime API on 127.0.0.1:9000)
+	set -a; . .local/env; set +a; $(TOOLS_PATH) cargo lambda watch --invoke-address 127.0.0.1 --invoke-port 9000 --timeout 60
+
+EVENT_LAMBDA ?= events/sqs-single.json
+invoke: tools ## send EVENT_LAMBDA (default events/sqs-single.json) to `make watch`
+	$(TOOLS_PATH) cargo lambda invoke charge-once --invoke-address 127.0.0.1 --invoke-port 9000 --data-file $(EVENT_LAMBDA)
+
+deploy: ## SAM build + guided deploy (needs an AWS account and the SAM CLI)
+	SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 sam build
+	sam deploy --guided
 
 fmt: ## format the code
 	$(CARGO) fmt --all

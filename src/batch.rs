@@ -24,15 +24,31 @@ pub enum BatchError {
     MissingMessageId { index: usize },
 }
 
+/// How a batch is run (DESIGN §6–7).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Key groups processed at once.
+    pub max_concurrency: usize,
+    /// No record starts with less time left than this.
+    pub deadline_margin: Duration,
+    /// The deadline given to a batch whose invocation has none usable (outside
+    /// Lambda, or an emulator that sends no epoch deadline).
+    pub invoke_deadline: Duration,
+}
+
 /// The consumer: clients and settings built once at cold start, shared by every
 /// invocation.
 pub struct Consumer {
     store: Arc<dyn IdempotencyStore>,
     provider: Arc<dyn PaymentProvider>,
     settings: Settings,
-    max_concurrency: usize,
-    deadline_margin: Duration,
+    limits: Limits,
 }
+
+/// 2001-09-09 in ms: any real invocation deadline is far later. Smaller values come
+/// from emulators that send a duration instead of an epoch (`cargo lambda watch`
+/// sends 600000).
+const PLAUSIBLE_DEADLINE_MS: i64 = 1_000_000_000_000;
 
 /// One record after parsing.
 struct Parsed<'a> {
@@ -45,15 +61,17 @@ impl Consumer {
         store: Arc<dyn IdempotencyStore>,
         provider: Arc<dyn PaymentProvider>,
         settings: Settings,
-        max_concurrency: usize,
-        deadline_margin: Duration,
+        limits: Limits,
     ) -> Self {
+        let limits = Limits {
+            max_concurrency: limits.max_concurrency.max(1),
+            ..limits
+        };
         Self {
             store,
             provider,
             settings,
-            max_concurrency: max_concurrency.max(1),
-            deadline_margin,
+            limits,
         }
     }
 
@@ -62,8 +80,25 @@ impl Consumer {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
+        let sent = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
+        let deadline_ms = if sent < PLAUSIBLE_DEADLINE_MS {
+            let fallback = self.default_deadline_ms();
+            warn!(
+                sent,
+                fallback,
+                "the invocation deadline is not an epoch time (an emulator?); using INVOKE_DEADLINE"
+            );
+            fallback
+        } else {
+            sent
+        };
         self.handle(&event.payload, deadline_ms).await
+    }
+
+    /// Now + `invoke_deadline`: the deadline of a batch run outside Lambda.
+    pub fn default_deadline_ms(&self) -> i64 {
+        let span = i64::try_from(self.limits.invoke_deadline.as_millis()).unwrap_or(i64::MAX);
+        self.settings.now_ms().saturating_add(span)
     }
 
     /// Processes a batch whose invocation ends at `deadline_ms` (ms epoch).
@@ -144,7 +179,7 @@ impl Consumer {
                 }
                 results
             })
-            .buffer_unordered(self.max_concurrency)
+            .buffer_unordered(self.limits.max_concurrency)
             .collect()
             .await;
         for (i, outcome) in results.into_iter().flatten() {
@@ -162,8 +197,11 @@ impl Consumer {
         let span = info_span!("record", message_id = record.message_id, key = key.as_str());
         async move {
             let started = Instant::now();
-            let outcome = if self.time_left(deadline_ms) < self.deadline_margin {
-                Outcome::Unstarted
+            let time_left = self.time_left(deadline_ms);
+            let outcome = if time_left < self.limits.deadline_margin {
+                Outcome::Unstarted {
+                    time_left_ms: u64::try_from(time_left.as_millis()).unwrap_or(u64::MAX),
+                }
             } else {
                 let charger = Charger {
                     store: self.store.as_ref(),
@@ -260,8 +298,9 @@ fn log_outcome(outcome: &Outcome, elapsed: Duration) {
             latency_ms,
             "record failed"
         ),
-        Outcome::Unstarted => warn!(
+        Outcome::Unstarted { time_left_ms } => warn!(
             outcome = name,
+            time_left_ms,
             reason = "too little time left before the invocation deadline",
             "record failed"
         ),

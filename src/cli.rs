@@ -111,17 +111,8 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
         Some(simulated) => Arc::new(simulated),
         None => http_provider(config, &sdk_config().await).await?,
     };
-    let settings = config.settings();
-    let deadline_ms = settings
-        .now_ms()
-        .saturating_add(i64::try_from(config.invoke_deadline.as_millis()).unwrap_or(i64::MAX));
-    let consumer = Consumer::new(
-        store,
-        provider,
-        settings,
-        config.max_concurrency,
-        config.deadline_margin,
-    );
+    let consumer = Consumer::new(store, provider, config.settings(), config.limits());
+    let deadline_ms = consumer.default_deadline_ms();
     let response = consumer.handle(&event, deadline_ms).await?;
     println!("{}", serde_json::to_string(&response)?);
     Ok(())

@@ -192,6 +192,15 @@ impl Config {
         })
     }
 
+    /// How batches are run.
+    pub fn limits(&self) -> crate::batch::Limits {
+        crate::batch::Limits {
+            max_concurrency: self.max_concurrency,
+            deadline_margin: self.deadline_margin,
+            invoke_deadline: self.invoke_deadline,
+        }
+    }
+
     /// What the state machine needs, on the wall clock.
     pub fn settings(&self) -> Settings {
         Settings {

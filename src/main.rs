@@ -65,8 +65,7 @@ async fn run_lambda() -> anyhow::Result<()> {
         store,
         provider,
         config.settings(),
-        config.max_concurrency,
-        config.deadline_margin,
+        config.limits(),
     ));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = Arc::clone(&consumer);

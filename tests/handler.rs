@@ -345,3 +345,17 @@ fn the_release_profile_keeps_panic_unwind() {
         "{panic_line}"
     );
 }
+
+#[tokio::test]
+async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_deadline() {
+    let h = harness().await;
+    let mut context = lambda_runtime::Context::default();
+    // `cargo lambda watch` sends a duration (600000) where Lambda sends an epoch.
+    context.deadline = 600_000;
+    let event = lambda_runtime::LambdaEvent::new(event("sqs-single.json"), context);
+    let response = h.consumer.handle_lambda_event(event).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!(record.estado, Estado::Hecho);
+    h.provider.assert_no_order_charged_twice();
+}

@@ -144,7 +144,9 @@ pub enum Outcome {
         reason: String,
     },
     /// Not started: too little time was left before the invocation deadline.
-    Unstarted,
+    Unstarted {
+        time_left_ms: u64,
+    },
     /// Not started: an earlier record of the same key (or of a FIFO batch) failed.
     Skipped,
 }
@@ -170,7 +172,7 @@ impl Outcome {
             Self::FailedRetryable { .. } => "failed_retryable",
             Self::NeedsReconciliation { .. } => "needs_reconciliation",
             Self::Invalid { .. } => "invalid",
-            Self::Unstarted => "unstarted",
+            Self::Unstarted { .. } => "unstarted",
             Self::Skipped => "skipped",
         }
     }
@@ -554,7 +556,7 @@ mod tests {
         for failed in [
             Outcome::Conflict,
             Outcome::InProgress,
-            Outcome::Unstarted,
+            Outcome::Unstarted { time_left_ms: 0 },
             Outcome::Skipped,
             Outcome::retryable("x", None),
             Outcome::NeedsReconciliation { reason: "x".into() },

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::batch::Consumer;
+use charge_once::batch::{Consumer, Limits};
 use charge_once::idempotency::{
     CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest, ReserveOutcome,
     ReserveRequest, Settings, StoreError,
@@ -107,13 +107,12 @@ impl<P: PaymentProvider + 'static> Harness<P> {
             provider_key_ttl: PROVIDER_KEY_TTL,
             clock: clock.clock(),
         };
-        let consumer = Consumer::new(
-            store.clone(),
-            provider.clone(),
-            settings,
-            10,
-            DEADLINE_MARGIN,
-        );
+        let limits = Limits {
+            max_concurrency: 10,
+            deadline_margin: DEADLINE_MARGIN,
+            invoke_deadline: INVOCATION,
+        };
+        let consumer = Consumer::new(store.clone(), provider.clone(), settings, limits);
         Self {
             table,
             store,

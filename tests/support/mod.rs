@@ -214,6 +214,9 @@ fn spawn_server(name: &str, command: &mut Command) -> Server {
     let stderr = std::fs::File::create(&log).expect("server log file");
     let mut child = command
         .current_dir(root())
+        // Fixed ports and detached mode are for `make watch`, never for tests.
+        .env_remove("PORT")
+        .env_remove("DETACHED")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr)

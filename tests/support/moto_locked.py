@@ -5,9 +5,12 @@ conditional writes, so two concurrent UpdateItems with the same condition can bo
 win. Real DynamoDB never allows that; serialising every request restores the
 guarantee the idempotency table depends on.
 
-Binds 127.0.0.1 on a free port, prints `PORT=<n>` on stdout, and exits when its stdin
-closes (the test process that started it ended).
+Binds 127.0.0.1 on a free port (or `--port N`), prints `PORT=<n>` on stdout, and exits
+when its stdin closes (the test process that started it ended). `--detached` (for
+`make watch`, started in the background) does not watch stdin.
 """
+
+import argparse
 
 import os
 import sys
@@ -18,6 +21,10 @@ from werkzeug.serving import make_server
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--detached", action="store_true")
+    args = parser.parse_args()
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 
@@ -26,14 +33,15 @@ def main() -> None:
             # Consume the whole response inside the lock: the write happens lazily.
             return list(app(environ, start_response))
 
-    server = make_server("127.0.0.1", 0, locked, threaded=True)
+    server = make_server("127.0.0.1", args.port, locked, threaded=True)
     print(f"PORT={server.server_port}", flush=True)
 
     def exit_when_parent_ends() -> None:
         sys.stdin.read()
         os._exit(0)
 
-    threading.Thread(target=exit_when_parent_ends, daemon=True).start()
+    if not args.detached:
+        threading.Thread(target=exit_when_parent_ends, daemon=True).start()
     server.serve_forever()
 
 

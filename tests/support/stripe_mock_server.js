@@ -1,6 +1,7 @@
-// stripe-stateful-mock for the charge-once tests, bound to 127.0.0.1 on a free port
-// (its own CLI listens on every interface). Prints `PORT=<n>` and exits when its stdin
-// closes (the test process that started it ended).
+// stripe-stateful-mock for the charge-once tests, bound to 127.0.0.1 on a free port, or
+// $PORT (its own CLI listens on every interface). Prints `PORT=<n>` and exits when its
+// stdin closes (the test process that started it ended), unless DETACHED=1 (for
+// `make watch`, started in the background).
 const { createExpressApp } = require('stripe-stateful-mock');
 const { charges } = require('stripe-stateful-mock/dist/api/charges');
 
@@ -24,9 +25,11 @@ charges.create = (accountId, params) => {
   }
 };
 
-const server = createExpressApp().listen(0, '127.0.0.1', () => {
+const server = createExpressApp().listen(Number(process.env.PORT || 0), '127.0.0.1', () => {
   process.stdout.write(`PORT=${server.address().port}\n`);
 });
-process.stdin.on('data', () => {});
-process.stdin.on('end', () => process.exit(0));
-process.stdin.resume();
+if (process.env.DETACHED !== '1') {
+  process.stdin.on('data', () => {});
+  process.stdin.on('end', () => process.exit(0));
+  process.stdin.resume();
+}

@@ -1,0 +1,55 @@
+"""Creates what `make watch` needs on the local servers; safe to run again.
+
+usage: local_setup.py MOTO_URL TABLE STRIPE_URL
+- the idempotency table (pk S, on demand, TTL on `expira`) in moto;
+- the customers used by events/: cus_123, cus_456, cus_789, cus_fanout (a card that
+  charges) and cus_declined (a card that declines), in stripe-stateful-mock.
+"""
+
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import boto3
+
+moto_url, table, stripe_url = sys.argv[1:4]
+
+dynamodb = boto3.client(
+    "dynamodb",
+    endpoint_url=moto_url,
+    region_name="us-east-1",
+    aws_access_key_id="test",
+    aws_secret_access_key="test",
+)
+if table not in dynamodb.list_tables()["TableNames"]:
+    dynamodb.create_table(
+        TableName=table,
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.update_time_to_live(
+        TableName=table,
+        TimeToLiveSpecification={"AttributeName": "expira", "Enabled": True},
+    )
+
+customers = {
+    "cus_123": "tok_visa",
+    "cus_456": "tok_visa",
+    "cus_789": "tok_visa",
+    "cus_fanout": "tok_visa",
+    "cus_declined": "tok_chargeCustomerFail",
+}
+for customer, token in customers.items():
+    data = urllib.parse.urlencode({"id": customer, "source": token}).encode()
+    request = urllib.request.Request(
+        f"{stripe_url}/v1/customers",
+        data=data,
+        headers={"Authorization": "Bearer sk_test_local"},
+    )
+    try:
+        urllib.request.urlopen(request, timeout=5).read()
+    except urllib.error.HTTPError as e:
+        if e.code != 400:  # 400: the customer exists already
+            raise
