@@ -255,8 +255,8 @@ fn skip(record: &Parsed<'_>, why: &'static str) -> Outcome {
         .unwrap_or_default();
     let span = info_span!("record", message_id = record.message_id, key = key.as_str());
     let _entered = span.enter();
-    let outcome = Outcome::Skipped;
-    info!(outcome = outcome.name(), reason = why, "record not started");
+    let outcome = Outcome::Skipped { reason: why };
+    log_outcome(&outcome, Duration::ZERO);
     outcome
 }
 
@@ -264,6 +264,7 @@ fn skip(record: &Parsed<'_>, why: &'static str) -> Outcome {
 fn log_outcome(outcome: &Outcome, elapsed: Duration) {
     let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let name = outcome.name();
+    crate::telemetry::count_outcome(name);
     match outcome {
         Outcome::Charged { receipt, attempt } | Outcome::Reconciled { receipt, attempt } => {
             info!(outcome = name, receipt = %receipt, attempt, latency_ms, "record done");
@@ -304,7 +305,7 @@ fn log_outcome(outcome: &Outcome, elapsed: Duration) {
             reason = "too little time left before the invocation deadline",
             "record failed"
         ),
-        Outcome::Skipped => info!(outcome = name, "record not started"),
+        Outcome::Skipped { reason } => info!(outcome = name, reason, "record not started"),
         Outcome::Invalid { reason } => warn!(outcome = name, reason = %reason, "record failed"),
         Outcome::Conflict => error!(
             outcome = name,

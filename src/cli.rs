@@ -1,5 +1,6 @@
 //! The commands outside Lambda (DESIGN §7): `invoke` runs the real handler once on an
-//! SQS event file, `inspect` prints an order's record. Edge code: errors are `anyhow`.
+//! SQS event file, `inspect` prints an order's record, `resolve` settles one with the
+//! provider. Edge code: errors are `anyhow`.
 //! stdout carries only the command's JSON; logs go to stderr.
 
 use std::path::{Path, PathBuf};
@@ -9,12 +10,13 @@ use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::idempotency::{IdempotencyStore, Key, Record};
-use charge_once::order::validate_id;
+use charge_once::idempotency::{self, IdempotencyStore, Key, Record, Resolution};
+use charge_once::order::{Order, validate_id};
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::simulated::SimulatedProvider;
 use charge_once::store::dynamodb::DynamoStore;
 use charge_once::store::sqlite::SqliteStore;
+use charge_once::telemetry;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -67,12 +69,42 @@ pub enum Command {
         #[command(flatten)]
         backing: Backing,
     },
+    /// Settle an order's record by asking the provider: found → `hecho` with that
+    /// charge; not found → `libre` with the next attempt. Refuses a live lease.
+    ///
+    /// The order's fields (from the DLQ message) are needed to find its charge.
+    Resolve {
+        order_id: String,
+        /// Amount in minor units, as in the message.
+        #[arg(long)]
+        amount: u64,
+        #[arg(long)]
+        currency: String,
+        #[arg(long)]
+        customer: String,
+        /// For records written by the card's consumer: you checked the provider by hand.
+        #[arg(long)]
+        card_format_checked: bool,
+        #[command(flatten)]
+        backing: Backing,
+    },
 }
 
 pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
     match cli.command {
         Command::Invoke { event, backing } => invoke(config, &event, &backing).await,
         Command::Inspect { order_id, backing } => inspect(config, &order_id, &backing).await,
+        Command::Resolve {
+            order_id,
+            amount,
+            currency,
+            customer,
+            card_format_checked,
+            backing,
+        } => {
+            let order = Order::new(&order_id, amount, &currency, &customer).context("the order")?;
+            resolve(config, &order, card_format_checked, &backing).await
+        }
     }
 }
 
@@ -101,19 +133,27 @@ fn simulator(config: &Config, db: &Path) -> anyhow::Result<Option<SimulatedProvi
     Ok(Some(provider))
 }
 
+/// The provider: the HTTP client when PAYMENT_API_URL is set, else the simulator.
+async fn provider(config: &Config, backing: &Backing) -> anyhow::Result<Arc<dyn PaymentProvider>> {
+    Ok(match simulator(config, &backing.db)? {
+        Some(simulated) => Arc::new(simulated),
+        None => http_provider(config, &sdk_config().await).await?,
+    })
+}
+
 async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let event: SqsEvent = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an SQS event", path.display()))?;
     let store = store(config, backing).await?;
-    let provider: Arc<dyn PaymentProvider> = match simulator(config, &backing.db)? {
-        Some(simulated) => Arc::new(simulated),
-        None => http_provider(config, &sdk_config().await).await?,
-    };
+    let provider = provider(config, backing).await?;
+    let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = Consumer::new(store, provider, config.settings(), config.limits());
     let deadline_ms = consumer.default_deadline_ms();
     let response = consumer.handle(&event, deadline_ms).await?;
+    // stdout is only the response; the EMF document joins the logs on stderr.
+    metrics.flush(std::io::stderr())?;
     println!("{}", serde_json::to_string(&response)?);
     Ok(())
 }
@@ -127,6 +167,39 @@ async fn inspect(config: &Config, order_id: &str, backing: &Backing) -> anyhow::
         out["ledger"] = serde_json::to_value(simulated.ledger(order_id)?)?;
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+async fn resolve(
+    config: &Config,
+    order: &Order,
+    card_format_checked: bool,
+    backing: &Backing,
+) -> anyhow::Result<()> {
+    let store = store(config, backing).await?;
+    let provider = provider(config, backing).await?;
+    let settings = config.settings();
+    let done = idempotency::resolve(
+        store.as_ref(),
+        provider.as_ref(),
+        &settings,
+        order,
+        card_format_checked,
+    )
+    .await
+    .with_context(|| format!("resolve {}", order.id()))?;
+    let out = match done {
+        Resolution::Completed { recibo, attempt } => {
+            json!({"order_id": order.id(), "resolution": "completed", "recibo": recibo, "attempt": attempt})
+        }
+        Resolution::Released { next_attempt } => {
+            json!({"order_id": order.id(), "resolution": "released", "next_attempt": next_attempt})
+        }
+        Resolution::AlreadyDone { recibo } => {
+            json!({"order_id": order.id(), "resolution": "already_done", "recibo": recibo})
+        }
+    };
+    println!("{out}");
     Ok(())
 }
 

@@ -15,7 +15,7 @@
 //! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
 //! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
-//! | [`telemetry`] | JSON logs |
+//! | [`telemetry`] | JSON logs, EMF metrics |
 //!
 //! The binary (`main.rs`, `cli.rs`) only wires these together.
 

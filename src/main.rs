@@ -61,6 +61,7 @@ async fn run_lambda() -> anyhow::Result<()> {
     let sdk = sdk_config().await;
     let provider = http_provider(&config, &sdk).await?;
     let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
+    let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = Arc::new(Consumer::new(
         store,
         provider,
@@ -70,10 +71,14 @@ async fn run_lambda() -> anyhow::Result<()> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = Arc::clone(&consumer);
         async move {
-            consumer
-                .handle_lambda_event(event)
-                .await
-                .map_err(lambda_runtime::Error::from)
+            let request_id = event.context.request_id.clone();
+            let response = consumer.handle_lambda_event(event).await;
+            // One EMF document per invocation, on stdout (CloudWatch reads both).
+            metrics.set_property("RequestId", request_id);
+            if let Err(e) = metrics.flush(std::io::stdout()) {
+                tracing::warn!(error = %e, "metrics could not be written");
+            }
+            response.map_err(lambda_runtime::Error::from)
         }
     }))
     .await

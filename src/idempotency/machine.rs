@@ -6,8 +6,9 @@
 //! acknowledge the message. When in doubt the record fails: SQS retries it and the
 //! retry replays the same provider key, which cannot charge twice.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{error, warn};
 
@@ -18,6 +19,7 @@ use super::{
 use crate::error_chain;
 use crate::order::Order;
 use crate::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use crate::telemetry::{PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
 
 /// The current time as ms since the Unix epoch. Injected so tests can move time.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -70,7 +72,7 @@ pub async fn reserve(
     store: &dyn IdempotencyStore,
     req: &ReserveRequest<'_>,
 ) -> Result<Reservation, StoreError> {
-    let old = match store.reserve(req).await? {
+    let old = match timed(STORE_LATENCY, store.reserve(req)).await? {
         ReserveOutcome::Won(record) => return Ok(Reservation::Won(record)),
         ReserveOutcome::Lost(Some(old)) => old,
         // The item that failed the condition is gone (TTL swept it between the write
@@ -148,7 +150,9 @@ pub enum Outcome {
         time_left_ms: u64,
     },
     /// Not started: an earlier record of the same key (or of a FIFO batch) failed.
-    Skipped,
+    Skipped {
+        reason: &'static str,
+    },
 }
 
 impl Outcome {
@@ -173,7 +177,7 @@ impl Outcome {
             Self::NeedsReconciliation { .. } => "needs_reconciliation",
             Self::Invalid { .. } => "invalid",
             Self::Unstarted { .. } => "unstarted",
-            Self::Skipped => "skipped",
+            Self::Skipped { .. } => "skipped",
         }
     }
 
@@ -232,6 +236,10 @@ impl Charger<'_> {
             }
             Err(e) => return Outcome::retryable(format!("reserve: {}", error_chain(&e)), None),
         };
+        if record.creado_ms.is_some_and(|creado| creado < now_ms) {
+            // A retry reserved a record left `libre` or with an expired lease.
+            metrics::counter!(TAKEOVER).increment(1);
+        }
         let mut lease = Lease {
             pk: &pk,
             titular: &titular,
@@ -301,7 +309,7 @@ impl Charger<'_> {
     async fn charge(&self, order: &Order, key: String) -> Result<Receipt, PaymentError> {
         match tokio::time::timeout(
             self.settings.payment_timeout,
-            self.provider.charge(order, &key),
+            timed(PAYMENT_LATENCY, self.provider.charge(order, &key)),
         )
         .await
         {
@@ -319,7 +327,7 @@ impl Charger<'_> {
     ) -> Result<Option<Receipt>, Outcome> {
         let found = tokio::time::timeout(
             self.settings.payment_timeout,
-            self.provider.find_charge(order),
+            timed(PAYMENT_LATENCY, self.provider.find_charge(order)),
         )
         .await;
         match found {
@@ -341,10 +349,11 @@ impl Charger<'_> {
             }
         }
         let now_ms = self.settings.now_ms();
-        match self
-            .store
-            .next_attempt(lease.pk, lease.titular, now_ms)
-            .await
+        match timed(
+            STORE_LATENCY,
+            self.store.next_attempt(lease.pk, lease.titular, now_ms),
+        )
+        .await
         {
             Ok(FenceOutcome::Applied(record)) => {
                 lease.intento = record.attempt();
@@ -412,7 +421,7 @@ impl Charger<'_> {
                 Some(lease.intento),
             )
         };
-        match self.store.complete(&req).await {
+        match timed(STORE_LATENCY, self.store.complete(&req)).await {
             Ok(FenceOutcome::Applied(_)) => return success,
             Ok(FenceOutcome::Refused(Some(old))) if is_done_with(&old, &receipt.id) => {
                 return success;
@@ -425,7 +434,7 @@ impl Charger<'_> {
             }
             Err(e) => return store_failed(e),
         }
-        match self.store.complete_attempt(&req).await {
+        match timed(STORE_LATENCY, self.store.complete_attempt(&req)).await {
             Ok(FenceOutcome::Applied(_)) => success,
             Ok(FenceOutcome::Refused(Some(old))) if is_done_with(&old, &receipt.id) => success,
             Ok(FenceOutcome::Refused(old)) => {
@@ -452,7 +461,7 @@ impl Charger<'_> {
             titular: lease.titular,
             next_attempt,
         };
-        match self.store.release(&req).await {
+        match timed(STORE_LATENCY, self.store.release(&req)).await {
             Ok(FenceOutcome::Applied(_)) => {}
             Ok(FenceOutcome::Refused(_)) => warn!("release refused: the lease is no longer ours"),
             Err(e) => {
@@ -460,6 +469,14 @@ impl Charger<'_> {
             }
         }
     }
+}
+
+/// Runs `fut`, recording how long it took in the histogram `metric` (ms).
+async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = fut.await;
+    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
+    out
 }
 
 fn is_done_with(record: &Record, recibo: &str) -> bool {
@@ -557,7 +574,7 @@ mod tests {
             Outcome::Conflict,
             Outcome::InProgress,
             Outcome::Unstarted { time_left_ms: 0 },
-            Outcome::Skipped,
+            Outcome::Skipped { reason: "x" },
             Outcome::retryable("x", None),
             Outcome::NeedsReconciliation { reason: "x".into() },
             Outcome::Invalid { reason: "x".into() },

@@ -5,12 +5,14 @@
 mod key;
 mod machine;
 mod record;
+mod resolve;
 mod store;
 
 pub use key::Key;
 pub use machine::{Charger, Clock, Outcome, Reservation, Settings, reserve};
 pub use record::{Estado, Record};
+pub use resolve::{Resolution, ResolveError, resolve};
 pub use store::{
     CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseRequest, ReserveOutcome,
-    ReserveRequest, StoreError,
+    ReserveRequest, ResolveLeaseRequest, StoreError,
 };

@@ -81,6 +81,17 @@ pub struct ReleaseRequest<'a> {
     pub next_attempt: bool,
 }
 
+/// Take a record for `resolve` (a human settling it): any non-`hecho` record with the
+/// same (or no) fingerprint and no live lease.
+#[derive(Clone, Debug)]
+pub struct ResolveLeaseRequest<'a> {
+    pub pk: &'a Key,
+    pub huella: &'a str,
+    pub titular: &'a str,
+    pub now_ms: i64,
+    pub lease_until_ms: i64,
+}
+
 /// The result of a fenced write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FenceOutcome {
@@ -119,6 +130,14 @@ pub trait IdempotencyStore: Send + Sync {
         pk: &Key,
         titular: &str,
         now_ms: i64,
+    ) -> Result<FenceOutcome, StoreError>;
+
+    /// For `resolve`: leases a record that exists, is not `hecho`, has no live lease
+    /// (card-format `en-curso` items have none) and has the same or no `huella`
+    /// (which it then gets). `intento`, `enviado`, `creado` are kept or started.
+    async fn lease_for_resolve(
+        &self,
+        req: &ResolveLeaseRequest<'_>,
     ) -> Result<FenceOutcome, StoreError>;
 
     /// Strongly consistent read.

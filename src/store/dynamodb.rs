@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::idempotency::{
     CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, StoreError,
+    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -55,6 +55,12 @@ const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :he
 const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
 const RELEASE_NEXT_UPDATE: &str =
     "SET #estado = :libre, #intento = #intento + :uno REMOVE #titular, #hasta, #enviado";
+const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
+     #huella = if_not_exists(#huella, :huella), #intento = if_not_exists(#intento, :uno), \
+     #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
+const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
+     AND (#estado <> :en_curso OR attribute_not_exists(#hasta) OR #hasta < :now_ms) \
+     AND (attribute_not_exists(#huella) OR #huella = :huella)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
 
 /// The idempotency table in DynamoDB (or a compatible server).
@@ -264,6 +270,22 @@ impl IdempotencyStore for DynamoStore {
         self.send("next_attempt", pk, builder).await
     }
 
+    async fn lease_for_resolve(
+        &self,
+        req: &ResolveLeaseRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        let builder = self
+            .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
+            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
+            .expression_attribute_values(":hecho", s(Estado::HECHO))
+            .expression_attribute_values(":titular", s(req.titular))
+            .expression_attribute_values(":hasta", n(req.lease_until_ms))
+            .expression_attribute_values(":huella", s(req.huella))
+            .expression_attribute_values(":uno", n(1))
+            .expression_attribute_values(":now_ms", n(req.now_ms));
+        self.send("lease_for_resolve", req.pk, builder).await
+    }
+
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         let output = self
             .client
@@ -387,6 +409,8 @@ mod tests {
             RELEASE_UPDATE,
             RELEASE_NEXT_UPDATE,
             NEXT_ATTEMPT_UPDATE,
+            RESOLVE_UPDATE,
+            RESOLVE_CONDITION,
         ];
         for expression in expressions {
             for (_, name) in NAMES {

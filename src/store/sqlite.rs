@@ -15,7 +15,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_pa
 
 use crate::idempotency::{
     CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, StoreError,
+    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
 };
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
@@ -61,6 +61,14 @@ const RELEASE_NEXT: &str = "UPDATE idempotency
 const NEXT_ATTEMPT: &str = "UPDATE idempotency
     SET intento = intento + 1, enviado = :now_ms
     WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const RESOLVE: &str = "UPDATE idempotency
+    SET estado = 'en-curso', titular = :titular, en_curso_hasta = :hasta,
+        huella = COALESCE(huella, :huella), intento = COALESCE(intento, 1),
+        enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
+    WHERE pk = :pk AND estado <> 'hecho'
+      AND (estado <> 'en-curso' OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
+      AND (huella IS NULL OR huella = :huella)
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 
@@ -243,6 +251,20 @@ impl IdempotencyStore for SqliteStore {
     ) -> Result<FenceOutcome, StoreError> {
         let params = vec![(":titular", text(titular)), (":now_ms", int(now_ms))];
         self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
+            .await
+    }
+
+    async fn lease_for_resolve(
+        &self,
+        req: &ResolveLeaseRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        let params = vec![
+            (":titular", text(req.titular)),
+            (":hasta", int(req.lease_until_ms)),
+            (":huella", text(req.huella)),
+            (":now_ms", int(req.now_ms)),
+        ];
+        self.conditional("lease_for_resolve", req.pk, RESOLVE, params)
             .await
     }
 

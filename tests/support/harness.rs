@@ -11,7 +11,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
 use charge_once::idempotency::{
     CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest, ReserveOutcome,
-    ReserveRequest, Settings, StoreError,
+    ReserveRequest, ResolveLeaseRequest, Settings, StoreError,
 };
 use charge_once::payment::PaymentProvider;
 use charge_once::store::dynamodb::DynamoStore;
@@ -77,6 +77,12 @@ impl IdempotencyStore for FlakyStore {
         now_ms: i64,
     ) -> Result<FenceOutcome, StoreError> {
         self.inner.next_attempt(pk, titular, now_ms).await
+    }
+    async fn lease_for_resolve(
+        &self,
+        req: &ResolveLeaseRequest<'_>,
+    ) -> Result<FenceOutcome, StoreError> {
+        self.inner.lease_for_resolve(req).await
     }
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(pk).await

@@ -1,0 +1,159 @@
+//! The EMF document of a mixed batch: every outcome counted, takeovers, latencies.
+//! Its own test binary, with one test: the metrics recorder is process-global.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::idempotency::{Key, ReserveRequest, reserve};
+use charge_once::order::Order;
+use charge_once::payment::PaymentProvider;
+use serde_json::Value;
+use support::harness::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, event};
+use support::provider::{Fault, TestProvider};
+
+fn body(id: &str, amount: u64) -> String {
+    format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m"}}"#)
+}
+
+/// `events/sqs-single.json`'s record, once per body, with fresh message ids.
+fn batch(bodies: &[String]) -> SqsEvent {
+    let template = event("sqs-single.json").records[0].clone();
+    let mut batch = event("sqs-single.json");
+    batch.records = bodies
+        .iter()
+        .map(|b| {
+            let mut r = template.clone();
+            r.body = Some(b.clone());
+            r.message_id = Some(uuid::Uuid::new_v4().to_string());
+            r
+        })
+        .collect();
+    batch
+}
+
+fn flush(collector: &metrics_cloudwatch_embedded::Collector) -> Value {
+    let mut out = Vec::new();
+    collector.flush(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let docs: Vec<&str> = text.lines().collect();
+    assert_eq!(docs.len(), 1, "one EMF document per flush:\n{text}");
+    serde_json::from_str(docs[0]).unwrap()
+}
+
+fn count(doc: &Value, name: &str) -> u64 {
+    doc[name].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
+    let collector = charge_once::telemetry::init_metrics("charge-once-test").unwrap();
+    let h = Harness::new(TestProvider::new()).await;
+    let store = h.table.store.as_ref();
+    let now = h.clock.now_ms();
+    let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m").unwrap();
+    let reserve_as = |id: &'static str, at_ms: i64, until_ms: i64| async move {
+        let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
+        let pk = o.key();
+        let huella = o.fingerprint();
+        let req = ReserveRequest {
+            pk: &pk,
+            huella: &huella,
+            titular: "someone-else",
+            now_ms: at_ms,
+            lease_until_ms: until_ms,
+            expira_s: at_ms / 1000 + 3600 * 24 * 400,
+        };
+        reserve(store, &req).await.unwrap();
+    };
+    // Before the batch: a charged order (for the conflict), a live lease, an expired
+    // lease, an old key the provider charged, a card-format item.
+    h.invoke_event_with(batch(&[body("m-conflict", 100)]), INVOCATION)
+        .await;
+    reserve_as("m-busy", now, now + 600_000).await;
+    reserve_as("m-expired", now - 120_000, now - 60_000).await;
+    let old = now - i64::try_from(PROVIDER_KEY_TTL.as_millis()).unwrap() - 3_600_000;
+    reserve_as("m-old", old, old + 60_000).await;
+    h.provider
+        .charge(
+            &order("m-old", 100),
+            &Key::for_order_id("m-old").provider_key(1),
+        )
+        .await
+        .unwrap();
+    h.table
+        .put_card_item("cobro#m-card", "en-curso", None, now / 1000 + 3600)
+        .await;
+    h.provider.script("m-declined", &[Fault::Decline]);
+    h.provider.script("m-broken", &[Fault::ServerError]);
+    let _ = flush(collector);
+
+    let failed = h
+        .invoke_event_with(
+            batch(&[
+                body("m-fresh", 100),
+                body("m-fresh", 100),
+                body("m-conflict", 999),
+                body("m-busy", 100),
+                body("m-declined", 100),
+                body("m-broken", 100),
+                body("m-broken", 100),
+                body("m-card", 100),
+                "{not json".to_owned(),
+                body("m-expired", 100),
+                body("m-old", 100),
+            ]),
+            INVOCATION,
+        )
+        .await;
+    assert_eq!(failed.len(), 7);
+    let doc = flush(collector);
+    assert_eq!(
+        doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "charge-once-test"
+    );
+    for (name, expected) in [
+        ("charged", 2), // m-fresh, m-expired
+        ("duplicate", 1),
+        ("conflict", 1),
+        ("in_progress", 1),
+        ("declined", 1),
+        ("failed_retryable", 1),
+        ("skipped", 1),
+        ("needs_reconciliation", 1),
+        ("invalid", 1),
+        ("reconciled", 1), // m-old
+        ("takeover", 2),   // m-expired, m-old
+    ] {
+        assert_eq!(count(&doc, name), expected, "{name} in {doc}");
+    }
+    let declared: Vec<&str> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["Name"].as_str().unwrap())
+        .collect();
+    assert!(declared.contains(&"store_latency_ms") && declared.contains(&"payment_latency_ms"));
+    // 4 charges (m-fresh, m-declined, m-broken, m-expired) + 1 lookup (m-old).
+    assert_eq!(
+        doc["payment_latency_ms"].as_array().unwrap().len(),
+        5,
+        "{doc}"
+    );
+    assert!(doc["store_latency_ms"].as_array().unwrap().len() >= 10);
+
+    // A batch with too little time left: unstarted.
+    let failed = h
+        .invoke_event_with(
+            batch(&[body("m-late", 100)]),
+            DEADLINE_MARGIN - Duration::from_millis(1),
+        )
+        .await;
+    assert_eq!(failed.len(), 1);
+    let doc = flush(collector);
+    assert_eq!(count(&doc, "unstarted"), 1, "{doc}");
+    h.provider.assert_no_order_charged_twice();
+}

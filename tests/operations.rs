@@ -1,0 +1,352 @@
+//! What on-call people use: the log line of every record, and the `inspect` and
+//! `resolve` commands of the real binary against moto and stripe-stateful-mock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::config::Secret;
+use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, reserve};
+use charge_once::order::Order;
+use charge_once::payment::PaymentProvider;
+use charge_once::payment::http::HttpProvider;
+use serde_json::Value;
+use support::harness::{Harness, INVOCATION, PAYMENT_TIMEOUT, event};
+use support::{Backend, Table, stripe};
+
+/// A secret-looking key the mock accepts; its random part must never be logged.
+const KEY_SECRET_PART: &str = "QzXwVbNmKjHgFdSa";
+
+fn api_key() -> String {
+    format!("sk_test_{KEY_SECRET_PART}")
+}
+
+fn http_provider() -> HttpProvider {
+    HttpProvider::new(
+        support::stripe_mock_url(),
+        &Secret::new(api_key()),
+        PAYMENT_TIMEOUT,
+    )
+    .unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn body(id: &str, amount: u64, customer: &str) -> String {
+    format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"{customer}"}}"#)
+}
+
+fn batch(bodies: &[String]) -> SqsEvent {
+    let template = event("sqs-single.json").records[0].clone();
+    let mut batch = event("sqs-single.json");
+    batch.records = bodies
+        .iter()
+        .map(|b| {
+            let mut r = template.clone();
+            r.body = Some(b.clone());
+            r.message_id = Some(uuid::Uuid::new_v4().to_string());
+            r
+        })
+        .collect();
+    batch
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() {
+    let logs = Captured::default();
+    // The production format: JSON, the record span's fields on every line.
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let good = stripe::customer("tok_visa").await;
+    let bad = stripe::customer("tok_chargeCustomerFail").await;
+    let (a, b, c) = (unique("log-a"), unique("log-b"), unique("log-c"));
+    let bodies = [
+        body(&a, 1000, &good),
+        serde_json::json!({"Type": "Notification", "Message": body(&a, 1000, &good)}).to_string(),
+        body(&b, 2000, &bad),
+        format!(r#"{{"id":"{c}","amount":3.5,"currency":"EUR","customer":"{good}"}}"#),
+        body(&c, 3000, &good),
+    ];
+    let event = batch(&bodies);
+    let ids: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
+    let h = Harness::new(http_provider()).await;
+    let failed = h.invoke_event_with(event, INVOCATION).await;
+    assert_eq!(failed, [ids[2].clone(), ids[3].clone()]);
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcome_lines: Vec<&Value> = lines
+        .iter()
+        .filter(|l| !l["fields"]["outcome"].is_null())
+        .collect();
+    assert_eq!(
+        outcome_lines.len(),
+        ids.len(),
+        "one outcome line per record:\n{text}"
+    );
+    for (id, expected) in ids
+        .iter()
+        .zip(["charged", "duplicate", "declined", "invalid", "charged"])
+    {
+        let mine: Vec<&&Value> = outcome_lines
+            .iter()
+            .filter(|l| l["span"]["message_id"] == id.as_str())
+            .collect();
+        assert_eq!(mine.len(), 1, "{id}:\n{text}");
+        let fields = &mine[0]["fields"];
+        assert_eq!(fields["outcome"], expected, "{id}");
+        if expected != "invalid" {
+            assert!(
+                mine[0]["span"]["key"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("cobro#log-")
+            );
+            assert!(fields["latency_ms"].is_u64(), "{fields}");
+        }
+        if expected == "charged" || expected == "declined" {
+            assert_eq!(fields["attempt"], 1);
+        }
+        if expected == "declined" || expected == "invalid" {
+            assert!(
+                fields["reason"].is_string() || fields["code"].is_string(),
+                "{fields}"
+            );
+        }
+    }
+    let declined = outcome_lines
+        .iter()
+        .find(|l| l["fields"]["outcome"] == "declined")
+        .unwrap();
+    assert_eq!(declined["fields"]["code"], "card_declined");
+    assert_eq!(declined["fields"]["decline_code"], "generic_decline");
+    // Never the API key (nor a 4-character piece of its secret part), never a body.
+    for window in KEY_SECRET_PART.as_bytes().windows(4) {
+        let piece = std::str::from_utf8(window).unwrap();
+        assert!(
+            !text.contains(piece),
+            "key fragment {piece:?} logged:\n{text}"
+        );
+    }
+    for body in &bodies {
+        assert!(
+            !text.contains(body.as_str()),
+            "a raw body was logged:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains(&good) && !text.contains(&bad),
+        "customer references are not logged"
+    );
+}
+
+/// Runs the real binary with `--store dynamodb` on `table`, provider = the mock.
+fn charge_once(table: &Table, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_charge-once"))
+        .args(args)
+        .args(["--store", "dynamodb"])
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_ENDPOINT_URL", Backend::Moto.url())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("IDEMPOTENCY_TABLE", &table.name)
+        .env("PAYMENT_API_URL", support::stripe_mock_url())
+        .env("PAYMENT_API_KEY", api_key())
+        .output()
+        .unwrap()
+}
+
+fn json_out(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
+    let amount = order.amount().to_string();
+    let mut args = vec![
+        "resolve",
+        order.id(),
+        "--amount",
+        &amount,
+        "--currency",
+        order.currency(),
+        "--customer",
+        order.customer(),
+    ];
+    args.extend_from_slice(extra);
+    charge_once(table, &args)
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// A reservation by an invocation that died, with its lease ending at `until_ms`.
+async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
+    let pk = order.key();
+    let huella = order.fingerprint();
+    let req = ReserveRequest {
+        pk: &pk,
+        huella: &huella,
+        titular: "died",
+        now_ms: until_ms - 60_000,
+        lease_until_ms: until_ms,
+        expira_s: now_ms() / 1000 + 3600 * 24 * 400,
+    };
+    reserve(table.store.as_ref(), &req).await.unwrap();
+}
+
+#[tokio::test]
+async fn resolve_refuses_while_a_live_lease_is_held() {
+    let table = Backend::Moto.fresh_table().await;
+    let order = Order::new(&unique("res-live"), 500, "EUR", "cus_x").unwrap();
+    abandoned(&table, &order, now_ms() + 600_000).await;
+    let out = resolve(&table, &order, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("live lease"), "{stderr}");
+    let shown = json_out(&charge_once(&table, &["inspect", order.id()]));
+    assert_eq!(shown["record"]["estado"], "en-curso", "nothing was written");
+    assert_eq!(shown["record"]["titular"], "died");
+}
+
+#[tokio::test]
+async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
+    let table = Backend::Moto.fresh_table().await;
+    let customer = stripe::customer("tok_visa").await;
+    let order = Order::new(&unique("res-found"), 1500, "EUR", &customer).unwrap();
+    abandoned(&table, &order, now_ms() - 1_000).await;
+    // The dead invocation had charged under its key before dying.
+    let charged = http_provider()
+        .charge(&order, &order.key().provider_key(1))
+        .await
+        .unwrap();
+
+    let done = json_out(&resolve(&table, &order, &[]));
+    assert_eq!(done["resolution"], "completed");
+    assert_eq!(done["recibo"], charged.id.as_str());
+    let shown = json_out(&charge_once(&table, &["inspect", order.id()]));
+    assert_eq!(shown["record"]["estado"], "hecho");
+    assert_eq!(shown["record"]["recibo"], charged.id.as_str());
+    assert!(
+        shown.get("ledger").is_none(),
+        "no simulator ledger with a real provider"
+    );
+    // Again: nothing to do.
+    assert_eq!(
+        json_out(&resolve(&table, &order, &[]))["resolution"],
+        "already_done"
+    );
+    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
+}
+
+#[tokio::test]
+async fn resolve_releases_with_the_next_attempt_when_the_provider_has_no_charge() {
+    let table = Backend::Moto.fresh_table().await;
+    let customer = stripe::customer("tok_visa").await;
+    let order = Order::new(&unique("res-none"), 700, "EUR", &customer).unwrap();
+    abandoned(&table, &order, now_ms() - 1_000).await;
+
+    let done = json_out(&resolve(&table, &order, &[]));
+    assert_eq!(done["resolution"], "released");
+    assert_eq!(done["next_attempt"], 2);
+    let shown = json_out(&charge_once(&table, &["inspect", order.id()]));
+    assert_eq!(shown["record"]["estado"], "libre");
+    assert_eq!(shown["record"]["intento"], 2);
+    assert!(stripe::charges_of(&customer).await.is_empty());
+}
+
+#[tokio::test]
+async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider() {
+    let table = Backend::Moto.fresh_table().await;
+    let customer = stripe::customer("tok_visa").await;
+    let order = Order::new(&unique("res-card"), 900, "EUR", &customer).unwrap();
+    table
+        .put_card_item(
+            order.key().as_str(),
+            "en-curso",
+            None,
+            now_ms() / 1000 + 3600,
+        )
+        .await;
+    let out = resolve(&table, &order, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--card-format-checked"));
+
+    let done = json_out(&resolve(&table, &order, &["--card-format-checked"]));
+    assert_eq!(done["resolution"], "released");
+    let record = table
+        .store
+        .get(&Key::for_order_id(order.id()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.huella,
+        Some(order.fingerprint()),
+        "the record now has a fingerprint"
+    );
+}
+
+#[tokio::test]
+async fn resolve_refuses_an_order_that_does_not_match_the_record() {
+    let table = Backend::Moto.fresh_table().await;
+    let order = Order::new(&unique("res-mismatch"), 900, "EUR", "cus_x").unwrap();
+    abandoned(&table, &order, now_ms() - 1_000).await;
+    let other = Order::new(order.id(), 901, "EUR", "cus_x").unwrap();
+    let out = resolve(&table, &other, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fingerprint"));
+}
