@@ -7,32 +7,15 @@ mod support;
 
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::idempotency::{Key, ReserveRequest, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use serde_json::Value;
-use support::harness::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, event};
+use support::harness::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
 use support::provider::{Fault, TestProvider};
 
 fn body(id: &str, amount: u64) -> String {
     format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m"}}"#)
-}
-
-/// `events/sqs-single.json`'s record, once per body, with fresh message ids.
-fn batch(bodies: &[String]) -> SqsEvent {
-    let template = event("sqs-single.json").records[0].clone();
-    let mut batch = event("sqs-single.json");
-    batch.records = bodies
-        .iter()
-        .map(|b| {
-            let mut r = template.clone();
-            r.body = Some(b.clone());
-            r.message_id = Some(uuid::Uuid::new_v4().to_string());
-            r
-        })
-        .collect();
-    batch
 }
 
 fn flush(collector: &metrics_cloudwatch_embedded::Collector) -> Value {
@@ -71,7 +54,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     };
     // Before the batch: a charged order (for the conflict), a live lease, an expired
     // lease, an old key the provider charged, a card-format item.
-    h.invoke_event_with(batch(&[body("m-conflict", 100)]), INVOCATION)
+    h.invoke_event_with(batch_of(&[body("m-conflict", 100)]), INVOCATION)
         .await;
     reserve_as("m-busy", now, now + 600_000).await;
     reserve_as("m-expired", now - 120_000, now - 60_000).await;
@@ -93,7 +76,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
 
     let failed = h
         .invoke_event_with(
-            batch(&[
+            batch_of(&[
                 body("m-fresh", 100),
                 body("m-fresh", 100),
                 body("m-conflict", 999),
@@ -148,7 +131,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     // A batch with too little time left: unstarted.
     let failed = h
         .invoke_event_with(
-            batch(&[body("m-late", 100)]),
+            batch_of(&[body("m-late", 100)]),
             DEADLINE_MARGIN - Duration::from_millis(1),
         )
         .await;

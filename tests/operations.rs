@@ -5,18 +5,16 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::config::Secret;
 use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
 use serde_json::Value;
-use support::harness::{Harness, INVOCATION, PAYMENT_TIMEOUT, event};
+use support::harness::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
+use support::logs::Captured;
 use support::{Backend, Table, stripe};
 
 /// A secret-looking key the mock accepts; its random part must never be logged.
@@ -43,52 +41,10 @@ fn body(id: &str, amount: u64, customer: &str) -> String {
     format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"{customer}"}}"#)
 }
 
-fn batch(bodies: &[String]) -> SqsEvent {
-    let template = event("sqs-single.json").records[0].clone();
-    let mut batch = event("sqs-single.json");
-    batch.records = bodies
-        .iter()
-        .map(|b| {
-            let mut r = template.clone();
-            r.body = Some(b.clone());
-            r.message_id = Some(uuid::Uuid::new_v4().to_string());
-            r
-        })
-        .collect();
-    batch
-}
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() {
     let logs = Captured::default();
-    // The production format: JSON, the record span's fields on every line.
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_writer(logs.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = logs.install();
 
     let good = stripe::customer("tok_visa").await;
     let bad = stripe::customer("tok_chargeCustomerFail").await;
@@ -100,7 +56,7 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
         format!(r#"{{"id":"{c}","amount":3.5,"currency":"EUR","customer":"{good}"}}"#),
         body(&c, 3000, &good),
     ];
-    let event = batch(&bodies);
+    let event = batch_of(&bodies);
     let ids: Vec<String> = event
         .records
         .iter()
@@ -110,7 +66,7 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
     let failed = h.invoke_event_with(event, INVOCATION).await;
     assert_eq!(failed, [ids[2].clone(), ids[3].clone()]);
 
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -7,8 +7,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use charge_once::config::{Config, Secret};
@@ -17,6 +15,7 @@ use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
 use support::harness::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
+use support::logs::Captured;
 use support::stripe::{self, TEST_KEY};
 
 fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
@@ -160,37 +159,11 @@ async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_ke
 }
 
 /// A `MakeWriter` that keeps every log line in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let wrong_key = "qZxJvWpKmQbTrYgHfNdLsXcV";
     let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(logs.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = logs.install();
 
     let customer = stripe::customer("tok_visa").await;
     let order = order(&unique_id(), 1500, &customer);
@@ -205,7 +178,7 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     assert_eq!(record.intento, Some(1), "a 401 keeps the key");
     assert!(stripe::charges_of(&customer).await.is_empty());
 
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert!(text.contains("provider refused the API key"), "{text}");
     for window in wrong_key.as_bytes().windows(4) {
         let fragment = std::str::from_utf8(window).unwrap();

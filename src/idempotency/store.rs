@@ -31,6 +31,20 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// A backend failure of `operation` on `target` (a key or a table), source kept.
+    pub fn backend<E>(operation: &'static str, target: &str, source: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::Backend {
+            operation,
+            target: target.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
+
 /// Reserve `pk` for this fingerprint (DESIGN §5 "reserve").
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {

@@ -118,7 +118,7 @@ impl DynamoStore {
                 };
                 Ok(FenceOutcome::Refused(old))
             }
-            Err(err) => Err(backend(operation, pk.as_str(), err)),
+            Err(err) => Err(StoreError::backend(operation, pk.as_str(), err)),
         }
     }
 
@@ -143,18 +143,18 @@ impl DynamoStore {
                     .attribute_name("pk")
                     .attribute_type(ScalarAttributeType::S)
                     .build()
-                    .map_err(|e| backend("CreateTable", table, e))?,
+                    .map_err(|e| StoreError::backend("CreateTable", table, e))?,
             )
             .key_schema(
                 KeySchemaElement::builder()
                     .attribute_name("pk")
                     .key_type(KeyType::Hash)
                     .build()
-                    .map_err(|e| backend("CreateTable", table, e))?,
+                    .map_err(|e| StoreError::backend("CreateTable", table, e))?,
             )
             .send()
             .await
-            .map_err(|e| backend("CreateTable", table, e))?;
+            .map_err(|e| StoreError::backend("CreateTable", table, e))?;
         // Tables start CREATING; writes fail until ACTIVE. Bounded: 200 × 50 ms.
         for _ in 0..200 {
             let described = self
@@ -163,7 +163,7 @@ impl DynamoStore {
                 .table_name(table)
                 .send()
                 .await
-                .map_err(|e| backend("DescribeTable", table, e))?;
+                .map_err(|e| StoreError::backend("DescribeTable", table, e))?;
             if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
                 return Ok(());
             }
@@ -181,14 +181,14 @@ impl DynamoStore {
             .enabled(true)
             .attribute_name("expira")
             .build()
-            .map_err(|e| backend("UpdateTimeToLive", table, e))?;
+            .map_err(|e| StoreError::backend("UpdateTimeToLive", table, e))?;
         self.client
             .update_time_to_live()
             .table_name(&self.table)
             .time_to_live_specification(spec)
             .send()
             .await
-            .map_err(|e| backend("UpdateTimeToLive", table, e))?;
+            .map_err(|e| StoreError::backend("UpdateTimeToLive", table, e))?;
         Ok(())
     }
 }
@@ -295,7 +295,7 @@ impl IdempotencyStore for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| backend("get", pk.as_str(), e))?;
+            .map_err(|e| StoreError::backend("get", pk.as_str(), e))?;
         output.item().map(record_from_item).transpose()
     }
 }
@@ -318,17 +318,6 @@ fn condition_failure_item<R>(err: &SdkError<UpdateItemError, R>) -> Option<&Item
     match err.as_service_error() {
         Some(UpdateItemError::ConditionalCheckFailedException(e)) => e.item(),
         _ => None,
-    }
-}
-
-fn backend<E>(operation: &'static str, target: &str, source: E) -> StoreError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    StoreError::Backend {
-        operation,
-        target: target.to_owned(),
-        source: Box::new(source),
     }
 }
 

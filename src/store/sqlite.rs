@@ -90,12 +90,12 @@ impl std::fmt::Debug for SqliteStore {
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let target = path.display().to_string();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| backend("open", &target, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::backend("open", &target, e))?;
     }
-    let conn = Connection::open(path).map_err(|e| backend("open", &target, e))?;
+    let conn = Connection::open(path).map_err(|e| StoreError::backend("open", &target, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
-        .map_err(|e| backend("open", &target, e))?;
+        .map_err(|e| StoreError::backend("open", &target, e))?;
     Ok(conn)
 }
 
@@ -104,7 +104,7 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = open(path)?;
         conn.execute_batch(SCHEMA)
-            .map_err(|e| backend("create table", "idempotency", e))?;
+            .map_err(|e| StoreError::backend("create table", "idempotency", e))?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
         })
@@ -146,19 +146,8 @@ impl SqliteStore {
         };
         tokio::task::spawn_blocking(run)
             .await
-            .map_err(|e| backend(operation, &target, e))?
-            .map_err(|e| backend(operation, &target, e))
-    }
-}
-
-fn backend<E>(operation: &'static str, target: &str, source: E) -> StoreError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    StoreError::Backend {
-        operation,
-        target: target.to_owned(),
-        source: Box::new(source),
+            .map_err(|e| StoreError::backend(operation, &target, e))?
+            .map_err(|e| StoreError::backend(operation, &target, e))
     }
 }
 
@@ -280,7 +269,7 @@ impl IdempotencyStore for SqliteStore {
                 .optional()
         })
         .await
-        .map_err(|e| backend("get", &target, e))?
-        .map_err(|e| backend("get", &target, e))
+        .map_err(|e| StoreError::backend("get", &target, e))?
+        .map_err(|e| StoreError::backend("get", &target, e))
     }
 }

@@ -50,14 +50,11 @@ impl IdempotencyStore for FlakyStore {
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
         if take(&self.fail_completes) {
-            return Err(StoreError::Backend {
-                operation: "complete",
-                target: req.pk.to_string(),
-                source: Box::new(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "injected: connection reset",
-                )),
-            });
+            let reset = std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "injected: connection reset",
+            );
+            return Err(StoreError::backend("complete", req.pk.as_str(), reset));
         }
         self.inner.complete(req).await
     }
@@ -189,12 +186,25 @@ pub fn event(name: &str) -> SqsEvent {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// `events/sqs-single.json`'s record once per body, each with a fresh message id.
+pub fn batch_of<S: AsRef<str>>(bodies: &[S]) -> SqsEvent {
+    let mut batch = event("sqs-single.json");
+    let template = batch.records[0].clone();
+    batch.records = bodies
+        .iter()
+        .map(|body| {
+            let mut record = template.clone();
+            record.body = Some(body.as_ref().to_owned());
+            record.message_id = Some(uuid::Uuid::new_v4().to_string());
+            record
+        })
+        .collect();
+    batch
+}
+
 /// `events/sqs-single.json` carrying `body` instead, with a fresh message id.
 pub fn single_event_with_body(body: &str) -> SqsEvent {
-    let mut event = event("sqs-single.json");
-    event.records[0].body = Some(body.to_owned());
-    event.records[0].message_id = Some(uuid::Uuid::new_v4().to_string());
-    event
+    batch_of(&[body])
 }
 
 pub fn message_ids(name: &str, positions: &[usize]) -> Vec<String> {

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod harness;
+pub mod logs;
 pub mod provider;
 pub mod stripe;
 
