@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test test-release lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test test-release soak lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,12 +26,16 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template
+test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, system (300 orders)
 	$(CARGO) test --locked
 	$(MAKE) --no-print-directory test-release
 
 test-release: deps ## the panic-isolation handler test again, optimised (release profile)
 	$(CARGO) test --locked --release --test handler panicking
+
+N ?= 5000
+soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
+	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check

@@ -5,6 +5,7 @@
 mod cli;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -36,8 +37,18 @@ async fn main() {
     }
 }
 
+/// The AWS SDK settings, with bounded calls: a hung connection must fail the record
+/// (and release the lease) well before the invocation deadline, not hang it.
 async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .operation_attempt_timeout(Duration::from_secs(2))
+        .operation_timeout(Duration::from_secs(5))
+        .build();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .load()
+        .await
 }
 
 /// The Stripe-compatible provider at PAYMENT_API_URL, its key read once.

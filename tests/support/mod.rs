@@ -10,6 +10,7 @@ pub mod harness;
 pub mod logs;
 pub mod provider;
 pub mod stripe;
+pub mod system;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,255 @@
+//! System test: the real binary under a Runtime API emulator, fed by an event source
+//! mapping emulator from moto's SQS, through fault proxies, with consumers SIGKILLed at
+//! random points; then a DLQ redrive; then the invariants: every valid order charged
+//! exactly once, every invalid, conflicting or declined message in the DLQ, no live
+//! lease left, nothing lost. Prints one summary line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use rand::Rng;
+use support::system::{
+    ConsumerProcess, Endpoints, EsmStats, Faults, Queues, RuntimeApi, Target, charges_by_order,
+    drain, log_dir, poll, produce, start_proxy,
+};
+use support::{Backend, stripe_mock_url};
+
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(4);
+const VISIBILITY: Duration = Duration::from_secs(6);
+
+struct Summary {
+    line: String,
+    double: usize,
+    lost: usize,
+}
+
+async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary {
+    let started = Instant::now();
+    let run_id = format!("sys{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let table = Backend::Moto.fresh_table().await;
+    let faults = Arc::new(Faults {
+        enabled: AtomicBool::new(true),
+        rate: 0.04,
+        injected: AtomicU64::new(0),
+        payment_delay: Duration::from_millis(1500),
+    });
+    let endpoints = Arc::new(Endpoints {
+        dynamodb: start_proxy(Backend::Moto.url(), Target::DynamoDb, faults.clone()).await,
+        payment: start_proxy(stripe_mock_url(), Target::Payment, faults.clone()).await,
+        table: table.name.clone(),
+    });
+    let queues = Arc::new(Queues::create(VISIBILITY, 3).await);
+    let stats = Arc::new(EsmStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let mut runtimes = Vec::new();
+    let mut processes = Vec::new();
+    for i in 0..consumers {
+        let runtime = Arc::new(RuntimeApi::start().await);
+        let log = log_dir().join(format!("{run_id}-consumer-{i}.log"));
+        processes.push(ConsumerProcess::spawn(&runtime, &endpoints, log));
+        runtimes.push(runtime);
+    }
+    let processes = Arc::new(Mutex::new(processes));
+    let pollers: Vec<_> = runtimes
+        .iter()
+        .map(|r| {
+            tokio::spawn(poll(
+                queues.clone(),
+                r.clone(),
+                stats.clone(),
+                stop.clone(),
+                FUNCTION_TIMEOUT,
+            ))
+        })
+        .collect();
+
+    let plan = produce(&run_id, orders).await;
+    queues.send(&plan.messages).await;
+
+    // Chaos: SIGKILL a random consumer now and then, and start a fresh one.
+    let kills = Arc::new(AtomicU64::new(0));
+    let chaos_on = Arc::new(AtomicBool::new(true));
+    let chaos = {
+        let (processes, endpoints, kills, chaos_on) = (
+            processes.clone(),
+            endpoints.clone(),
+            kills.clone(),
+            chaos_on.clone(),
+        );
+        tokio::spawn(async move {
+            while chaos_on.load(Ordering::Relaxed) {
+                let wait = rand::rng().random_range(300..1500);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                if !chaos_on.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut all = processes.lock().unwrap();
+                let victim = rand::rng().random_range(0..all.len());
+                all[victim].kill_and_restart(&endpoints);
+                kills.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let drained = drain(&queues, drain_limit).await;
+    chaos_on.store(false, Ordering::Relaxed);
+    chaos.await.unwrap();
+    faults.enabled.store(false, Ordering::Relaxed);
+    assert!(drained, "the queue did not drain within {drain_limit:?}");
+
+    // A redrive after the faults are fixed: the DLQ re-sent as new messages.
+    let redriven = queues.drain_dlq().await;
+    queues.send(&redriven).await;
+    assert!(
+        drain(&queues, drain_limit).await,
+        "the redrive did not drain within {drain_limit:?}"
+    );
+    let dlq = queues.drain_dlq().await;
+
+    stop.store(true, Ordering::Relaxed);
+    for p in pollers {
+        p.await.unwrap();
+    }
+    for p in processes.lock().unwrap().iter_mut() {
+        p.stop();
+    }
+
+    // Invariants.
+    let charges = charges_by_order(&run_id).await;
+    let double: Vec<_> = charges.iter().filter(|(_, c)| c.len() > 1).collect();
+    let lost: Vec<&String> = plan
+        .must_charge
+        .keys()
+        .filter(|id| !charges.contains_key(*id))
+        .collect();
+    let dlq_set: std::collections::HashSet<&str> = dlq.iter().map(String::as_str).collect();
+    for (id, body) in &plan.must_charge {
+        let amount = serde_json::from_str::<serde_json::Value>(body).unwrap()["amount"]
+            .as_u64()
+            .unwrap();
+        if let Some(c) = charges.get(id) {
+            assert!(
+                c.iter().all(|(a, _)| *a == amount),
+                "{id} charged {c:?}, planned {amount}"
+            );
+        }
+        assert!(
+            !dlq.iter().any(|m| m.contains(&format!("\"{id}\""))),
+            "{id} was charged yet left in the DLQ"
+        );
+    }
+    for id in &plan.declined {
+        assert!(!charges.contains_key(id), "declined {id} was charged");
+        assert!(
+            dlq.iter().any(|m| m.contains(&format!("\"{id}\""))),
+            "declined {id} not in the DLQ"
+        );
+    }
+    for body in &plan.invalid {
+        assert!(
+            dlq_set.contains(body.as_str()),
+            "invalid message not in the DLQ: {body}"
+        );
+    }
+    for (id, (a, b)) in &plan.conflicting {
+        let c = charges
+            .get(id)
+            .unwrap_or_else(|| panic!("conflicting {id} never charged"));
+        let charged_amount = c[0].0;
+        let loser =
+            if serde_json::from_str::<serde_json::Value>(a).unwrap()["amount"] == charged_amount {
+                b
+            } else {
+                a
+            };
+        assert!(
+            dlq_set.contains(loser.as_str()),
+            "conflicting copy of {id} not in the DLQ"
+        );
+    }
+    let expected_dlq = plan.invalid.len() + plan.declined.len() + plan.conflicting.len();
+    assert_eq!(
+        dlq.len(),
+        expected_dlq,
+        "the DLQ holds exactly the bad messages"
+    );
+
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let scan = table
+        .client
+        .scan()
+        .table_name(&table.name)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let live: Vec<_> = scan
+        .items()
+        .iter()
+        .filter(|item| item.get("estado") == Some(&AttributeValue::S("en-curso".into())))
+        .filter(|item| match item.get("en_curso_hasta") {
+            Some(AttributeValue::N(n)) => n.parse::<i64>().unwrap() > now_ms,
+            _ => true,
+        })
+        .collect();
+    assert!(
+        live.is_empty(),
+        "records left en-curso with a live lease: {live:?}"
+    );
+
+    let charged: usize = charges.values().map(Vec::len).sum();
+    let line = format!(
+        "orders={orders} messages={} deliveries={} invocations={} failed_batches={} faults={} kills={} charged={charged} double={} lost={} dlq={} redriven={} elapsed={:.1}s",
+        plan.messages.len(),
+        stats.deliveries.load(Ordering::Relaxed),
+        stats.invocations.load(Ordering::Relaxed),
+        stats.batch_failures.load(Ordering::Relaxed),
+        faults.injected.load(Ordering::Relaxed),
+        kills.load(Ordering::Relaxed),
+        double.len(),
+        lost.len(),
+        dlq.len(),
+        redriven.len(),
+        started.elapsed().as_secs_f64(),
+    );
+    Summary {
+        line,
+        double: double.len(),
+        lost: lost.len(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_hundred_orders_through_faults_kills_and_a_redrive_are_charged_exactly_once() {
+    let summary = run(300, 3, Duration::from_secs(120)).await;
+    println!("{}", summary.line);
+    assert_eq!(summary.double, 0, "{}", summary.line);
+    assert_eq!(summary.lost, 0, "{}", summary.line);
+}
+
+/// `make soak N=5000`: the same at scale. Not in `make test` (minutes long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak: run with `make soak N=5000`"]
+async fn soak() {
+    let orders: usize = std::env::var("SOAK_ORDERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5000);
+    let summary = run(orders, 4, Duration::from_secs(1800)).await;
+    println!("{}", summary.line);
+    assert_eq!(summary.double, 0, "{}", summary.line);
+    assert_eq!(summary.lost, 0, "{}", summary.line);
+}
