@@ -127,14 +127,11 @@ impl Consumer {
 
     /// FIFO: strictly in order; from the first failure on, every later record fails.
     async fn run_fifo(&self, parsed: &[Parsed<'_>], deadline_ms: i64, out: &mut [Option<Outcome>]) {
-        let mut stopped = false;
-        for (i, record) in parsed.iter().enumerate() {
-            let outcome = if stopped {
-                skip(record, "an earlier record of this FIFO batch failed")
-            } else {
-                self.run_record(record, deadline_ms).await
-            };
-            stopped = !outcome.is_ack();
+        let why = "an earlier record of this FIFO batch failed";
+        for (i, outcome) in self
+            .run_in_order(parsed, 0..parsed.len(), deadline_ms, why)
+            .await
+        {
             out[i] = Some(outcome);
         }
     }
@@ -161,30 +158,38 @@ impl Consumer {
                 }
             }
         }
+        let why = "an earlier record of the same order failed in this batch";
         let results: Vec<Vec<(usize, Outcome)>> = futures::stream::iter(groups)
-            .map(|members| async move {
-                let mut results = Vec::with_capacity(members.len());
-                let mut stopped = false;
-                for i in members {
-                    let outcome = if stopped {
-                        skip(
-                            &parsed[i],
-                            "an earlier record of the same order failed in this batch",
-                        )
-                    } else {
-                        self.run_record(&parsed[i], deadline_ms).await
-                    };
-                    stopped = !outcome.is_ack();
-                    results.push((i, outcome));
-                }
-                results
-            })
+            .map(|members| self.run_in_order(parsed, members, deadline_ms, why))
             .buffer_unordered(self.limits.max_concurrency)
             .collect()
             .await;
         for (i, outcome) in results.into_iter().flatten() {
             out[i] = Some(outcome);
         }
+    }
+
+    /// Runs `members` one after another; after the first non-success the rest fail
+    /// without any store or provider call.
+    async fn run_in_order(
+        &self,
+        parsed: &[Parsed<'_>],
+        members: impl IntoIterator<Item = usize>,
+        deadline_ms: i64,
+        why_skipped: &'static str,
+    ) -> Vec<(usize, Outcome)> {
+        let mut results = Vec::new();
+        let mut stopped = false;
+        for i in members {
+            let outcome = if stopped {
+                skip(&parsed[i], why_skipped)
+            } else {
+                self.run_record(&parsed[i], deadline_ms).await
+            };
+            stopped = !outcome.is_ack();
+            results.push((i, outcome));
+        }
+        results
     }
 
     /// One record inside its span, with one log line for its outcome.
