@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test test-release soak lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test test-release soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ test-release: deps ## the panic-isolation handler test again, optimised (release
 N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
 	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
+
+bench: deps ## charge-once's figures for DESIGN §9 (release build); INCOMPLETE: no Powertools peers yet
+	$(CARGO) test --locked --release --test bench -- --ignored --nocapture
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check

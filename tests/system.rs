@@ -38,6 +38,7 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
         rate: 0.04,
         injected: AtomicU64::new(0),
         payment_delay: Duration::from_millis(1500),
+        ..Faults::default()
     });
     let endpoints = Arc::new(Endpoints {
         dynamodb: start_proxy(Backend::Moto.url(), Target::DynamoDb, faults.clone()).await,

@@ -47,6 +47,7 @@ struct Invocation {
 struct RuntimeState {
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Invocation>>>,
     inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    first_next: Arc<Mutex<Option<Instant>>>,
 }
 
 /// One execution environment's Runtime API (the documented HTTP protocol: next,
@@ -55,6 +56,7 @@ pub struct RuntimeApi {
     pub addr: String,
     tx: mpsc::Sender<Invocation>,
     inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    first_next: Arc<Mutex<Option<Instant>>>,
 }
 
 fn now_ms() -> u64 {
@@ -68,6 +70,11 @@ fn now_ms() -> u64 {
 }
 
 async fn next(State(state): State<RuntimeState>) -> Response {
+    state
+        .first_next
+        .lock()
+        .unwrap()
+        .get_or_insert_with(Instant::now);
     loop {
         let invocation = {
             let mut queue = state.queue.lock().await;
@@ -129,9 +136,11 @@ impl RuntimeApi {
     pub async fn start() -> Self {
         let (tx, rx) = mpsc::channel(16);
         let inflight = Arc::new(Mutex::new(HashMap::new()));
+        let first_next = Arc::new(Mutex::new(None));
         let state = RuntimeState {
             queue: Arc::new(tokio::sync::Mutex::new(rx)),
             inflight: inflight.clone(),
+            first_next: first_next.clone(),
         };
         let app = Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -148,7 +157,17 @@ impl RuntimeApi {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { addr, tx, inflight }
+        Self {
+            addr,
+            tx,
+            inflight,
+            first_next,
+        }
+    }
+
+    /// When a process first asked for an invocation (the end of its init).
+    pub fn first_next(&self) -> Option<Instant> {
+        *self.first_next.lock().unwrap()
     }
 
     /// Invokes the function with `event`; waits until the deadline plus a little.
@@ -237,6 +256,10 @@ impl ConsumerProcess {
         self.child = Self::start(&self.runtime, endpoints, &self.log);
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -251,12 +274,27 @@ pub enum Target {
     Payment,
 }
 
-/// Fault rates (per request) and the switch that turns them all off.
+/// What a proxy does besides forwarding: fault rates (per request) and the switch
+/// that turns them off, an added round-trip latency, and a count of calls per
+/// operation (`X-Amz-Target`, or method and path).
+#[derive(Default)]
 pub struct Faults {
     pub enabled: AtomicBool,
     pub rate: f64,
     pub injected: AtomicU64,
     pub payment_delay: Duration,
+    pub latency: Duration,
+    pub calls: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Faults {
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn reset_calls(&self) {
+        self.calls.lock().unwrap().clear();
+    }
 }
 
 #[derive(Clone)]
@@ -300,6 +338,20 @@ async fn proxy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let operation = match headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        Some(target) => target.rsplit('.').next().unwrap_or(target).to_owned(),
+        None => format!("{method} {}", uri.path()),
+    };
+    *state
+        .faults
+        .calls
+        .lock()
+        .unwrap()
+        .entry(operation)
+        .or_default() += 1;
+    if !state.faults.latency.is_zero() {
+        tokio::time::sleep(state.faults.latency).await;
+    }
     let fault =
         state.faults.enabled.load(Ordering::Relaxed) && rand::rng().random_bool(state.faults.rate);
     let kind = rand::rng().random_range(0..3);
