@@ -72,7 +72,10 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
         .collect();
 
     let plan = produce(&run_id, orders).await;
-    queues.send(&plan.messages).await;
+    let producer = {
+        let (queues, messages) = (queues.clone(), plan.messages.clone());
+        tokio::spawn(async move { queues.send_paced(&messages, 300).await })
+    };
 
     // Chaos: SIGKILL a random consumer now and then, and start a fresh one.
     let kills = Arc::new(AtomicU64::new(0));
@@ -99,6 +102,7 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
         })
     };
 
+    producer.await.unwrap();
     let drained = drain(&queues, drain_limit).await;
     chaos_on.store(false, Ordering::Relaxed);
     chaos.await.unwrap();

@@ -496,6 +496,21 @@ impl Queues {
         }
     }
 
+    /// Sends `bodies` in waves, keeping at most about `max_pending` messages in the
+    /// queue: moto's SQS slows down with queue depth, and producers in real life do
+    /// not dump hours of traffic at once.
+    pub async fn send_paced(&self, bodies: &[String], max_pending: u64) {
+        for wave in bodies.chunks(50) {
+            for _ in 0..600 {
+                if self.pending().await < max_pending {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            self.send(wave).await;
+        }
+    }
+
     /// Messages visible or in flight in the source queue.
     pub async fn pending(&self) -> u64 {
         let attrs = self
