@@ -226,20 +226,21 @@ async fn the_api_key_is_read_from_a_secrets_manager_secret_in_moto() {
     );
 }
 
+/// Reserve, charge through the HTTP client, die before `complete` is written.
+async fn charge_then_die(h: &Harness<HttpProvider>, order: &Order) {
+    h.store
+        .hang_completes
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    h.invoke_and_die(single_event_with_body(&body(order)), Duration::from_secs(3))
+        .await;
+}
+
 #[tokio::test]
 async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_charges_once() {
     let customer = stripe::customer("tok_visa").await;
     let order = order(&unique_id(), 4200, &customer);
     let h = Harness::new(provider()).await;
-    h.store
-        .hang_completes
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    // Reserve, charge through the HTTP client, die before `complete` is written.
-    h.invoke_and_die(
-        single_event_with_body(&body(&order)),
-        Duration::from_secs(3),
-    )
-    .await;
+    charge_then_die(&h, &order).await;
     let first = stripe::succeeded_charges_of(&customer).await;
     assert_eq!(first.len(), 1, "charged before the crash");
     assert_eq!(h.record(order.id()).await.unwrap().estado, Estado::EnCurso);
@@ -272,14 +273,7 @@ async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
     let customer = stripe::customer("tok_visa").await;
     let order = order(&unique_id(), 990, &customer);
     let h = Harness::new(provider()).await;
-    h.store
-        .hang_completes
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    h.invoke_and_die(
-        single_event_with_body(&body(&order)),
-        Duration::from_secs(3),
-    )
-    .await;
+    charge_then_die(&h, &order).await;
     let charged = stripe::succeeded_charges_of(&customer).await;
     assert_eq!(charged.len(), 1);
 

@@ -59,6 +59,19 @@ fn is_tag(v: &Value, tag: &str, value: &str) -> bool {
     matches!(v, Value::Tagged(t) if t.tag == tag && t.value.as_str() == Some(value))
 }
 
+/// The resource behind `!GetAtt Name.Arn`, or "" for anything else.
+fn arn_of(v: &Value) -> String {
+    match v {
+        Value::Tagged(t) if t.tag == "GetAtt" => t
+            .value
+            .as_str()
+            .unwrap_or("")
+            .trim_end_matches(".Arn")
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
 const FUNCTION: &str = "ChargeFunction";
 
 /// Every rule the template must keep; each violation is one sentence.
@@ -111,30 +124,14 @@ fn violations(t: &Value) -> Vec<String> {
                 "parameter {name} allows {max}, above the bound {bound}"
             ));
         }
-        let queue_name = match &props["Queue"] {
-            Value::Tagged(tagged) => tagged
-                .value
-                .as_str()
-                .unwrap_or("")
-                .trim_end_matches(".Arn")
-                .to_owned(),
-            _ => String::new(),
-        };
+        let queue_name = arn_of(&props["Queue"]);
         let queue = get(res(&queue_name), &["Properties"]);
         let visibility = number(t, &queue["VisibilityTimeout"]).unwrap_or(30);
         if visibility < 6 * timeout {
             out.push(format!("queue VisibilityTimeout {visibility} s is below 6 x the function Timeout {timeout} s"));
         }
         let redrive = &queue["RedrivePolicy"];
-        let dlq_name = match &redrive["deadLetterTargetArn"] {
-            Value::Tagged(tagged) => tagged
-                .value
-                .as_str()
-                .unwrap_or("")
-                .trim_end_matches(".Arn")
-                .to_owned(),
-            _ => String::new(),
-        };
+        let dlq_name = arn_of(&redrive["deadLetterTargetArn"]);
         if dlq_name.is_empty() {
             out.push("the queue has no redrive to a DLQ".to_owned());
         }

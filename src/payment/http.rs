@@ -178,24 +178,29 @@ async fn classify_failure(response: Response) -> PaymentError {
     }
 }
 
+/// Sends `request`; a 2xx body is read as `T` (`what` names it if it cannot be), any
+/// other status is classified.
+async fn send_json<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+    what: &'static str,
+) -> Result<T, PaymentError> {
+    let response = request.send().await.map_err(send_error)?;
+    if !response.status().is_success() {
+        return Err(classify_failure(response).await);
+    }
+    response.json().await.map_err(|_| unexpected(what))
+}
+
 #[async_trait]
 impl PaymentProvider for HttpProvider {
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
-        let response = self
+        let request = self
             .client
             .post(self.url("/v1/charges"))
             .header("Idempotency-Key", idempotency_key)
-            .form(&charge_form(order))
-            .send()
-            .await
-            .map_err(send_error)?;
-        if !response.status().is_success() {
-            return Err(classify_failure(response).await);
-        }
-        let charge: Charge = response
-            .json()
-            .await
-            .map_err(|_| unexpected("a 2xx charge response without a charge id"))?;
+            .form(&charge_form(order));
+        let charge: Charge =
+            send_json(request, "a 2xx charge response without a charge id").await?;
         match charge.status.as_deref() {
             // Stripe answers a failed card charge with 402; a 2xx "failed" is the same.
             Some("failed") => Err(PaymentError::Declined {
@@ -216,20 +221,9 @@ impl PaymentProvider for HttpProvider {
             if let Some(after) = &starting_after {
                 query.push(("starting_after", after.clone()));
             }
-            let response = self
-                .client
-                .get(self.url("/v1/charges"))
-                .query(&query)
-                .send()
-                .await
-                .map_err(send_error)?;
-            if !response.status().is_success() {
-                return Err(classify_failure(response).await);
-            }
-            let page: ChargeList = response
-                .json()
-                .await
-                .map_err(|_| unexpected("a charge listing that is not a list"))?;
+            let request = self.client.get(self.url("/v1/charges")).query(&query);
+            let page: ChargeList =
+                send_json(request, "a charge listing that is not a list").await?;
             let found = page.data.iter().find(|c| {
                 c.status.as_deref() == Some("succeeded")
                     && c.amount == Some(order.amount())

@@ -12,7 +12,6 @@
 //! | `cus_timeout_after_charge` | charges, then the response is lost (a timeout); a replay of the key returns that charge |
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
@@ -20,6 +19,7 @@ use rusqlite::{Connection, OptionalExtension, named_params};
 use super::{FailureKind, PaymentError, PaymentProvider, Receipt};
 use crate::idempotency::StoreError;
 use crate::order::Order;
+use crate::store::sqlite::SharedConnection;
 
 pub const DECLINED_CUSTOMER: &str = "cus_declined";
 pub const TIMEOUT_AFTER_CHARGE_CUSTOMER: &str = "cus_timeout_after_charge";
@@ -58,7 +58,7 @@ pub struct LedgerRow {
 
 #[derive(Clone)]
 pub struct SimulatedProvider {
-    conn: Arc<Mutex<Connection>>,
+    conn: SharedConnection,
 }
 
 impl std::fmt::Debug for SimulatedProvider {
@@ -70,76 +70,65 @@ impl std::fmt::Debug for SimulatedProvider {
 impl SimulatedProvider {
     /// Opens the ledger in `path` (creating the `charges` table if missing).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = crate::store::sqlite::open(path)?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| StoreError::Backend {
-                operation: "create table",
-                target: "charges".to_owned(),
-                source: Box::new(e),
-            })?;
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: SharedConnection::open(path, SCHEMA, "charges")?,
         })
     }
 
     /// The ledger rows of one order, oldest first.
     pub fn ledger(&self, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
-        let conn = self
-            .conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut stmt =
-            conn.prepare("SELECT * FROM charges WHERE order_id = :order ORDER BY seq")?;
-        let rows = stmt.query_map(named_params! {":order": order_id}, |row| {
-            Ok(LedgerRow {
-                seq: row.get("seq")?,
-                at_ms: row.get("at_ms")?,
-                idempotency_key: row.get("idempotency_key")?,
-                order_id: row.get("order_id")?,
-                amount: row.get("amount")?,
-                currency: row.get("currency")?,
-                customer: row.get("customer")?,
-                status: row.get("status")?,
-                charge_id: row.get("charge_id")?,
-                charged: row.get("charged")?,
-            })
-        })?;
-        rows.collect()
+        self.conn.call_here(|conn| ledger_rows(conn, order_id))
     }
+}
 
-    fn charge_blocking(
-        &self,
-        order: &Order,
-        key: &str,
-    ) -> Result<Result<Receipt, PaymentError>, rusqlite::Error> {
-        let mut conn = self
-            .conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let first = tx
-            .query_row(
-                "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
+fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
+    let mut stmt = conn.prepare("SELECT * FROM charges WHERE order_id = :order ORDER BY seq")?;
+    let rows = stmt.query_map(named_params! {":order": order_id}, |row| {
+        Ok(LedgerRow {
+            seq: row.get("seq")?,
+            at_ms: row.get("at_ms")?,
+            idempotency_key: row.get("idempotency_key")?,
+            order_id: row.get("order_id")?,
+            amount: row.get("amount")?,
+            currency: row.get("currency")?,
+            customer: row.get("customer")?,
+            status: row.get("status")?,
+            charge_id: row.get("charge_id")?,
+            charged: row.get("charged")?,
+        })
+    })?;
+    rows.collect()
+}
+
+fn charge_blocking(
+    conn: &mut Connection,
+    order: &Order,
+    key: &str,
+) -> Result<Result<Receipt, PaymentError>, rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let first = tx
+        .query_row(
+            "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
                  WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
-                named_params! {":key": key},
-                |row| {
-                    let params: (String, i64, String, String) =
-                        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-                    let status: String = row.get(4)?;
-                    let charge_id: Option<String> = row.get(5)?;
-                    Ok((params, status, charge_id))
-                },
-            )
-            .optional()?;
-        let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
-        let this_params = (
-            order.id().to_owned(),
-            amount,
-            order.currency().to_owned(),
-            order.customer().to_owned(),
-        );
-        let insert = |status: &str, charge_id: Option<&str>, charged: bool| {
-            tx.execute(
+            named_params! {":key": key},
+            |row| {
+                let params: (String, i64, String, String) =
+                    (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+                let status: String = row.get(4)?;
+                let charge_id: Option<String> = row.get(5)?;
+                Ok((params, status, charge_id))
+            },
+        )
+        .optional()?;
+    let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
+    let this_params = (
+        order.id().to_owned(),
+        amount,
+        order.currency().to_owned(),
+        order.customer().to_owned(),
+    );
+    let insert = |status: &str, charge_id: Option<&str>, charged: bool| {
+        tx.execute(
                 "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer, status, charge_id, charged)
                  VALUES (:at, :key, :order, :amount, :currency, :customer, :status, :charge_id, :charged)",
                 named_params! {
@@ -148,44 +137,40 @@ impl SimulatedProvider {
                     ":status": status, ":charge_id": charge_id, ":charged": i64::from(charged),
                 },
             )
-        };
-        let outcome = match first {
-            Some((params, _, _)) if params != this_params => {
-                insert("key_reused", None, false)?;
-                Err(PaymentError::KeyReused)
+    };
+    let outcome = match first {
+        Some((params, _, _)) if params != this_params => {
+            insert("key_reused", None, false)?;
+            Err(PaymentError::KeyReused)
+        }
+        Some((_, status, charge_id)) => {
+            insert("replayed", charge_id.as_deref(), false)?;
+            match (status.as_str(), charge_id) {
+                ("declined", _) | (_, None) => Err(declined()),
+                (_, Some(id)) => Ok(Receipt { id }),
             }
-            Some((_, status, charge_id)) => {
-                insert("replayed", charge_id.as_deref(), false)?;
-                match (status.as_str(), charge_id) {
-                    ("declined", _) | (_, None) => Err(declined()),
-                    (_, Some(id)) => Ok(Receipt { id }),
-                }
+        }
+        None if order.customer() == DECLINED_CUSTOMER => {
+            insert("declined", None, false)?;
+            Err(declined())
+        }
+        None => {
+            let id = format!("ch_sim_{}", uuid::Uuid::new_v4().simple());
+            if order.customer() == TIMEOUT_AFTER_CHARGE_CUSTOMER {
+                insert("succeeded_response_lost", Some(&id), true)?;
+                Err(PaymentError::retryable(FailureKind::Timeout))
+            } else {
+                insert("succeeded", Some(&id), true)?;
+                Ok(Receipt { id })
             }
-            None if order.customer() == DECLINED_CUSTOMER => {
-                insert("declined", None, false)?;
-                Err(declined())
-            }
-            None => {
-                let id = format!("ch_sim_{}", uuid::Uuid::new_v4().simple());
-                if order.customer() == TIMEOUT_AFTER_CHARGE_CUSTOMER {
-                    insert("succeeded_response_lost", Some(&id), true)?;
-                    Err(PaymentError::retryable(FailureKind::Timeout))
-                } else {
-                    insert("succeeded", Some(&id), true)?;
-                    Ok(Receipt { id })
-                }
-            }
-        };
-        tx.commit()?;
-        Ok(outcome)
-    }
+        }
+    };
+    tx.commit()?;
+    Ok(outcome)
+}
 
-    fn find_blocking(&self, order: &Order) -> Result<Option<Receipt>, rusqlite::Error> {
-        let conn = self
-            .conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        conn.query_row(
+fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Option<Receipt>, rusqlite::Error> {
+    conn.query_row(
             "SELECT charge_id FROM charges WHERE order_id = :order AND amount = :amount AND charged = 1
              ORDER BY seq LIMIT 1",
             named_params! {":order": order.id(), ":amount": i64::try_from(order.amount()).unwrap_or(i64::MAX)},
@@ -193,7 +178,6 @@ impl SimulatedProvider {
         )
         .optional()
         .map(|id| id.map(|id| Receipt { id }))
-    }
 }
 
 fn declined() -> PaymentError {
@@ -220,21 +204,19 @@ fn ledger_error(e: impl std::error::Error + Send + Sync + 'static) -> PaymentErr
 #[async_trait]
 impl PaymentProvider for SimulatedProvider {
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
-        let this = self.clone();
         let order = order.clone();
         let key = idempotency_key.to_owned();
-        tokio::task::spawn_blocking(move || this.charge_blocking(&order, &key))
+        self.conn
+            .call(move |conn| charge_blocking(conn, &order, &key))
             .await
-            .map_err(ledger_error)?
             .map_err(ledger_error)?
     }
 
     async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
-        let this = self.clone();
         let order = order.clone();
-        tokio::task::spawn_blocking(move || this.find_blocking(&order))
+        self.conn
+            .call(move |conn| find_blocking(conn, &order))
             .await
-            .map_err(ledger_error)?
             .map_err(ledger_error)
     }
 }

@@ -72,11 +72,59 @@ const RESOLVE: &str = "UPDATE idempotency
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 
-/// The idempotency table in a SQLite file. Cheap to clone; one connection, used by
-/// one blocking task at a time.
+/// Why a call on a [`SharedConnection`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("SQLite")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("the blocking task failed")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// One SQLite connection shared by async callers (the store and the simulator):
+/// every use holds the lock on the blocking pool, never on the async runtime.
+#[derive(Clone)]
+pub struct SharedConnection(Arc<Mutex<Connection>>);
+
+impl SharedConnection {
+    /// Opens `path` (see [`open`]) and runs `schema` (idempotent DDL) on it.
+    pub fn open(path: &Path, schema: &str, table: &str) -> Result<Self, StoreError> {
+        let conn = open(path)?;
+        conn.execute_batch(schema)
+            .map_err(|e| StoreError::backend("create table", table, e))?;
+        Ok(Self(Arc::new(Mutex::new(conn))))
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    pub async fn call<T, F>(&self, f: F) -> Result<T, CallError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.0);
+        Ok(tokio::task::spawn_blocking(move || f(&mut lock(&conn))).await??)
+    }
+
+    /// Runs `f` with the connection on this thread (for synchronous callers).
+    pub fn call_here<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        f(&mut lock(&self.0))
+    }
+}
+
+fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    // A panic while holding the lock leaves no half-done write: every use is one
+    // transaction, rolled back when its guard dropped.
+    conn.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The idempotency table in a SQLite file. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
+    conn: SharedConnection,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -102,11 +150,8 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
 impl SqliteStore {
     /// Opens the file and creates the `idempotency` table if missing.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = open(path)?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| StoreError::backend("create table", "idempotency", e))?;
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: SharedConnection::open(path, SCHEMA, "idempotency")?,
         })
     }
 
@@ -119,13 +164,8 @@ impl SqliteStore {
         sql: &'static str,
         params: Vec<(&'static str, rusqlite::types::Value)>,
     ) -> Result<FenceOutcome, StoreError> {
-        let conn = Arc::clone(&self.conn);
         let pk_text = pk.to_string();
-        let target = pk_text.clone();
-        let run = move || -> Result<FenceOutcome, rusqlite::Error> {
-            let mut conn = conn
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let run = move |conn: &mut Connection| -> Result<FenceOutcome, rusqlite::Error> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":pk", &pk_text)];
             for (name, value) in &params {
@@ -144,10 +184,10 @@ impl SqliteStore {
             tx.commit()?;
             Ok(outcome)
         };
-        tokio::task::spawn_blocking(run)
+        self.conn
+            .call(run)
             .await
-            .map_err(|e| StoreError::backend(operation, &target, e))?
-            .map_err(|e| StoreError::backend(operation, &target, e))
+            .map_err(|e| StoreError::backend(operation, pk.as_str(), e))
     }
 }
 
@@ -258,18 +298,13 @@ impl IdempotencyStore for SqliteStore {
     }
 
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
-        let conn = Arc::clone(&self.conn);
         let pk_text = pk.to_string();
-        let target = pk_text.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = conn
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            conn.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
-                .optional()
-        })
-        .await
-        .map_err(|e| StoreError::backend("get", &target, e))?
-        .map_err(|e| StoreError::backend("get", &target, e))
+        self.conn
+            .call(move |conn| {
+                conn.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
+                    .optional()
+            })
+            .await
+            .map_err(|e| StoreError::backend("get", pk.as_str(), e))
     }
 }
