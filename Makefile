@@ -39,8 +39,18 @@ N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
 	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
 
-bench: deps ## charge-once's figures for DESIGN §9 (release build); INCOMPLETE: no Powertools peers yet
+bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build; FULL=1 for the full matrix); writes bench/results/<date>.{json,md,svg}
 	$(CARGO) test --locked --release --test bench -- --ignored --nocapture
+
+# The Powertools peers of `make bench`: Python (+ awslambdaric) in .venv beside moto,
+# TypeScript in bench/node_modules.
+$(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	@touch $@
+
+bench/node_modules/.installed: bench/package.json bench/package-lock.json
+	cd bench && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
@@ -103,4 +113,4 @@ fmt: ## format the code
 
 clean: ## remove build output and installed test servers
 	$(CARGO) clean
-	rm -rf $(VENV) node_modules
+	rm -rf $(VENV) node_modules bench/node_modules
