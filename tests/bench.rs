@@ -20,9 +20,13 @@
 //! Store calls are counted on moto (dynalite ignores ALL_OLD). Writes
 //! `bench/results/<date>.{json,md,svg}`.
 //!
+//! Also measured: what one reservation costs dynalite itself per request shape, which
+//! explains the batch latencies on it (see README "Performance").
+//!
 //! Knobs: `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
-//! figures worth quoting) and `BENCH_RECORDS` (records per contender per round,
-//! default 100) shorten a development run.
+//! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
+//! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
+//! `fresh-b10-s0-p0`) shorten a development run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark fails loudly
 
@@ -703,6 +707,71 @@ async fn cold_starts() -> BTreeMap<Contender, (Vec<f64>, Vec<f64>, f64)> {
     out
 }
 
+/// What one store call costs dynalite itself, by request shape: 200 sequential calls
+/// each, from the same Rust SDK client, no proxy. dynalite is one Node process and
+/// parses every expression per request, so a concurrent batch's latency on it is about
+/// the sum of its requests' server costs; this explains the batch figures.
+async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use charge_once::idempotency::{IdempotencyStore, ReserveRequest};
+    const CALLS: u32 = 200;
+    let table = Backend::Dynalite.fresh_table().await;
+    let now_ms = 1_764_460_800_000_i64;
+    let started = Instant::now();
+    for i in 0..CALLS {
+        let order =
+            charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
+        let (pk, huella) = (order.key(), order.fingerprint());
+        let req = ReserveRequest {
+            pk: &pk,
+            huella: &huella,
+            titular: "bench",
+            now_ms,
+            lease_until_ms: now_ms + 60_000,
+            expira_s: now_ms / 1000 + 86_400,
+        };
+        table.store.reserve(&req).await.unwrap();
+    }
+    let reserve = started.elapsed() / CALLS;
+    // Powertools' reservation: PutItem with its condition (both peers send this shape).
+    let started = Instant::now();
+    for i in 0..CALLS {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let n = |v: &str| AttributeValue::N(v.to_owned());
+        table
+            .client
+            .put_item()
+            .table_name(&table.name)
+            .item("pk", s(&format!("pt-cost-{i}")))
+            .item("status", s("INPROGRESS"))
+            .item("expiration", n("1764547200"))
+            .item("in_progress_expiration", n("1764460860000"))
+            .item("validation", s("0123456789abcdef0123456789abcdef"))
+            .condition_expression(
+                "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND \
+                 attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)",
+            )
+            .expression_attribute_names("#id", "pk")
+            .expression_attribute_names("#expiry", "expiration")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#in_progress_expiry", "in_progress_expiration")
+            .expression_attribute_values(":now", n("1764460800"))
+            .expression_attribute_values(":now_in_millis", n("1764460800000"))
+            .expression_attribute_values(":inprogress", s("INPROGRESS"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let put = started.elapsed() / CALLS;
+    BTreeMap::from([
+        (
+            "charge-once reserve (UpdateItem)",
+            reserve.as_secs_f64() * 1000.0,
+        ),
+        ("powertools reserve (PutItem)", put.as_secs_f64() * 1000.0),
+    ])
+}
+
 type Calls = BTreeMap<String, u64>;
 
 /// Store calls for 10 fresh, 10 duplicate and 10 failed records, on moto.
@@ -833,6 +902,7 @@ async fn bench() {
     );
     let started = Instant::now();
 
+    let dynalite_cost = dynalite_cost_per_call().await;
     let calls = store_calls().await;
     eprintln!("bench: store calls done ({:.0?})", started.elapsed());
     let cold = cold_starts().await;
@@ -861,6 +931,7 @@ async fn bench() {
     }
 
     let report = Report {
+        dynalite_cost,
         rounds,
         records,
         full,
@@ -885,6 +956,7 @@ async fn bench() {
 }
 
 struct Report {
+    dynalite_cost: BTreeMap<&'static str, f64>,
     rounds: usize,
     records: usize,
     full: bool,
@@ -1088,6 +1160,16 @@ impl Report {
         }
         md.extend([
             String::new(),
+            "## What one store call costs dynalite (200 sequential calls, same SDK client, no proxy)".into(),
+            String::new(),
+            "| request | ms per call |".into(),
+            "| --- | --- |".into(),
+        ]);
+        for (request, ms) in &self.dynalite_cost {
+            md.push(format!("| {request} | {ms:.2} |"));
+        }
+        md.extend([
+            String::new(),
             "## Versions".into(),
             String::new(),
             "```json".into(),
@@ -1171,6 +1253,7 @@ impl Report {
             "targets": targets,
             "cold_start": cold,
             "store_calls": calls,
+            "dynalite_ms_per_call": self.dynalite_cost,
             "cells": cells,
         })
     }
