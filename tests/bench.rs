@@ -930,11 +930,21 @@ async fn bench() {
         cells.push((cell, figures));
     }
 
+    let mut command = "make bench".to_owned();
+    if full {
+        command.push_str(" FULL=1");
+    }
+    if !only.is_empty() {
+        command.push_str(&format!(" BENCH_CELLS={}", only.join(",")));
+    }
+    if rounds != 5 || records != 100 {
+        command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
+    }
     let report = Report {
+        command,
         dynalite_cost,
         rounds,
         records,
-        full,
         calls,
         cold,
         cells,
@@ -943,23 +953,32 @@ async fn bench() {
     let dir = root().join("bench/results");
     std::fs::create_dir_all(&dir).unwrap();
     let date = today();
+    // A full or partial run never overwrites the default run's files of the day.
+    let stem = if !only.is_empty() {
+        format!("{date}-cells")
+    } else if full {
+        format!("{date}-full")
+    } else {
+        date.clone()
+    };
     let markdown = report.markdown(&date);
     println!("\n{markdown}");
     std::fs::write(
-        dir.join(format!("{date}.json")),
+        dir.join(format!("{stem}.json")),
         serde_json::to_string_pretty(&report.json(&date)).unwrap() + "\n",
     )
     .unwrap();
-    std::fs::write(dir.join(format!("{date}.md")), markdown).unwrap();
-    report.chart(&dir.join(format!("{date}.svg")));
-    eprintln!("bench: wrote bench/results/{date}.{{json,md,svg}}");
+    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
+    report.chart(&dir.join(format!("{stem}.svg")));
+    eprintln!("bench: wrote bench/results/{stem}.{{json,md,svg}}");
 }
 
 struct Report {
+    /// The command line that produced it.
+    command: String,
     dynalite_cost: BTreeMap<&'static str, f64>,
     rounds: usize,
     records: usize,
-    full: bool,
     calls: BTreeMap<Contender, [Calls; 3]>,
     cold: BTreeMap<Contender, (Vec<f64>, Vec<f64>, f64)>,
     cells: Vec<(Cell, CellFigures)>,
@@ -1060,10 +1079,7 @@ impl Report {
 
     fn markdown(&self, date: &str) -> String {
         let mut md = vec![
-            format!(
-                "# `make bench{}`, {date}",
-                if self.full { " FULL=1" } else { "" }
-            ),
+            format!("# `{}`, {date}", self.command),
             String::new(),
             format!(
                 "{} rounds after a warm-up, {} records per contender per round, order rotated \
@@ -1245,7 +1261,7 @@ impl Report {
             .collect();
         json!({
             "date": date,
-            "command": if self.full { "make bench FULL=1" } else { "make bench" },
+            "command": self.command,
             "rounds": self.rounds,
             "records_per_round": self.records,
             "elapsed_s": self.elapsed.as_secs_f64(),
@@ -1334,7 +1350,10 @@ fn draw_bars(path: &Path, panels: &[Panel]) {
         RGBColor(90, 160, 70),
     ];
     let height = 330 * u32::try_from(panels.len()).unwrap();
-    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
+    // Wide enough for every group's label (the full matrix has 36 cells).
+    let groups = panels.iter().map(|p| p.1.len()).max().unwrap_or(1);
+    let width = u32::try_from(groups * 140).unwrap().max(1000);
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
     root.fill(&WHITE).unwrap();
     let areas = root.split_evenly((panels.len(), 1));
     for (area, (title, groups, values)) in areas.iter().zip(panels) {
