@@ -44,13 +44,14 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use support::Backend;
-use support::system::{Faults, Reply, RuntimeApi, Target, log_dir, start_proxy};
+use support::system::{
+    Endpoints, Faults, Reply, RuntimeApi, Target, lambda_environment, log_dir, start_proxy,
+};
 
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Orders charged once before the rounds, which the duplicate scenarios send again.
 const SEEDS: usize = 10;
 const COLD_STARTS: usize = 5;
-const PAYMENT_KEY: &str = "sk_test_bench";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -174,25 +175,14 @@ impl Lane {
                 .open(&log)
                 .unwrap()
         };
+        let endpoints = Endpoints {
+            dynamodb: rig.store_url.clone(),
+            payment: payment_url.to_owned(),
+            table: rig.table.clone(),
+        };
         let mut command = contender.command();
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", &runtime.addr)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_DEFAULT_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_ENDPOINT_URL_DYNAMODB", &rig.store_url)
-            .env("IDEMPOTENCY_TABLE", &rig.table)
-            .env("PAYMENT_API_URL", payment_url)
-            .env("PAYMENT_API_KEY", PAYMENT_KEY)
-            .env("PAYMENT_TIMEOUT", "1s")
-            .env("PAYMENT_TIMEOUT_SECONDS", "1")
-            .env("MAX_CONCURRENCY", "10")
+        lambda_environment(&mut command, &runtime.addr, &endpoints)
+            .env("PAYMENT_TIMEOUT_SECONDS", "1") // the peers' spelling
             .stdin(Stdio::null())
             .stdout(output())
             .stderr(output());

@@ -202,6 +202,33 @@ pub struct Endpoints {
     pub table: String,
 }
 
+/// A clean environment for a function process: what Lambda sets (Runtime API, name,
+/// memory, version, region), test credentials, and the function's own settings
+/// pointing at `endpoints` (also used by `make bench` for every contender).
+pub fn lambda_environment<'a>(
+    command: &'a mut Command,
+    runtime: &str,
+    endpoints: &Endpoints,
+) -> &'a mut Command {
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_LAMBDA_RUNTIME_API", runtime)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
+        .env("IDEMPOTENCY_TABLE", &endpoints.table)
+        .env("PAYMENT_API_URL", &endpoints.payment)
+        .env("PAYMENT_API_KEY", stripe::TEST_KEY)
+        .env("PAYMENT_TIMEOUT", "1s")
+        .env("MAX_CONCURRENCY", "10")
+}
+
 /// The real binary in Lambda mode, attached to one Runtime API.
 pub struct ConsumerProcess {
     child: Child,
@@ -224,29 +251,18 @@ impl ConsumerProcess {
             .append(true)
             .open(log)
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_charge-once"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", runtime)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
-            .env("IDEMPOTENCY_TABLE", &endpoints.table)
-            .env("PAYMENT_API_URL", &endpoints.payment)
-            .env("PAYMENT_API_KEY", stripe::TEST_KEY)
-            .env("PAYMENT_TIMEOUT", "1s")
-            .env("DEADLINE_MARGIN", "1500ms")
-            .env("MAX_CONCURRENCY", "10")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn charge-once")
+        lambda_environment(
+            &mut Command::new(env!("CARGO_BIN_EXE_charge-once")),
+            runtime,
+            endpoints,
+        )
+        .env("DEADLINE_MARGIN", "1500ms")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn charge-once")
     }
 
     /// SIGKILL, wherever it is, and a fresh process on the same environment.
