@@ -3,7 +3,7 @@
 //! its first non-success, keep FIFO batches strictly in order, respect the deadline
 //! margin, isolate panics, and answer with a partial batch response.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,9 +116,11 @@ impl Consumer {
             self.run_grouped(&parsed, deadline_ms, &mut outcomes).await;
         }
         let mut response = SqsBatchResponse::default();
+        let mut listed = HashSet::new();
         for (record, outcome) in parsed.iter().zip(outcomes) {
-            // A record without an outcome is a bug; failing it loses nothing.
-            if !outcome.is_some_and(|o| o.is_ack()) {
+            // A record without an outcome is a bug; failing it loses nothing. SQS can
+            // hand one message twice in a batch: it is listed once.
+            if !outcome.is_some_and(|o| o.is_ack()) && listed.insert(record.message_id) {
                 response.add_failure(record.message_id);
             }
         }
@@ -295,9 +297,40 @@ fn log_outcome(outcome: &Outcome, elapsed: Duration) {
             reason = "payment declined; the next delivery uses the next attempt's key",
             "record failed"
         ),
+        Outcome::DeclineLimit { declines } => warn!(
+            outcome = name,
+            declines,
+            latency_ms,
+            reason = "decline limit reached (MAX_DECLINES): not sent to the provider; after \
+                      the customer fixed the card, `resolve --retry-declined` lets it try again",
+            "record failed"
+        ),
+        Outcome::Rejected {
+            status,
+            code,
+            attempt,
+        } => error!(
+            outcome = name,
+            status,
+            code = code.as_deref().unwrap_or(""),
+            attempt,
+            latency_ms,
+            reason = "the provider rejected the charge for good; fix the order or the \
+                      provider's data, then redrive (the key is kept)",
+            "record failed"
+        ),
         Outcome::FailedRetryable { reason, attempt } => {
             warn!(outcome = name, reason = %reason, attempt, latency_ms, "record failed");
         }
+        Outcome::Deadline { before, attempt } => warn!(
+            outcome = name,
+            before,
+            attempt,
+            latency_ms,
+            reason = "too little time left before the invocation deadline to start the next \
+                      call; the lease ends at the deadline and the retry goes on",
+            "record failed"
+        ),
         Outcome::InProgress => warn!(
             outcome = name,
             reason = "another delivery holds a live lease on this order",

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::idempotency::{self, IdempotencyStore, Key, Record, Resolution};
+use charge_once::idempotency::{self, Confirmed, IdempotencyStore, Key, Record, Resolution};
 use charge_once::order::{Order, validate_id};
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::simulated::SimulatedProvider;
@@ -69,8 +69,9 @@ pub enum Command {
         #[command(flatten)]
         backing: Backing,
     },
-    /// Settle an order's record by asking the provider: found → `hecho` with that
-    /// charge; not found → `libre` with the next attempt. Refuses a live lease.
+    /// Settle an order's record by asking the provider: succeeded → `hecho` with that
+    /// charge; pending → nothing (run again once final); not found → `libre` with the
+    /// next attempt. Refuses a live lease.
     ///
     /// The order's fields (from the DLQ message) are needed to find its charge.
     Resolve {
@@ -85,6 +86,10 @@ pub enum Command {
         /// For records written by the card's consumer: you checked the provider by hand.
         #[arg(long)]
         card_format_checked: bool,
+        /// The customer fixed their card: reset the order's decline count (MAX_DECLINES)
+        /// so the next delivery may try the card again.
+        #[arg(long)]
+        retry_declined: bool,
         #[command(flatten)]
         backing: Backing,
     },
@@ -100,10 +105,15 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
             currency,
             customer,
             card_format_checked,
+            retry_declined,
             backing,
         } => {
             let order = Order::new(&order_id, amount, &currency, &customer).context("the order")?;
-            resolve(config, &order, card_format_checked, &backing).await
+            let confirmed = Confirmed {
+                card_format_checked,
+                retry_declined,
+            };
+            resolve(config, &order, confirmed, &backing).await
         }
     }
 }
@@ -173,7 +183,7 @@ async fn inspect(config: &Config, order_id: &str, backing: &Backing) -> anyhow::
 async fn resolve(
     config: &Config,
     order: &Order,
-    card_format_checked: bool,
+    confirmed: Confirmed,
     backing: &Backing,
 ) -> anyhow::Result<()> {
     let store = store(config, backing).await?;
@@ -184,7 +194,7 @@ async fn resolve(
         provider.as_ref(),
         &settings,
         order,
-        card_format_checked,
+        confirmed,
     )
     .await
     .with_context(|| format!("resolve {}", order.id()))?;
@@ -216,5 +226,6 @@ fn record_json(r: &Record) -> serde_json::Value {
         "en_curso_hasta": r.en_curso_hasta_ms,
         "intento": r.intento,
         "enviado": r.enviado_ms,
+        "rechazos": r.rechazos,
     })
 }

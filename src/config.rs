@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::idempotency::Settings;
+use crate::idempotency::{DEADLINE_SAFETY, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -52,6 +52,10 @@ pub struct Config {
     pub payment_api_key: Option<Secret>,
     pub payment_timeout: Duration,
     pub provider_key_ttl: Duration,
+    /// How long the provider keeps idempotency keys (Stripe: 24 h).
+    pub provider_key_lifetime: Duration,
+    /// Declines per order before deliveries stop calling the provider.
+    pub max_declines: u32,
     pub deadline_margin: Duration,
     pub invoke_deadline: Duration,
     pub metrics_namespace: String,
@@ -60,6 +64,16 @@ pub struct Config {
 /// Longest accepted retention: DynamoDB TTL ignores items more than five years in the
 /// future, so a larger value would silently keep records forever.
 const MAX_RETENTION: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
+/// Shortest accepted retention: a record must outlive the queue's and the DLQ's
+/// retention (14 days at most) and any redrive, or a late copy starts again at key 1,
+/// which the provider has forgotten.
+const MIN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How far below the provider's key lifetime `PROVIDER_KEY_TTL` must stay: a key's age
+/// is checked before the charge is sent, up to one invocation (15 min) earlier.
+const KEY_TTL_HEADROOM: Duration = Duration::from_secs(3600);
+/// Every store call of the consumer is bounded by this (and by the SDK's own
+/// operation timeout, the same value, in the binary).
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
 
@@ -74,11 +88,12 @@ impl Config {
         let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
 
         let retention = duration(&get, "IDEMPOTENCY_RETENTION", "400d")?;
-        if retention < Duration::from_secs(24 * 3600) || retention > MAX_RETENTION {
+        if retention < MIN_RETENTION || retention > MAX_RETENTION {
             return Err(invalid(
                 "IDEMPOTENCY_RETENTION",
                 &humantime::format_duration(retention).to_string(),
-                "must be between 1 day and 5 years (it must outlive every redelivery and redrive)",
+                "must be between 30 days and 5 years (a record must outlive the queue's and \
+                 the DLQ's retention and every redrive)",
             ));
         }
         let max_concurrency = match get("MAX_CONCURRENCY") {
@@ -102,19 +117,45 @@ impl Config {
                 "must be above 0 and at most 15m",
             ));
         }
-        let provider_key_ttl = duration(&get, "PROVIDER_KEY_TTL", "23h")?;
-        if provider_key_ttl.is_zero() {
-            return Err(invalid("PROVIDER_KEY_TTL", "0s", "must be above 0"));
+        let provider_key_lifetime = duration(&get, "PROVIDER_KEY_LIFETIME", "24h")?;
+        if provider_key_lifetime <= KEY_TTL_HEADROOM {
+            return Err(invalid(
+                "PROVIDER_KEY_LIFETIME",
+                &humantime::format_duration(provider_key_lifetime).to_string(),
+                "must be above 1h (how long the provider keeps idempotency keys; Stripe: 24h)",
+            ));
         }
+        let provider_key_ttl = duration(&get, "PROVIDER_KEY_TTL", "23h")?;
+        if provider_key_ttl.is_zero() || provider_key_ttl + KEY_TTL_HEADROOM > provider_key_lifetime
+        {
+            return Err(ConfigError::Invalid {
+                var: "PROVIDER_KEY_TTL",
+                value: humantime::format_duration(provider_key_ttl).to_string(),
+                problem: format!(
+                    "must be above 0 and at most PROVIDER_KEY_LIFETIME ({}) - 1h, or a key the \
+                     provider has forgotten is sent again and charges twice",
+                    humantime::format_duration(provider_key_lifetime)
+                ),
+            });
+        }
+        let max_declines = match get("MAX_DECLINES") {
+            None => 3,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if (1..=100).contains(&n) => n,
+                _ => {
+                    return Err(invalid("MAX_DECLINES", &v, "must be an integer in 1..=100"));
+                }
+            },
+        };
         let deadline_margin = match get("DEADLINE_MARGIN") {
             None => payment_timeout + Duration::from_secs(2),
             Some(v) => parse_duration("DEADLINE_MARGIN", &v)?,
         };
-        if deadline_margin < payment_timeout {
+        if deadline_margin < payment_timeout + DEADLINE_SAFETY {
             return Err(invalid(
                 "DEADLINE_MARGIN",
                 &humantime::format_duration(deadline_margin).to_string(),
-                "must be at least PAYMENT_TIMEOUT, or a started charge can outlive its lease",
+                "must be at least PAYMENT_TIMEOUT + 500ms, or no record could start its charge",
             ));
         }
         let invoke_deadline = duration(&get, "INVOKE_DEADLINE", "60s")?;
@@ -170,6 +211,8 @@ impl Config {
             payment_api_key: get("PAYMENT_API_KEY").map(Secret::new),
             payment_timeout,
             provider_key_ttl,
+            provider_key_lifetime,
+            max_declines,
             deadline_margin,
             invoke_deadline,
             metrics_namespace,
@@ -207,6 +250,8 @@ impl Config {
             retention: self.retention,
             payment_timeout: self.payment_timeout,
             provider_key_ttl: self.provider_key_ttl,
+            store_timeout: STORE_TIMEOUT,
+            max_declines: self.max_declines,
             clock: Settings::system_clock(),
         }
     }
@@ -258,6 +303,7 @@ mod tests {
         assert_eq!(c.provider_key_ttl, Duration::from_secs(23 * 3600));
         assert_eq!(c.deadline_margin, Duration::from_secs(12));
         assert_eq!(c.invoke_deadline, Duration::from_secs(60));
+        assert_eq!(c.max_declines, 3);
         assert_eq!(c.metrics_namespace, "charge-once");
         assert!(c.table.is_none() && c.payment_api_url.is_none());
     }
@@ -278,6 +324,9 @@ mod tests {
             ("PAYMENT_TIMEOUT", "0s"),
             ("PAYMENT_TIMEOUT", "10"),
             ("PROVIDER_KEY_TTL", "soon"),
+            ("PROVIDER_KEY_LIFETIME", "1h"),
+            ("MAX_DECLINES", "0"),
+            ("MAX_DECLINES", "many"),
             ("DEADLINE_MARGIN", "1s"),
             ("INVOKE_DEADLINE", "5s"),
             ("PAYMENT_API_URL", "ftp://x"),
@@ -287,6 +336,57 @@ mod tests {
             assert!(err.starts_with(var), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn a_retention_below_thirty_days_is_refused() {
+        // A record must outlive the queue's and the DLQ's retention and any redrive.
+        for value in ["1d", "29d 23h"] {
+            let err = config(&[("IDEMPOTENCY_RETENTION", value)])
+                .expect_err(value)
+                .to_string();
+            assert!(err.starts_with("IDEMPOTENCY_RETENTION="), "{err}");
+            assert!(err.contains("30 days"), "{err}");
+        }
+        let c = config(&[("IDEMPOTENCY_RETENTION", "30d")]).unwrap();
+        assert_eq!(c.retention, Duration::from_secs(30 * 24 * 3600));
+    }
+
+    #[test]
+    fn a_provider_key_ttl_not_an_hour_below_the_key_lifetime_is_refused() {
+        // Stripe forgets keys after 24 h: a 48 h TTL would re-send a forgotten key.
+        for pairs in [
+            &[("PROVIDER_KEY_TTL", "48h")][..],
+            &[("PROVIDER_KEY_TTL", "23h 1m")][..],
+            &[
+                ("PROVIDER_KEY_TTL", "23h"),
+                ("PROVIDER_KEY_LIFETIME", "12h"),
+            ][..],
+        ] {
+            let err = config(pairs).expect_err("refused").to_string();
+            assert!(err.starts_with("PROVIDER_KEY_TTL="), "{err}");
+            assert!(err.contains("PROVIDER_KEY_LIFETIME"), "{err}");
+        }
+        let c = config(&[
+            ("PROVIDER_KEY_TTL", "47h"),
+            ("PROVIDER_KEY_LIFETIME", "48h"),
+        ])
+        .unwrap();
+        assert_eq!(c.provider_key_ttl, Duration::from_secs(47 * 3600));
+    }
+
+    #[test]
+    fn the_provider_key_lifetime_defaults_to_stripes_24_hours() {
+        assert_eq!(
+            config(&[]).unwrap().provider_key_lifetime,
+            Duration::from_secs(24 * 3600)
+        );
+        let c = config(&[
+            ("PROVIDER_KEY_TTL", "47h"),
+            ("PROVIDER_KEY_LIFETIME", "48h"),
+        ])
+        .unwrap();
+        assert_eq!(c.provider_key_lifetime, Duration::from_secs(48 * 3600));
     }
 
     #[test]

@@ -43,7 +43,7 @@ async fn sdk_config() -> aws_config::SdkConfig {
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(1))
         .operation_attempt_timeout(Duration::from_secs(2))
-        .operation_timeout(Duration::from_secs(5))
+        .operation_timeout(charge_once::config::STORE_TIMEOUT)
         .build();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .timeout_config(timeouts)

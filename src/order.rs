@@ -1,9 +1,13 @@
-//! The order message: parsing a raw or SNS-wrapped SQS body, validating it against
-//! DESIGN §2, and computing its fingerprint (`huella`, DESIGN §3).
+//! The order message: parsing an SQS body (a raw order, an SNS notification or an
+//! EventBridge event around one), validating it against DESIGN §2, and computing its
+//! fingerprint (`huella`, DESIGN §3).
 //!
 //! Parsing never panics and never guesses: every rejection names the field and the
-//! rule it broke, so the log line of a failed record says exactly what to fix.
+//! rule it broke, so the log line of a failed record says exactly what to fix. A
+//! field named twice anywhere in the body is refused (I-JSON, RFC 7493): parsers
+//! disagree on which value wins, and a charge must not depend on that.
 
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -37,6 +41,11 @@ pub enum OrderError {
     SnsEnvelope(&'static str),
     #[error("SNS envelope: Message is not JSON: {0}")]
     SnsMessageNotJson(#[source] serde_json::Error),
+    #[error("EventBridge event: {0}")]
+    EventBridgeEnvelope(&'static str),
+    /// The body (or the SNS message inside it) names a field twice.
+    #[error("ambiguous JSON (I-JSON, RFC 7493): {0}")]
+    DuplicateField(#[source] serde_json::Error),
     #[error("field `{0}` is missing")]
     Missing(&'static str),
     #[error("field `{field}` must be {expected}")]
@@ -73,9 +82,13 @@ impl Order {
         })
     }
 
-    /// Parses an SQS body: a raw order, or an SNS notification envelope around one.
+    /// Parses an SQS body: a raw order, an SNS notification envelope around one (SNS
+    /// to SQS without raw delivery), or an EventBridge event whose `detail` is one.
     pub fn parse(body: &str) -> Result<Self, OrderError> {
-        let value: Value = serde_json::from_str(body).map_err(OrderError::NotJson)?;
+        let value = strict_json(body).map_err(|e| match e {
+            StrictError::Invalid(e) => OrderError::NotJson(e),
+            StrictError::DuplicateField(e) => OrderError::DuplicateField(e),
+        })?;
         let object = value.as_object().ok_or(OrderError::NotObject)?;
         if is_sns_envelope(object) {
             let message = match object.get("Message") {
@@ -83,12 +96,23 @@ impl Order {
                 Some(Value::String(s)) => s,
                 Some(_) => return Err(OrderError::SnsEnvelope("Message is not a string")),
             };
-            let inner: Value =
-                serde_json::from_str(message).map_err(OrderError::SnsMessageNotJson)?;
+            let inner = strict_json(message).map_err(|e| match e {
+                StrictError::Invalid(e) => OrderError::SnsMessageNotJson(e),
+                StrictError::DuplicateField(e) => OrderError::DuplicateField(e),
+            })?;
             let inner = inner
                 .as_object()
                 .ok_or(OrderError::SnsEnvelope("Message is not a JSON object"))?;
             return Self::from_object(inner);
+        }
+        if is_eventbridge_event(object) {
+            return match object.get("detail") {
+                Some(Value::Object(detail)) => Self::from_object(detail),
+                Some(_) => Err(OrderError::EventBridgeEnvelope(
+                    "detail is not a JSON object",
+                )),
+                None => Err(OrderError::EventBridgeEnvelope("detail is missing")),
+            };
         }
         Self::from_object(object)
     }
@@ -159,6 +183,92 @@ impl Order {
 
 fn is_sns_envelope(object: &Map<String, Value>) -> bool {
     matches!(object.get("Type"), Some(Value::String(t)) if t == "Notification")
+}
+
+/// An EventBridge event delivered to SQS by a rule: `detail-type` and `source` beside
+/// `detail`. A raw order never has `detail-type` (a producer's own field would be
+/// ignored, so its presence is unambiguous).
+fn is_eventbridge_event(object: &Map<String, Value>) -> bool {
+    object.contains_key("detail-type") && object.contains_key("source")
+}
+
+enum StrictError {
+    Invalid(serde_json::Error),
+    DuplicateField(serde_json::Error),
+}
+
+/// Parses JSON, refusing an object that names a key twice at any depth.
+fn strict_json(text: &str) -> Result<Value, StrictError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = StrictValue::deserialize(&mut deserializer).and_then(|v| {
+        deserializer.end()?;
+        Ok(v.0)
+    });
+    parsed.map_err(|e| match e.classify() {
+        // Every JSON document is data the visitor accepts, except a repeated key.
+        serde_json::error::Category::Data => StrictError::DuplicateField(e),
+        _ => StrictError::Invalid(e),
+    })
+}
+
+/// A JSON value built by a visitor that refuses repeated object keys.
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let StrictValue(value) = map.next_value()?;
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "field `{key}` appears twice"
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 fn string_field<'a>(
@@ -270,6 +380,54 @@ mod tests {
     }
 
     #[test]
+    fn a_field_named_twice_is_invalid_raw_or_in_an_envelope() {
+        // serde_json keeps the last value, other parsers the first: the charge must not
+        // depend on which one the producer's parser thought won (I-JSON, RFC 7493).
+        let twice = r#"{"id":"A-3","id":"A-4","amount":5000,"currency":"EUR","customer":"cus_1"}"#;
+        assert!(err(twice).contains("`id` appears twice"), "{}", err(twice));
+        let amount_twice =
+            r#"{"id":"A-3","amount":1,"amount":5000,"currency":"EUR","customer":"c"}"#;
+        assert!(err(amount_twice).contains("`amount` appears twice"));
+
+        let sns = serde_json::json!({"Type": "Notification", "Message": twice}).to_string();
+        assert!(err(&sns).contains("`id` appears twice"), "{}", err(&sns));
+        let outer_twice = format!(
+            r#"{{"Type":"Notification","Message":{},"Message":"{{}}"}}"#,
+            serde_json::json!(RAW)
+        );
+        assert!(
+            err(&outer_twice).contains("`Message` appears twice"),
+            "{}",
+            err(&outer_twice)
+        );
+
+        let eventbridge = format!(
+            r#"{{"version":"0","id":"e-1","detail-type":"OrderPlaced","source":"shop","account":"123456789012","time":"2026-11-30T00:00:00Z","region":"eu-west-1","resources":[],"detail":{}}}"#,
+            twice
+        );
+        assert!(
+            err(&eventbridge).contains("`id` appears twice"),
+            "{}",
+            err(&eventbridge)
+        );
+        // Nested deeper, in a field we otherwise ignore, it is still refused.
+        let nested =
+            r#"{"id":"A-3","amount":5,"currency":"EUR","customer":"c","extra":{"k":1,"k":2}}"#;
+        assert!(err(nested).contains("`k` appears twice"), "{}", err(nested));
+    }
+
+    #[test]
+    fn an_eventbridge_event_is_unwrapped_to_its_detail() {
+        let event = format!(
+            r#"{{"version":"0","id":"6a7e8feb","detail-type":"OrderPlaced","source":"shop.orders","account":"123456789012","time":"2026-11-30T00:00:00Z","region":"eu-west-1","resources":[],"detail":{RAW}}}"#
+        );
+        assert_eq!(Order::parse(&event).unwrap(), Order::parse(RAW).unwrap());
+        let no_detail =
+            r#"{"version":"0","id":"e","detail-type":"OrderPlaced","source":"shop","detail":"x"}"#;
+        assert!(err(no_detail).contains("EventBridge event: detail is not a JSON object"));
+    }
+
+    #[test]
     fn key_is_built_from_the_order_id() {
         assert_eq!(Order::parse(RAW).unwrap().key().as_str(), "cobro#ord-1001");
     }
@@ -347,6 +505,7 @@ mod tests {
                     [
                         "JSON",
                         "SNS",
+                        "EventBridge",
                         "`id`",
                         "`amount`",
                         "`currency`",

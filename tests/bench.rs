@@ -719,6 +719,7 @@ async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
             now_ms,
             lease_until_ms: now_ms + 60_000,
             expira_s: now_ms / 1000 + 86_400,
+            max_declines: 3,
         };
         table.store.reserve(&req).await.unwrap();
     }

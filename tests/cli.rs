@@ -133,6 +133,59 @@ fn declined_customer_fails_and_moves_to_the_next_attempt() {
 }
 
 #[test]
+fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("declined.sqlite3");
+    let event = "events/sqs-declined.json";
+    let provider_calls = || {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(
+            "SELECT COUNT(*) FROM charges WHERE order_id = 'ord-5001'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+    };
+    for _ in 0..4 {
+        assert_eq!(invoke(&db, event), message_ids(event, &[0]));
+    }
+    assert_eq!(
+        provider_calls(),
+        3,
+        "MAX_DECLINES (3): the fourth delivery calls nothing"
+    );
+    let out = charge_once(&db, &["inspect", "ord-5001"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["record"]["rechazos"], 3);
+
+    let resolve = [
+        "resolve",
+        "ord-5001",
+        "--amount",
+        "2500",
+        "--currency",
+        "EUR",
+        "--customer",
+        "cus_declined",
+        "--retry-declined",
+    ];
+    let out = charge_once(&db, &resolve);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resolved: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resolved["resolution"], "released");
+    let out = charge_once(&db, &["inspect", "ord-5001"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(shown["record"]["rechazos"].is_null(), "{shown}");
+    // The card is tried again (the simulator still declines this customer).
+    assert_eq!(invoke(&db, event), message_ids(event, &[0]));
+    assert_eq!(provider_calls(), 4);
+}
+
+#[test]
 fn inspect_of_an_unknown_order_prints_a_null_record() {
     let dir = tempfile::tempdir().unwrap();
     let out = charge_once(&dir.path().join("empty.sqlite3"), &["inspect", "ord-none"]);
@@ -161,6 +214,51 @@ fn a_bad_setting_stops_the_start_with_one_line_naming_the_variable() {
         stderr.contains("MAX_CONCURRENCY=\\\"zero\\\" is invalid"),
         "{stderr}"
     );
+}
+
+/// Settings that would reopen double charging stop `invoke` and `resolve` before any
+/// record is touched, with one line naming the variable.
+#[test]
+fn settings_that_reopen_double_charging_stop_invoke_and_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.sqlite3");
+    let commands: [&[&str]; 2] = [
+        &["invoke", "events/sqs-single.json"],
+        &[
+            "resolve",
+            "ord-1001",
+            "--amount",
+            "5000",
+            "--currency",
+            "EUR",
+            "--customer",
+            "cus_123",
+        ],
+    ];
+    for (var, value) in [("IDEMPOTENCY_RETENTION", "1d"), ("PROVIDER_KEY_TTL", "48h")] {
+        for args in commands {
+            let out = Command::new(BIN)
+                .args(args)
+                .arg("--db")
+                .arg(&db)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .env_remove("AWS_LAMBDA_RUNTIME_API")
+                .env_remove("PAYMENT_API_URL")
+                .env(var, value)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{var}={value} {args:?}: {stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{var}={value} {args:?}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains(&format!("{var}=")), "{stderr}");
+        }
+    }
+    assert!(!db.exists(), "nothing was opened, let alone charged");
 }
 
 #[test]

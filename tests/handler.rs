@@ -10,8 +10,14 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use charge_once::idempotency::Estado;
-use support::harness::{DEADLINE_MARGIN, Harness, event, message_ids};
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::idempotency::{Confirmed, Estado, Resolution, ResolveError, resolve};
+use charge_once::order::Order;
+use support::harness::{
+    DEADLINE_MARGIN, Harness, INVOCATION, Options, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, batch_of,
+    event, message_ids,
+};
+use support::logs::Captured;
 use support::provider::{Fault, TestProvider};
 
 async fn harness() -> Harness<TestProvider> {
@@ -357,5 +363,249 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
     assert!(response.batch_item_failures.is_empty());
     let record = h.record("ord-1001").await.unwrap();
     assert_eq!(record.estado, Estado::Hecho);
+    h.provider.assert_no_order_charged_twice();
+}
+
+// --- Hardening (issue 12) -----------------------------------------------------------
+
+/// The outcome lines of a captured log: (message id, outcome, level, fields).
+fn outcome_lines(logs: &Captured) -> Vec<(String, String, String, serde_json::Value)> {
+    logs.text()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["fields"]["outcome"].is_string())
+        .map(|l| {
+            (
+                l["span"]["message_id"].as_str().unwrap_or("").to_owned(),
+                l["fields"]["outcome"].as_str().unwrap().to_owned(),
+                l["level"].as_str().unwrap().to_owned(),
+                l["fields"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// `events/sqs-single.json` with another message id: the same order delivered again
+/// as a new message (SNS fan-out, producer retry, redrive).
+fn another_copy() -> SqsEvent {
+    let mut copy = event("sqs-single.json");
+    copy.records[0].message_id = Some("a-second-copy-of-ord-1001".to_owned());
+    copy
+}
+
+#[tokio::test]
+async fn a_message_id_twice_in_a_batch_is_listed_once_in_the_failures() {
+    let h = harness().await;
+    let mut batch = batch_of(&["not json", r#"{"id":"x#y"}"#]);
+    let id = batch.records[0].message_id.clone().unwrap();
+    batch.records[1].message_id = Some(id.clone());
+    assert_eq!(h.invoke_event_with(batch, INVOCATION).await, [id]);
+}
+
+#[tokio::test]
+async fn declines_are_bounded_per_order_across_copies_and_deliveries() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    h.provider.script("ord-1001", &[Fault::Decline; 6]);
+    // Two copies of one order, delivered in turn: three declines in all reach the card.
+    for copy in [
+        event("sqs-single.json"),
+        another_copy(),
+        event("sqs-single.json"),
+    ] {
+        assert_eq!(h.invoke_event_with(copy, INVOCATION).await.len(), 1);
+        h.redeliver_later();
+    }
+    assert_eq!(
+        h.provider.keys_for("ord-1001"),
+        ["cobro#ord-1001#1", "cobro#ord-1001#2", "cobro#ord-1001#3"]
+    );
+    // From now on any delivery of any copy fails as declined without a provider call.
+    for copy in [another_copy(), event("sqs-single.json")] {
+        assert_eq!(h.invoke_event_with(copy, INVOCATION).await.len(), 1);
+        h.redeliver_later();
+    }
+    assert_eq!(
+        h.provider.calls_for("ord-1001").len(),
+        3,
+        "no fourth try of the card"
+    );
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!(record.estado, Estado::Libre);
+    assert_eq!(record.intento, Some(4));
+    let lines = outcome_lines(&logs);
+    assert_eq!(lines.len(), 5);
+    for (_, outcome, _, fields) in &lines[3..] {
+        assert_eq!(outcome, "declined");
+        let reason = fields["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("limit"), "{fields}");
+    }
+    assert_eq!(h.provider.charge_count(), 0);
+}
+
+/// Asserts the handler answered before its deadline, with every record failed.
+async fn answers_before_the_deadline<P: charge_once::payment::PaymentProvider + 'static>(
+    h: &Harness<P>,
+    event: SqsEvent,
+    time_left: Duration,
+) -> Vec<String> {
+    let started = std::time::Instant::now();
+    let failed = h.invoke_event_with(event, time_left).await;
+    let took = started.elapsed();
+    assert!(
+        took < time_left,
+        "the handler answered after its deadline: {took:?} > {time_left:?}"
+    );
+    failed
+}
+
+#[tokio::test]
+async fn a_slow_store_cannot_make_the_handler_outlive_its_deadline() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    // Each store call takes 1.5 s: reserve, charge and complete would end 3 s in.
+    let options = Options {
+        store_latency: Some(Duration::from_millis(1500)),
+        wall_clock: true,
+    };
+    let h = Harness::with(TestProvider::new(), options).await;
+    let time_left = DEADLINE_MARGIN + Duration::from_millis(200);
+    let failed = answers_before_the_deadline(&h, event("sqs-single.json"), time_left).await;
+    assert_eq!(failed, message_ids("sqs-single.json", &[0]));
+    let lines = outcome_lines(&logs);
+    assert_eq!(lines[0].1, "deadline", "{:?}", lines[0].3);
+    // Nothing is lost: the lease ends at the deadline and the next delivery charges.
+    tokio::time::sleep(time_left).await;
+    assert!(h.invoke("sqs-single.json").await.is_empty());
+    assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
+    h.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_slow_listing_after_a_replayed_server_error_cannot_make_the_handler_outlive_its_deadline()
+{
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let options = Options {
+        wall_clock: true,
+        ..Options::default()
+    };
+    let h = Harness::with(TestProvider::new(), options).await;
+    // Attempt 1 stores a 500; after the listing, attempt 2 would hang to its timeout.
+    h.provider
+        .script("ord-1001", &[Fault::StoredServerError, Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    // The replayed 500 sends the record to the listing, which takes most of the time.
+    h.provider
+        .delay_lookups(PAYMENT_TIMEOUT - Duration::from_millis(100));
+    let time_left = DEADLINE_MARGIN + Duration::from_millis(600);
+    let failed = answers_before_the_deadline(&h, event("sqs-single.json"), time_left).await;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "deadline");
+    assert_eq!(h.provider.charge_count(), 0);
+    h.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    // Attempt 1's charge went out and the invocation died; the key is now old.
+    h.provider.script("ord-1001", &[Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    h.provider.add_pending_charge("ord-1001", 5000);
+    h.clock
+        .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
+    let calls_before = h.provider.calls_for("ord-1001").len();
+
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    assert_eq!(
+        h.provider.calls_for("ord-1001").len(),
+        calls_before,
+        "nothing is sent while the provider holds a live charge"
+    );
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!(record.estado, Estado::Libre);
+    assert_eq!(record.intento, Some(1), "the same key");
+    let (_, outcome, level, _) = outcome_lines(&logs).pop().unwrap();
+    assert_eq!(
+        (outcome.as_str(), level.as_str()),
+        ("needs_reconciliation", "ERROR")
+    );
+}
+
+/// The order of `events/sqs-single.json`, as `resolve` gets it from the DLQ message.
+fn ord_1001() -> Order {
+    Order::new("ord-1001", 5000, "EUR", "cus_123").unwrap()
+}
+
+#[tokio::test]
+async fn resolve_refuses_to_move_to_a_new_key_while_the_charge_is_pending() {
+    let h = harness().await;
+    h.provider.script("ord-1001", &[Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    h.provider.add_pending_charge("ord-1001", 5000);
+    h.redeliver_later();
+    let resolved = resolve(
+        h.table.store.as_ref(),
+        h.provider.as_ref(),
+        &h.settings,
+        &ord_1001(),
+        Confirmed::default(),
+    )
+    .await;
+    assert!(
+        matches!(resolved, Err(ResolveError::Pending { ref status, .. }) if status == "pending"),
+        "{resolved:?}"
+    );
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(1)));
+    assert_eq!(h.provider.charge_count(), 0);
+}
+
+#[tokio::test]
+async fn resolve_with_retry_declined_lets_a_declined_order_try_the_card_again() {
+    let h = harness().await;
+    h.provider.script("ord-1001", &[Fault::Decline; 3]);
+    for _ in 0..4 {
+        assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+        h.redeliver_later();
+    }
+    assert_eq!(h.provider.calls_for("ord-1001").len(), 3, "the limit holds");
+    // Without --retry-declined, resolve releases with a new key but keeps the count.
+    let confirmed = Confirmed::default();
+    let order = ord_1001();
+    let settle = |confirmed| {
+        resolve(
+            h.table.store.as_ref(),
+            h.provider.as_ref(),
+            &h.settings,
+            &order,
+            confirmed,
+        )
+    };
+    assert!(matches!(
+        settle(confirmed).await.unwrap(),
+        Resolution::Released { next_attempt: 5 }
+    ));
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    assert_eq!(h.provider.calls_for("ord-1001").len(), 3);
+    // The customer fixed the card.
+    let retry = Confirmed {
+        retry_declined: true,
+        ..Confirmed::default()
+    };
+    assert!(matches!(
+        settle(retry).await.unwrap(),
+        Resolution::Released { next_attempt: 6 }
+    ));
+    assert!(h.invoke("sqs-single.json").await.is_empty());
+    assert_eq!(
+        h.provider.keys_for("ord-1001").last().unwrap(),
+        "cobro#ord-1001#6"
+    );
+    assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
     h.provider.assert_no_order_charged_twice();
 }

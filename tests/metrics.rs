@@ -49,6 +49,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
             now_ms: at_ms,
             lease_until_ms: until_ms,
             expira_s: at_ms / 1000 + 3600 * 24 * 400,
+            max_declines: 3,
         };
         reserve(store, &req).await.unwrap();
     };

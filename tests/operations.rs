@@ -200,6 +200,7 @@ async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
         now_ms: until_ms - 60_000,
         lease_until_ms: until_ms,
         expira_s: now_ms() / 1000 + 3600 * 24 * 400,
+        max_declines: 3,
     };
     reserve(table.store.as_ref(), &req).await.unwrap();
 }

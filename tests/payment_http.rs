@@ -310,6 +310,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
         now_ms: then,
         lease_until_ms: then + 60_000,
         expira_s: then / 1000 + 400 * 24 * 3600,
+        max_declines: support::harness::MAX_DECLINES,
     };
     reserve(h.table.store.as_ref(), &req).await.unwrap();
     h.clock
@@ -364,5 +365,39 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
     assert_eq!(
         h.record(order.id()).await.unwrap().recibo.as_deref(),
         Some(succeeded[0].as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_and_keeps_the_key()
+{
+    let logs = Captured::default();
+    let _guard = logs.install();
+    // The provider has no such customer: 404 `resource_missing`, on every retry alike.
+    let order = order(&unique_id(), 800, "cus_nobodyknows");
+    let h = Harness::new(provider()).await;
+    let failed = h
+        .invoke_event_with(
+            single_event_with_body(&body(&order)),
+            support::harness::INVOCATION,
+        )
+        .await;
+    assert_eq!(failed.len(), 1);
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(1)));
+
+    let text = logs.text();
+    let line: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["fields"]["outcome"].is_string())
+        .unwrap_or_else(|| panic!("no outcome line:\n{text}"));
+    assert_eq!(line["fields"]["outcome"], "rejected", "{line}");
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert_eq!(line["fields"]["code"], "resource_missing", "{line}");
+    assert_eq!(line["fields"]["status"], 404, "{line}");
+    assert!(
+        !text.contains("No such customer"),
+        "provider text is never logged"
     );
 }

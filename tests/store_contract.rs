@@ -7,8 +7,8 @@
 mod support;
 
 use charge_once::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    Reservation, ReserveRequest, reserve,
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
+    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, reserve,
 };
 use charge_once::store::sqlite::SqliteStore;
 use std::sync::Arc;
@@ -75,8 +75,11 @@ fn req<'a>(pk: &'a Key, huella: &'a str, titular: &'a str, now_ms: i64) -> Reser
         now_ms,
         lease_until_ms: now_ms + MINUTE,
         expira_s: now_ms / 1000 + 400 * 24 * 3600,
+        max_declines: MAX_DECLINES,
     }
 }
+
+const MAX_DECLINES: u32 = 3;
 
 fn complete<'a>(
     pk: &'a Key,
@@ -93,12 +96,14 @@ fn complete<'a>(
     }
 }
 
-fn release<'a>(pk: &'a Key, titular: &'a str, next_attempt: bool) -> ReleaseRequest<'a> {
-    ReleaseRequest {
-        pk,
-        titular,
-        next_attempt,
-    }
+/// A release by `titular`; `declined`: after a 402 (next key, one more decline).
+fn release<'a>(pk: &'a Key, titular: &'a str, declined: bool) -> ReleaseRequest<'a> {
+    let kind = if declined {
+        ReleaseKind::Declined
+    } else {
+        ReleaseKind::KeepKey
+    };
+    ReleaseRequest { pk, titular, kind }
 }
 
 async fn won(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Record {
@@ -348,8 +353,10 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
         "the same key is still the one sent at T"
     );
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    assert_eq!(kept.rechazos, None, "only a decline is counted");
     let bumped = applied(t.store.release(&release(&pk, "b", true)).await.unwrap());
     assert_eq!(bumped.intento, Some(2));
+    assert_eq!(bumped.rechazos, Some(1));
     assert_eq!(
         bumped.enviado_ms, None,
         "attempt 2's key has not been sent yet"
@@ -357,6 +364,53 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + 2)).await;
     assert_eq!(next.intento, Some(2));
     assert_eq!(next.enviado_ms, Some(T + 2));
+}
+
+async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: Fixture) {
+    let pk = key();
+    for (i, titular) in ["a", "b", "c"].into_iter().enumerate() {
+        let now = T + i64::try_from(i).unwrap();
+        won(t.store.as_ref(), &req(&pk, H1, titular, now)).await;
+        applied(t.store.release(&release(&pk, titular, true)).await.unwrap());
+    }
+    assert_eq!(
+        judged(t.store.as_ref(), &req(&pk, H1, "d", T + 10)).await,
+        Reservation::DeclineLimit { declines: 3 }
+    );
+    let stored = t.store.get(&pk).await.unwrap().unwrap();
+    assert_eq!((stored.estado, stored.intento), (Estado::Libre, Some(4)));
+
+    // `resolve` may lease it; without --retry-declined the count stays.
+    let lease = |titular| ResolveLeaseRequest {
+        pk: &pk,
+        huella: H1,
+        titular,
+        now_ms: T + 20,
+        lease_until_ms: T + 20 + MINUTE,
+    };
+    applied(t.store.lease_for_resolve(&lease("r1")).await.unwrap());
+    let kept = ReleaseRequest {
+        pk: &pk,
+        titular: "r1",
+        kind: ReleaseKind::NextKey {
+            reset_declines: false,
+        },
+    };
+    assert_eq!(
+        applied(t.store.release(&kept).await.unwrap()).rechazos,
+        Some(3)
+    );
+    applied(t.store.lease_for_resolve(&lease("r2")).await.unwrap());
+    let reset = ReleaseRequest {
+        pk: &pk,
+        titular: "r2",
+        kind: ReleaseKind::NextKey {
+            reset_declines: true,
+        },
+    };
+    let after = applied(t.store.release(&reset).await.unwrap());
+    assert_eq!((after.rechazos, after.intento), (None, Some(6)));
+    won(t.store.as_ref(), &req(&pk, H1, "e", T + 30)).await;
 }
 
 async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
@@ -473,6 +527,7 @@ contract_suite!(
     complete_and_release_with_a_stale_titular_are_refused,
     complete_falls_back_on_the_attempt_when_the_fence_is_lost,
     declined_release_bumps_intento_and_any_other_keeps_it,
+    declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them,
     next_attempt_moves_the_key_under_the_lease,
     card_format_hecho_is_a_duplicate,
     card_format_en_curso_needs_reconciliation,

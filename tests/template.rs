@@ -50,9 +50,52 @@ fn number(t: &Value, v: &Value) -> Option<u64> {
 }
 
 fn duration(t: &Value, v: &Value) -> Option<Duration> {
+    if let Some((name, unit)) = sub_of_parameter(v) {
+        let n = number(t, get(t, &["Parameters", name, "Default"]))?;
+        return humantime::parse_duration(&format!("{n}{unit}")).ok();
+    }
     resolve(t, v)
         .as_str()
         .and_then(|s| humantime::parse_duration(s).ok())
+}
+
+/// `!Sub "${Name}unit"`: (the parameter, the unit after it).
+fn sub_of_parameter(v: &Value) -> Option<(&str, &str)> {
+    match v {
+        Value::Tagged(t) if t.tag == "Sub" => {
+            let text = t.value.as_str()?.strip_prefix("${")?;
+            let (name, unit) = text.split_once('}')?;
+            Some((name, unit))
+        }
+        _ => None,
+    }
+}
+
+const MIN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// IDEMPOTENCY_RETENTION can never be deployed below 30 days: a fixed value, or a
+/// number-of-days parameter whose default and minimum are both at least 30.
+fn retention_violations(t: &Value, env: &Value) -> Vec<String> {
+    let value = &env["IDEMPOTENCY_RETENTION"];
+    if let Some((name, "d")) = sub_of_parameter(value) {
+        let param = get(t, &["Parameters", name]);
+        let min = number(t, &param["MinValue"]);
+        let default = number(t, &param["Default"]);
+        if param["Type"] != "Number" || min.is_none_or(|m| m < 30) || default.is_none_or(|d| d < 30)
+        {
+            return vec![format!(
+                "parameter {name} (IDEMPOTENCY_RETENTION in days) must be a Number with Default and MinValue of at least 30"
+            )];
+        }
+        return vec![];
+    }
+    match (value, duration(t, value)) {
+        (Value::Tagged(_), _) => vec![
+            "IDEMPOTENCY_RETENTION comes from a parameter with no 30-day minimum (use !Sub \"${Days}d\" of a Number parameter with MinValue 30)".to_owned(),
+        ],
+        (_, Some(d)) if d >= MIN_RETENTION => vec![],
+        _ => vec![format!("IDEMPOTENCY_RETENTION {value:?} is below 30 days")],
+    }
 }
 
 fn is_tag(v: &Value, tag: &str, value: &str) -> bool {
@@ -176,9 +219,30 @@ fn violations(t: &Value) -> Vec<String> {
         out.push("the table's TTL is not enabled on `expira`".to_owned());
     }
 
+    if table["DeletionProtectionEnabled"] != true {
+        out.push(
+            "the table lacks DeletionProtectionEnabled: true (deleting it forgets every charge)"
+                .to_owned(),
+        );
+    }
+    out.extend(retention_violations(t, env));
+
     // IAM: DynamoDB only through the item actions the code uses, only on the table.
     let allowed = ["dynamodb:UpdateItem", "dynamodb:GetItem"];
-    for policy in function["Policies"].as_sequence().into_iter().flatten() {
+    let role_policies = &get(res(&arn_of(&function["Role"])), &["Properties", "Policies"]);
+    let documents: Vec<&Value> = function["Policies"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .chain(
+            role_policies
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .map(|p| &p["PolicyDocument"]),
+        )
+        .collect();
+    for policy in documents {
         for statement in policy["Statement"].as_sequence().into_iter().flatten() {
             let actions: Vec<&str> = match &statement["Action"] {
                 Value::String(s) => vec![s.as_str()],
@@ -267,7 +331,16 @@ fn ttl_on_another_attribute_is_caught() {
 
 #[test]
 fn broader_iam_is_caught() {
-    let statement = at(&FN_PROPS, &["Policies", "0", "Statement", "0"]);
+    let statement = [
+        "Resources",
+        "ChargeFunctionRole",
+        "Properties",
+        "Policies",
+        "0",
+        "PolicyDocument",
+        "Statement",
+        "1",
+    ];
     let action = at(&statement, &["Action"]);
     broken(
         &action,
@@ -300,9 +373,180 @@ fn a_dlq_retention_not_above_the_queues_is_caught() {
 #[test]
 fn a_retention_shorter_than_the_queues_is_caught() {
     broken(
-        &["Parameters", "IdempotencyRetention", "Default"],
-        Value::from("7d"),
+        &["Parameters", "IdempotencyRetentionDays", "Default"],
+        Value::from(7),
         "IDEMPOTENCY_RETENTION",
+    );
+}
+
+#[test]
+fn a_retention_parameter_that_allows_less_than_thirty_days_is_caught() {
+    broken(
+        &["Parameters", "IdempotencyRetentionDays", "MinValue"],
+        Value::from(1),
+        "at least 30",
+    );
+    broken(
+        &at(
+            &FN_PROPS,
+            &["Environment", "Variables", "IDEMPOTENCY_RETENTION"],
+        ),
+        Value::from("7d"),
+        "below 30 days",
+    );
+}
+
+#[test]
+fn a_table_without_deletion_protection_is_caught() {
+    broken(
+        &[
+            "Resources",
+            "IdempotencyTable",
+            "Properties",
+            "DeletionProtectionEnabled",
+        ],
+        Value::from(false),
+        "DeletionProtectionEnabled",
+    );
+}
+
+// --- The template as CloudFormation receives it ----------------------------------
+
+/// `template` after the SAM transform (aws-sam-translator, offline), as JSON.
+fn transformed(template: &Value) -> serde_json::Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make test` (it installs aws-sam-translator into .venv from requirements-test.txt)",
+        python.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("template.yaml");
+    std::fs::write(&file, serde_norway::to_string(template).unwrap()).unwrap();
+    let out = std::process::Command::new(python)
+        .arg(root.join("tests/support/sam_transform.py"))
+        .arg(&file)
+        .arg("PaymentApiKeySecretArn=arn:aws:secretsmanager:eu-west-1:123456789012:secret:x")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the SAM transform failed (is aws-sam-translator installed? `make test` installs it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Strings of a JSON value: a string, or each string of a list.
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::String(s) => vec![s.clone()],
+        serde_json::Value::Array(items) => items.iter().flat_map(strings).collect(),
+        other => vec![other.to_string()],
+    }
+}
+
+/// What the function's role can do beyond its own queue, table, secret and logs.
+fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
+    let resources = &cfn["Resources"];
+    let mut out = Vec::new();
+    let role_name = match cfn["Resources"][FUNCTION]["Properties"]["Role"]["Fn::GetAtt"][0].as_str()
+    {
+        Some(name) => name,
+        None => return vec!["the function's Role is not a role of this stack".to_owned()],
+    };
+    let role = &resources[role_name]["Properties"];
+    for arn in strings(&role["ManagedPolicyArns"]) {
+        // Logs only; anything else (AWSLambdaSQSQueueExecutionRole: every queue) is too much.
+        if !arn.contains("service-role/AWSLambdaBasicExecutionRole") {
+            out.push(format!("managed policy {arn} on the function's role"));
+        }
+    }
+    let queue = serde_json::json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]});
+    let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
+    let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
+    let mut sqs_actions = Vec::new();
+    let statements = role["Policies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| {
+            p["PolicyDocument"]["Statement"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        });
+    for statement in statements {
+        let resource = &statement["Resource"];
+        for action in strings(&statement["Action"]) {
+            let expected = match action.split(':').next() {
+                Some("sqs") => &queue,
+                Some("dynamodb") => &table,
+                Some("secretsmanager") => &secret,
+                _ => {
+                    out.push(format!("unexpected action {action}"));
+                    continue;
+                }
+            };
+            if action.contains('*') || resource != expected {
+                out.push(format!("{action} on {resource}, expected only {expected}"));
+            }
+            if action.starts_with("sqs:") {
+                sqs_actions.push(action);
+            }
+        }
+    }
+    sqs_actions.sort();
+    if sqs_actions
+        != [
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:ReceiveMessage",
+        ]
+    {
+        out.push(format!(
+            "the role's SQS actions on the orders queue are {sqs_actions:?}"
+        ));
+    }
+    for (name, resource) in resources.as_object().into_iter().flatten() {
+        let kind = resource["Type"].as_str().unwrap_or("");
+        if (kind == "AWS::IAM::Policy" || kind == "AWS::IAM::ManagedPolicy")
+            && resource.to_string().contains(role_name)
+        {
+            out.push(format!("{name} ({kind}) adds to the function's role"));
+        }
+    }
+    out
+}
+
+#[test]
+fn after_the_sam_transform_the_function_role_reaches_only_its_queue_table_and_secret() {
+    assert_eq!(
+        role_violations(&transformed(&template())),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_role_left_to_sam_is_caught_after_the_transform() {
+    // Without a role of its own, SAM attaches AWSLambdaSQSQueueExecutionRole:
+    // receive and delete on every queue of the account.
+    let mut t = template();
+    get_mut(&mut t, &FN_PROPS)
+        .as_mapping_mut()
+        .unwrap()
+        .remove("Role");
+    t["Resources"]
+        .as_mapping_mut()
+        .unwrap()
+        .remove("ChargeFunctionRole");
+    let found = role_violations(&transformed(&t));
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("AWSLambdaSQSQueueExecutionRole")),
+        "{found:?}"
     );
 }
 
@@ -348,6 +592,10 @@ fn the_environment_parses_as_the_consumer_would() {
         match v {
             Value::String(s) => Some(s.clone()),
             Value::Number(n) => Some(n.to_string()),
+            // `!Sub "${Days}d"`: the parameter's default, in days.
+            Value::Tagged(_) if name == "IDEMPOTENCY_RETENTION" => {
+                duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
+            }
             // Resource references resolve at deploy time; any valid stand-in will do.
             Value::Tagged(_) if name == "IDEMPOTENCY_TABLE" => {
                 Some("charge-once-idempotency".to_owned())
@@ -362,4 +610,9 @@ fn the_environment_parses_as_the_consumer_would() {
         .expect("the template's settings are valid");
     assert_eq!(config.max_concurrency, 10);
     assert_eq!(config.deadline_margin, Duration::from_secs(12));
+    assert_eq!(config.retention, Duration::from_secs(400 * 24 * 3600));
+    assert_eq!(
+        config.max_declines, 3,
+        "MAX_DECLINES follows maxReceiveCount"
+    );
 }

@@ -9,10 +9,10 @@ mod resolve;
 mod store;
 
 pub use key::Key;
-pub use machine::{Charger, Clock, Outcome, Reservation, Settings, reserve};
+pub use machine::{Charger, Clock, DEADLINE_SAFETY, Outcome, Reservation, Settings, reserve};
 pub use record::{Estado, Record};
-pub use resolve::{Resolution, ResolveError, resolve};
+pub use resolve::{Confirmed, Resolution, ResolveError, resolve};
 pub use store::{
-    CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseRequest, ReserveOutcome,
+    CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveOutcome,
     ReserveRequest, ResolveLeaseRequest, StoreError,
 };

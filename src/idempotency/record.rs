@@ -55,6 +55,8 @@ pub struct Record {
     pub intento: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
     pub enviado_ms: Option<i64>,
+    /// `rechazos`: how many times the provider declined this order (DESIGN §5).
+    pub rechazos: Option<u32>,
 }
 
 impl Record {
@@ -66,5 +68,10 @@ impl Record {
     /// The attempt number, 1 when absent.
     pub fn attempt(&self) -> u32 {
         self.intento.unwrap_or(1)
+    }
+
+    /// Declines so far, 0 when absent.
+    pub fn declines(&self) -> u32 {
+        self.rechazos.unwrap_or(0)
     }
 }

@@ -1,15 +1,17 @@
 //! `resolve`: a human settles a record that cannot settle itself (a DLQ'd
-//! `needs_reconciliation`, a stuck lease) by asking the provider. Found → `hecho` with
-//! that charge; not found → `libre` with the next attempt, so a redrive charges once
-//! under a new key. Every write goes through a lease, so it never races a consumer.
+//! `needs_reconciliation`, a stuck lease, an order at its decline limit) by asking the
+//! provider. Succeeded → `hecho` with that charge; pending → nothing changes (it may
+//! still succeed); not found → `libre` with the next attempt, so a redrive charges
+//! once under a new key. Every write goes through a lease, so it never races a
+//! consumer.
 
 use super::machine::Settings;
 use super::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Record, ReleaseRequest,
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Record, ReleaseKind, ReleaseRequest,
     ResolveLeaseRequest, StoreError,
 };
 use crate::order::Order;
-use crate::payment::{PaymentError, PaymentProvider};
+use crate::payment::{Lookup, PaymentError, PaymentProvider};
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,21 +41,34 @@ pub enum ResolveError {
     CardFormat,
     #[error("the record changed while resolving; run resolve again")]
     Changed,
+    #[error(
+        "the provider holds charge {charge_id} for this order in status `{status}`: it may \
+         still succeed, so no new key is allowed; run resolve again once it is final"
+    )]
+    Pending { charge_id: String, status: String },
     #[error("store")]
     Store(#[from] StoreError),
     #[error("provider lookup")]
     Provider(#[source] PaymentError),
 }
 
-/// Settles `order`'s record by asking the provider. `card_format_checked`: a human
-/// confirmed at the provider that a card-format record's order was not charged (or
-/// the lookup will find it).
+/// What a human confirmed before running `resolve`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Confirmed {
+    /// A card-format record's order was checked at the provider by hand.
+    pub card_format_checked: bool,
+    /// The customer fixed their card: reset the order's decline count, so the next
+    /// delivery may try the card again.
+    pub retry_declined: bool,
+}
+
+/// Settles `order`'s record by asking the provider.
 pub async fn resolve(
     store: &dyn IdempotencyStore,
     provider: &dyn PaymentProvider,
     settings: &Settings,
     order: &Order,
-    card_format_checked: bool,
+    confirmed: Confirmed,
 ) -> Result<Resolution, ResolveError> {
     let pk = order.key();
     let huella = order.fingerprint();
@@ -64,7 +79,7 @@ pub async fn resolve(
             recibo: record.recibo,
         });
     }
-    check(&record, &huella, now_ms, card_format_checked)?;
+    check(&record, &huella, now_ms, confirmed.card_format_checked)?;
 
     let titular = format!("resolve-{}", uuid::Uuid::new_v4());
     let lease_until_ms = now_ms.saturating_add(
@@ -82,21 +97,25 @@ pub async fn resolve(
         FenceOutcome::Refused(_) => return Err(ResolveError::Changed),
     };
     let attempt = leased.attempt();
-    let release = |next_attempt| ReleaseRequest {
+    let release = |kind| ReleaseRequest {
         pk: &pk,
         titular: &titular,
-        next_attempt,
+        kind,
     };
 
     let found = match provider.find_charge(order).await {
         Ok(found) => found,
         Err(e) => {
-            store.release(&release(false)).await?;
+            store.release(&release(ReleaseKind::KeepKey)).await?;
             return Err(ResolveError::Provider(e));
         }
     };
     match found {
-        Some(receipt) => {
+        Lookup::Pending { charge_id, status } => {
+            store.release(&release(ReleaseKind::KeepKey)).await?;
+            Err(ResolveError::Pending { charge_id, status })
+        }
+        Lookup::Succeeded(receipt) => {
             let retention_s = i64::try_from(settings.retention.as_secs()).unwrap_or(i64::MAX);
             let done = CompleteRequest {
                 pk: &pk,
@@ -113,7 +132,12 @@ pub async fn resolve(
                 FenceOutcome::Refused(_) => Err(ResolveError::Changed),
             }
         }
-        None => match store.release(&release(true)).await? {
+        Lookup::NotFound => match store
+            .release(&release(ReleaseKind::NextKey {
+                reset_declines: confirmed.retry_declined,
+            }))
+            .await?
+        {
             FenceOutcome::Applied(record) => Ok(Resolution::Released {
                 next_attempt: record.attempt(),
             }),

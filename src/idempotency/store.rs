@@ -57,6 +57,9 @@ pub struct ReserveRequest<'a> {
     pub lease_until_ms: i64,
     /// Retention: the TTL attribute written with the reservation.
     pub expira_s: i64,
+    /// A record with this many declines (`rechazos`) is not reserved again: the lost
+    /// condition returns it, and the order fails as declined without a provider call.
+    pub max_declines: u32,
 }
 
 impl ReserveRequest<'_> {
@@ -90,9 +93,21 @@ pub struct CompleteRequest<'a> {
 pub struct ReleaseRequest<'a> {
     pub pk: &'a Key,
     pub titular: &'a str,
-    /// Only after a 402 Declined: the provider stored a decline under the current key,
-    /// so the next attempt needs a new one.
-    pub next_attempt: bool,
+    pub kind: ReleaseKind,
+}
+
+/// What a release does to the provider key and the decline count (DESIGN §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseKind {
+    /// Keep `intento`: the next attempt replays the same key. Every failure whose
+    /// outcome at the provider is unknown or transient.
+    KeepKey,
+    /// After a 402: the provider stored a decline under this key, so nothing was
+    /// charged under it. `intento` + 1, `enviado` removed, `rechazos` + 1.
+    Declined,
+    /// `resolve` found no charge: `intento` + 1, `enviado` removed; `rechazos`
+    /// removed too when a human says the customer fixed the card.
+    NextKey { reset_declines: bool },
 }
 
 /// Take a record for `resolve` (a human settling it): any non-`hecho` record with the
@@ -119,9 +134,10 @@ pub enum FenceOutcome {
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
     /// Wins when the key is absent, or a non-`hecho` item of ours is past `expira`,
-    /// or the item has the same `huella` and is `libre` or `en-curso` with an expired
-    /// lease. On winning: `en-curso`, our `titular`, lease until `lease_until_ms`,
-    /// `creado`/`intento`/`enviado` kept if present. On losing, the old item.
+    /// or the item has the same `huella`, fewer than `max_declines` declines, and is
+    /// `libre` or `en-curso` with an expired lease. On winning: `en-curso`, our
+    /// `titular`, lease until `lease_until_ms`, `creado`/`intento`/`enviado`/`rechazos`
+    /// kept if present. On losing, the old item.
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError>;
 
     /// `hecho` + `recibo`, lease removed, on `estado = en-curso AND titular = mine`.
@@ -133,8 +149,8 @@ pub trait IdempotencyStore: Send + Sync {
     async fn complete_attempt(&self, req: &CompleteRequest<'_>)
     -> Result<FenceOutcome, StoreError>;
 
-    /// `libre`, lease removed (and `intento` + 1, `enviado` removed when
-    /// `next_attempt`), same fence as `complete`.
+    /// `libre`, lease removed, the key and decline count as `kind` says; same fence
+    /// as `complete`.
     async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError>;
 
     /// While holding the lease: `intento` + 1 and `enviado = now`, for a key the

@@ -16,7 +16,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Response, StatusCode};
 use serde::Deserialize;
 
-use super::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use super::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
 use crate::config::Secret;
 use crate::order::Order;
 
@@ -99,9 +99,44 @@ struct Charge {
     #[serde(default)]
     amount: Option<u64>,
     #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
     status: Option<String>,
     #[serde(default)]
     metadata: Option<std::collections::HashMap<String, String>>,
+}
+
+impl Charge {
+    fn is_for(&self, order: &Order) -> bool {
+        self.amount == Some(order.amount())
+            && self
+                .currency
+                .as_deref()
+                .is_some_and(|c| c.eq_ignore_ascii_case(order.currency()))
+            && self
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("order_id"))
+                .is_some_and(|id| id == order.id())
+    }
+}
+
+/// The order's charge on one page: a succeeded one wins; otherwise any status but
+/// `failed` (pending bank debits, `processing`, an unknown new status) is live.
+fn pick(charges: &[Charge], order: &Order) -> Lookup {
+    let mine = || charges.iter().filter(|c| c.is_for(order));
+    if let Some(paid) = mine().find(|c| c.status.as_deref() == Some("succeeded")) {
+        return Lookup::Succeeded(Receipt {
+            id: paid.id.clone(),
+        });
+    }
+    match mine().find(|c| c.status.as_deref() != Some("failed")) {
+        Some(live) => Lookup::Pending {
+            charge_id: live.id.clone(),
+            status: live.status.clone().unwrap_or_else(|| "unknown".to_owned()),
+        },
+        None => Lookup::NotFound,
+    }
 }
 
 #[derive(Deserialize)]
@@ -170,6 +205,12 @@ async fn classify_failure(response: Response) -> PaymentError {
             decline_code: detail.decline_code,
         },
         400 if detail.kind.as_deref() == Some("idempotency_error") => PaymentError::KeyReused,
+        // Permanent: the same request is refused again. Its code says why (never its
+        // message, which may quote the request).
+        s @ (400 | 404) => PaymentError::Rejected {
+            status: s,
+            code: detail.code,
+        },
         409 => PaymentError::retryable(FailureKind::Conflict),
         429 => PaymentError::retryable(FailureKind::RateLimited),
         s @ 500..=599 if replayed => PaymentError::ReplayedServerError { status: s },
@@ -211,8 +252,9 @@ impl PaymentProvider for HttpProvider {
         }
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
+    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
         let mut starting_after: Option<String> = None;
+        let mut pending = None;
         for _ in 0..MAX_PAGES {
             let mut query = vec![
                 ("customer", order.customer().to_owned()),
@@ -224,22 +266,15 @@ impl PaymentProvider for HttpProvider {
             let request = self.client.get(self.url("/v1/charges")).query(&query);
             let page: ChargeList =
                 send_json(request, "a charge listing that is not a list").await?;
-            let found = page.data.iter().find(|c| {
-                c.status.as_deref() == Some("succeeded")
-                    && c.amount == Some(order.amount())
-                    && c.metadata
-                        .as_ref()
-                        .and_then(|m| m.get("order_id"))
-                        .is_some_and(|id| id == order.id())
-            });
-            if let Some(charge) = found {
-                return Ok(Some(Receipt {
-                    id: charge.id.clone(),
-                }));
+            match pick(&page.data, order) {
+                found @ Lookup::Succeeded(_) => return Ok(found),
+                // A later page may still hold a succeeded charge: keep reading.
+                live @ Lookup::Pending { .. } => pending = pending.or(Some(live)),
+                Lookup::NotFound => {}
             }
             match page.data.last() {
                 Some(last) if page.has_more => starting_after = Some(last.id.clone()),
-                _ => return Ok(None),
+                _ => return Ok(pending.unwrap_or(Lookup::NotFound)),
             }
         }
         // "Not found" must be certain: a new key after an incomplete search could
@@ -267,6 +302,46 @@ mod tests {
         assert_eq!(charge_form(&a), charge_form(&b));
         assert_eq!(charge_form(&a)[1], ("currency", "eur".to_owned()));
         assert_eq!(charge_form(&a)[4], ("metadata[order_id]", "o-1".to_owned()));
+    }
+
+    fn charge(id: &str, status: &str, amount: u64, currency: &str, order_id: &str) -> Charge {
+        Charge {
+            id: id.to_owned(),
+            amount: Some(amount),
+            currency: Some(currency.to_owned()),
+            status: Some(status.to_owned()),
+            metadata: Some([("order_id".to_owned(), order_id.to_owned())].into()),
+        }
+    }
+
+    #[test]
+    fn a_pending_charge_of_the_order_is_live_and_a_failed_one_is_not() {
+        let order = Order::new("o-1", 5000, "EUR", "cus_1").unwrap();
+        let failed = charge("ch_f", "failed", 5000, "eur", "o-1");
+        let pending = charge("py_p", "pending", 5000, "eur", "o-1");
+        let paid = charge("ch_s", "succeeded", 5000, "eur", "o-1");
+        assert_eq!(pick(&[failed], &order), Lookup::NotFound);
+        let failed = charge("ch_f", "failed", 5000, "eur", "o-1");
+        assert_eq!(
+            pick(&[failed, pending], &order),
+            Lookup::Pending {
+                charge_id: "py_p".into(),
+                status: "pending".into()
+            }
+        );
+        let pending = charge("py_p", "pending", 5000, "eur", "o-1");
+        assert_eq!(
+            pick(&[pending, paid], &order),
+            Lookup::Succeeded(Receipt { id: "ch_s".into() })
+        );
+        // Another order, amount or currency is not this order's charge.
+        for other in [
+            charge("x", "succeeded", 5000, "eur", "o-2"),
+            charge("x", "succeeded", 5001, "eur", "o-1"),
+            charge("x", "succeeded", 5000, "usd", "o-1"),
+        ] {
+            assert_eq!(pick(&[other], &order), Lookup::NotFound);
+        }
     }
 
     #[test]

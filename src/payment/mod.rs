@@ -20,6 +20,19 @@ pub struct Receipt {
     pub id: String,
 }
 
+/// What a lookup of an order's charges found (DESIGN §5 "reconcile"). A charge counts
+/// when its `metadata[order_id]`, amount and currency match and its status is not
+/// `failed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// A `succeeded` charge: the order is paid; complete with it.
+    Succeeded(Receipt),
+    /// A charge still in flight (`pending`, or any status that is not final): it may
+    /// yet succeed, so no new key may be sent. A human settles it.
+    Pending { charge_id: String, status: String },
+    /// No live charge: a new key cannot charge twice.
+    NotFound,
+}
 /// Why a provider call did not produce a receipt. The variant decides what happens to
 /// the provider key (DESIGN §5): only `Declined` moves to the next attempt.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +46,11 @@ pub enum PaymentError {
     /// The provider refused the key because it was used with other parameters.
     #[error("idempotency key reused with other parameters")]
     KeyReused,
+    /// A permanent refusal (400 other than a reused key, 404): the same request will
+    /// be refused again until someone fixes the order or the provider's data. Nothing
+    /// was charged; the key is kept.
+    #[error("provider rejected the request (status {status}{})", code.as_deref().map(|c| format!(", {c}")).unwrap_or_default())]
+    Rejected { status: u16, code: Option<String> },
     /// The provider replayed a stored 5xx for this key: the original outcome is
     /// unknown, so the charge must be looked up before anything else is sent.
     #[error("provider replayed a stored server error (status {status})")]
@@ -88,6 +106,7 @@ pub trait PaymentProvider: Send + Sync {
     /// the order's fingerprinted fields, so a replay is byte-identical.
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
 
-    /// Finds a successful charge for this order (same order id and amount), if any.
-    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError>;
+    /// Looks up the order's live charge: same `metadata[order_id]`, amount and
+    /// currency, status not `failed`. "Not found" must be certain (every page read).
+    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
 }

@@ -16,7 +16,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
-use super::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use super::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
 use crate::idempotency::StoreError;
 use crate::order::Order;
 use crate::store::sqlite::SharedConnection;
@@ -169,15 +169,20 @@ fn charge_blocking(
     Ok(outcome)
 }
 
-fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Option<Receipt>, rusqlite::Error> {
+/// The simulator settles every charge at once: a charge is succeeded or absent.
+fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlite::Error> {
     conn.query_row(
-            "SELECT charge_id FROM charges WHERE order_id = :order AND amount = :amount AND charged = 1
-             ORDER BY seq LIMIT 1",
-            named_params! {":order": order.id(), ":amount": i64::try_from(order.amount()).unwrap_or(i64::MAX)},
-            |row| row.get::<_, String>(0),
-        )
-        .optional()
-        .map(|id| id.map(|id| Receipt { id }))
+        "SELECT charge_id FROM charges WHERE order_id = :order AND amount = :amount
+             AND currency = :currency AND charged = 1 ORDER BY seq LIMIT 1",
+        named_params! {
+            ":order": order.id(),
+            ":amount": i64::try_from(order.amount()).unwrap_or(i64::MAX),
+            ":currency": order.currency(),
+        },
+        |row| row.get::<_, String>(0),
+    )
+    .optional()
+    .map(|id| id.map_or(Lookup::NotFound, |id| Lookup::Succeeded(Receipt { id })))
 }
 
 fn declined() -> PaymentError {
@@ -212,7 +217,7 @@ impl PaymentProvider for SimulatedProvider {
             .map_err(ledger_error)?
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
+    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
         let order = order.clone();
         self.conn
             .call(move |conn| find_blocking(conn, &order))
@@ -244,7 +249,10 @@ mod tests {
         let statuses: Vec<_> = ledger.iter().map(|r| r.status.as_str()).collect();
         assert_eq!(statuses, ["succeeded", "replayed"]);
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
-        assert_eq!(p.find_charge(&order("cus_1")).await.unwrap(), Some(first));
+        assert_eq!(
+            p.find_charge(&order("cus_1")).await.unwrap(),
+            Lookup::Succeeded(first)
+        );
     }
 
     #[tokio::test]
@@ -259,7 +267,7 @@ mod tests {
         }
         assert_eq!(
             p.find_charge(&order(DECLINED_CUSTOMER)).await.unwrap(),
-            None
+            Lookup::NotFound
         );
     }
 

@@ -19,8 +19,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
+    ReleaseRequest, ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -37,6 +37,7 @@ const NAMES: &[(&str, &str)] = &[
     ("#hasta", "en_curso_hasta"),
     ("#intento", "intento"),
     ("#enviado", "enviado"),
+    ("#rechazos", "rechazos"),
 ];
 
 const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
@@ -44,17 +45,23 @@ const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
      #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// card's consumer have no `huella` and are never taken over); or the same payload,
-/// `libre` or with an expired lease. `hecho` is never matched: it is final.
+/// below the decline limit, `libre` or with an expired lease. `hecho` is never
+/// matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
-     OR (#huella = :huella AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
+     OR (#huella = :huella AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
+         AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
 const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
 const COMPLETE_UPDATE: &str =
     "SET #estado = :hecho, #recibo = :recibo, #expira = :expira REMOVE #titular, #hasta";
 const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :hecho";
 const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
+const RELEASE_DECLINED_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno, \
+     #rechazos = if_not_exists(#rechazos, :cero) + :uno REMOVE #titular, #hasta, #enviado";
 const RELEASE_NEXT_UPDATE: &str =
     "SET #estado = :libre, #intento = #intento + :uno REMOVE #titular, #hasta, #enviado";
+const RELEASE_NEXT_RESET_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno \
+     REMOVE #titular, #hasta, #enviado, #rechazos";
 const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
      #huella = if_not_exists(#huella, :huella), #intento = if_not_exists(#intento, :uno), \
      #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
@@ -207,6 +214,7 @@ impl IdempotencyStore for DynamoStore {
             .expression_attribute_values(":expira", n(req.expira_s))
             .expression_attribute_values(":now_ms", n(req.now_ms))
             .expression_attribute_values(":now_s", n(req.now_s()))
+            .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)))
             .expression_attribute_values(":uno", n(1));
         Ok(match self.send("reserve", req.pk, builder).await? {
             FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
@@ -239,18 +247,27 @@ impl IdempotencyStore for DynamoStore {
     }
 
     async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
-        let update = if req.next_attempt {
-            RELEASE_NEXT_UPDATE
-        } else {
-            RELEASE_UPDATE
+        let update = match req.kind {
+            ReleaseKind::KeepKey => RELEASE_UPDATE,
+            ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
+            ReleaseKind::NextKey {
+                reset_declines: false,
+            } => RELEASE_NEXT_UPDATE,
+            ReleaseKind::NextKey {
+                reset_declines: true,
+            } => RELEASE_NEXT_RESET_UPDATE,
         };
         let mut builder = self
             .update(req.pk, update, FENCE)
             .expression_attribute_values(":libre", s(Estado::LIBRE))
             .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
             .expression_attribute_values(":titular", s(req.titular));
-        if req.next_attempt {
+        // DynamoDB rejects unused values, so bind only those the update mentions.
+        if update.contains(":uno") {
             builder = builder.expression_attribute_values(":uno", n(1));
+        }
+        if update.contains(":cero") {
+            builder = builder.expression_attribute_values(":cero", n(0));
         }
         self.send("release", req.pk, builder).await
     }
@@ -365,10 +382,13 @@ pub fn record_from_item(item: &Item) -> Result<Record, StoreError> {
         }
     };
     let estado = string("estado")?.ok_or_else(|| malformed("estado", "is missing"))?;
-    let intento = match number("intento")? {
-        None => None,
-        Some(i) => Some(u32::try_from(i).map_err(|_| malformed("intento", "is out of range"))?),
+    let count = |attribute: &'static str| -> Result<Option<u32>, StoreError> {
+        number(attribute)?
+            .map(|i| u32::try_from(i).map_err(|_| malformed(attribute, "is out of range")))
+            .transpose()
     };
+    let intento = count("intento")?;
+    let rechazos = count("rechazos")?;
     Ok(Record {
         estado: Estado::parse(&estado),
         creado_ms: number("creado")?,
@@ -379,6 +399,7 @@ pub fn record_from_item(item: &Item) -> Result<Record, StoreError> {
         en_curso_hasta_ms: number("en_curso_hasta")?,
         intento,
         enviado_ms: number("enviado")?,
+        rechazos,
         pk,
     })
 }
@@ -397,6 +418,8 @@ mod tests {
             COMPLETE_ATTEMPT_CONDITION,
             RELEASE_UPDATE,
             RELEASE_NEXT_UPDATE,
+            RELEASE_DECLINED_UPDATE,
+            RELEASE_NEXT_RESET_UPDATE,
             NEXT_ATTEMPT_UPDATE,
             RESOLVE_UPDATE,
             RESOLVE_CONDITION,

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
 use crate::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
+    ReleaseRequest, ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
 };
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
@@ -28,8 +28,12 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     titular        TEXT,
     en_curso_hasta INTEGER,
     intento        INTEGER,
-    enviado        INTEGER
+    enviado        INTEGER,
+    rechazos       INTEGER
 ) STRICT";
+/// Files made before `rechazos` existed get the column (absent = no declines).
+const HAS_RECHAZOS: &str = "SELECT rechazos FROM idempotency LIMIT 0";
+const ADD_RECHAZOS: &str = "ALTER TABLE idempotency ADD COLUMN rechazos INTEGER";
 
 const RESERVE: &str = "INSERT INTO idempotency
         (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
@@ -40,7 +44,8 @@ const RESERVE: &str = "INSERT INTO idempotency
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
     WHERE (estado <> 'hecho' AND expira < :now_s AND huella IS NOT NULL)
-       OR (huella = :huella AND (estado = 'libre' OR (estado = 'en-curso' AND en_curso_hasta < :now_ms)))
+       OR (huella = :huella AND (rechazos IS NULL OR rechazos < :max_rechazos)
+           AND (estado = 'libre' OR (estado = 'en-curso' AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
     SET estado = 'hecho', recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
@@ -54,8 +59,18 @@ const RELEASE: &str = "UPDATE idempotency
     SET estado = 'libre', titular = NULL, en_curso_hasta = NULL
     WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
     RETURNING *";
+const RELEASE_DECLINED: &str = "UPDATE idempotency
+    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+        rechazos = COALESCE(rechazos, 0) + 1
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
 const RELEASE_NEXT: &str = "UPDATE idempotency
     SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
+    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    RETURNING *";
+const RELEASE_NEXT_RESET: &str = "UPDATE idempotency
+    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+        rechazos = NULL
     WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
     RETURNING *";
 const NEXT_ATTEMPT: &str = "UPDATE idempotency
@@ -148,11 +163,18 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 impl SqliteStore {
-    /// Opens the file and creates the `idempotency` table if missing.
+    /// Opens the file and creates the `idempotency` table if missing (adding columns
+    /// a file from an older version lacks).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Ok(Self {
-            conn: SharedConnection::open(path, SCHEMA, "idempotency")?,
+        let conn = SharedConnection::open(path, SCHEMA, "idempotency")?;
+        conn.call_here(|c| {
+            if c.prepare(HAS_RECHAZOS).is_err() {
+                c.execute_batch(ADD_RECHAZOS)?;
+            }
+            Ok(())
         })
+        .map_err(|e| StoreError::backend("add column rechazos", "idempotency", e))?;
+        Ok(Self { conn })
     }
 
     /// Runs one conditional statement in an immediate transaction; on a failed
@@ -194,6 +216,7 @@ impl SqliteStore {
 fn row_to_record(row: &Row<'_>) -> Result<Record, rusqlite::Error> {
     let estado: String = row.get("estado")?;
     let intento: Option<i64> = row.get("intento")?;
+    let rechazos: Option<i64> = row.get("rechazos")?;
     Ok(Record {
         pk: row.get("pk")?,
         estado: Estado::parse(&estado),
@@ -205,6 +228,7 @@ fn row_to_record(row: &Row<'_>) -> Result<Record, rusqlite::Error> {
         en_curso_hasta_ms: row.get("en_curso_hasta")?,
         intento: intento.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
         enviado_ms: row.get("enviado")?,
+        rechazos: rechazos.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
     })
 }
 
@@ -226,6 +250,7 @@ impl IdempotencyStore for SqliteStore {
             (":expira", int(req.expira_s)),
             (":now_ms", int(req.now_ms)),
             (":now_s", int(req.now_s())),
+            (":max_rechazos", int(i64::from(req.max_declines))),
         ];
         Ok(
             match self.conditional("reserve", req.pk, RESERVE, params).await? {
@@ -258,10 +283,15 @@ impl IdempotencyStore for SqliteStore {
     }
 
     async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
-        let sql = if req.next_attempt {
-            RELEASE_NEXT
-        } else {
-            RELEASE
+        let sql = match req.kind {
+            ReleaseKind::KeepKey => RELEASE,
+            ReleaseKind::Declined => RELEASE_DECLINED,
+            ReleaseKind::NextKey {
+                reset_declines: false,
+            } => RELEASE_NEXT,
+            ReleaseKind::NextKey {
+                reset_declines: true,
+            } => RELEASE_NEXT_RESET,
         };
         self.conditional(
             "release",

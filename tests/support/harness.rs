@@ -10,19 +10,21 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
 use charge_once::idempotency::{
-    CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest, ReserveOutcome,
-    ReserveRequest, ResolveLeaseRequest, Settings, StoreError,
+    Clock, CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
+    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, Settings, StoreError,
 };
 use charge_once::payment::PaymentProvider;
 use charge_once::store::dynamodb::DynamoStore;
 use lambda_runtime::{Context, LambdaEvent};
 
+use super::system::{Faults, Target, start_proxy};
 use super::{Backend, Table, TestClock};
 
 pub const PAYMENT_TIMEOUT: Duration = Duration::from_millis(1500);
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 pub const INVOCATION: Duration = Duration::from_secs(60);
 pub const PROVIDER_KEY_TTL: Duration = Duration::from_secs(23 * 3600);
+pub const MAX_DECLINES: u32 = 3;
 
 /// The real store, with injectable faults on `complete`: the server is real; only the
 /// answer to chosen calls is replaced by a backend error, or never comes (the process
@@ -90,39 +92,83 @@ pub struct Harness<P> {
     pub table: Table,
     pub store: Arc<FlakyStore>,
     pub provider: Arc<P>,
+    /// The movable clock; the consumer reads it unless the harness runs on wall time.
     pub clock: TestClock,
+    /// The clock the consumer reads (the test clock, or the wall clock).
+    now: Clock,
+    /// The consumer's settings (for `resolve` beside it).
+    pub settings: Settings,
     pub consumer: Consumer,
+}
+
+/// How a harness differs from the default (moto direct, movable clock).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Every DynamoDB request goes through a proxy that adds this round trip.
+    pub store_latency: Option<Duration>,
+    /// The consumer reads the wall clock: for tests of real time (deadlines).
+    pub wall_clock: bool,
 }
 
 impl<P: PaymentProvider + 'static> Harness<P> {
     pub async fn new(provider: P) -> Self {
+        Self::with(provider, Options::default()).await
+    }
+
+    pub async fn with(provider: P, options: Options) -> Self {
         let table = Backend::Moto.fresh_table().await;
+        let consumer_store = match options.store_latency {
+            None => table.store.clone(),
+            Some(latency) => {
+                let faults = Arc::new(Faults {
+                    latency,
+                    ..Faults::default()
+                });
+                let url = start_proxy(Backend::Moto.url(), Target::DynamoDb, faults).await;
+                let client = Backend::client_at(&url);
+                Arc::new(DynamoStore::new(client, table.name.clone()))
+            }
+        };
         let store = Arc::new(FlakyStore {
-            inner: table.store.clone(),
+            inner: consumer_store,
             fail_completes: AtomicUsize::new(0),
             hang_completes: AtomicUsize::new(0),
         });
         let provider = Arc::new(provider);
         let clock = TestClock::new();
+        let now = if options.wall_clock {
+            Settings::system_clock()
+        } else {
+            clock.clock()
+        };
         let settings = Settings {
             retention: Duration::from_secs(400 * 24 * 3600),
             payment_timeout: PAYMENT_TIMEOUT,
             provider_key_ttl: PROVIDER_KEY_TTL,
-            clock: clock.clock(),
+            store_timeout: charge_once::config::STORE_TIMEOUT,
+            max_declines: MAX_DECLINES,
+            clock: now.clone(),
         };
         let limits = Limits {
             max_concurrency: 10,
             deadline_margin: DEADLINE_MARGIN,
             invoke_deadline: INVOCATION,
         };
-        let consumer = Consumer::new(store.clone(), provider.clone(), settings, limits);
+        let consumer = Consumer::new(store.clone(), provider.clone(), settings.clone(), limits);
         Self {
             table,
             store,
             provider,
             clock,
+            now,
+            settings,
             consumer,
         }
+    }
+
+    /// Now, on the clock the consumer reads.
+    pub fn now_ms(&self) -> i64 {
+        (self.now)()
     }
 
     /// Invokes the handler with `event` and a deadline `time_left` from now; returns
@@ -130,8 +176,8 @@ impl<P: PaymentProvider + 'static> Harness<P> {
     pub async fn invoke_event_with(&self, event: SqsEvent, time_left: Duration) -> Vec<String> {
         let mut context = Context::default();
         context.request_id = format!("req-{}", uuid::Uuid::new_v4());
-        context.deadline = u64::try_from(self.clock.now_ms()).unwrap()
-            + u64::try_from(time_left.as_millis()).unwrap();
+        context.deadline =
+            u64::try_from(self.now_ms()).unwrap() + u64::try_from(time_left.as_millis()).unwrap();
         let response = self
             .consumer
             .handle_lambda_event(LambdaEvent::new(event, context))

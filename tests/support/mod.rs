@@ -59,11 +59,16 @@ impl Backend {
 
     /// A client with fixed test credentials, bounded timeouts and the standard retries.
     pub fn client(self) -> Client {
+        Self::client_at(self.url())
+    }
+
+    /// The same client for another endpoint (a proxy in front of a backend).
+    pub fn client_at(url: &str) -> Client {
         let config = aws_sdk_dynamodb::Config::builder()
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .endpoint_url(self.url())
+            .endpoint_url(url)
             .timeout_config(
                 aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
                     .operation_attempt_timeout(Duration::from_secs(10))

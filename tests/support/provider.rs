@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::order::Order;
-use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use charge_once::payment::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
 
 /// A scripted failure for the next charge call of one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +45,11 @@ enum Stored {
 #[derive(Default)]
 struct State {
     faults: HashMap<String, VecDeque<Fault>>,
+    /// How long every lookup takes.
+    lookup_delay: Duration,
+    /// Charges the provider holds as `pending` (bank debits, some wallets):
+    /// (order id, amount, charge id). They may still settle as succeeded.
+    pending: Vec<(String, u64, String)>,
     by_key: HashMap<String, Stored>,
     /// Every charge actually made: (order id, amount, charge id).
     charges: Vec<(String, u64, String)>,
@@ -233,14 +238,26 @@ impl PaymentProvider for TestProvider {
         }
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Option<Receipt>, PaymentError> {
-        let mut state = self.state.lock().unwrap();
-        state.lookups.push(order.id().to_owned());
-        Ok(state
-            .charges
-            .iter()
-            .find(|(o, amount, _)| o == order.id() && *amount == order.amount())
-            .map(|(_, _, id)| Receipt { id: id.clone() }))
+    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
+        let delay = {
+            let mut state = self.state.lock().unwrap();
+            state.lookups.push(order.id().to_owned());
+            state.lookup_delay
+        };
+        tokio::time::sleep(delay).await;
+        let state = self.state.lock().unwrap();
+        let mine =
+            |(o, amount, _): &&(String, u64, String)| o == order.id() && *amount == order.amount();
+        if let Some((_, _, id)) = state.charges.iter().find(mine) {
+            return Ok(Lookup::Succeeded(Receipt { id: id.clone() }));
+        }
+        Ok(match state.pending.iter().find(mine) {
+            Some((_, _, id)) => Lookup::Pending {
+                charge_id: id.clone(),
+                status: "pending".to_owned(),
+            },
+            None => Lookup::NotFound,
+        })
     }
 }
 
@@ -258,6 +275,22 @@ impl TestProvider {
                 params,
             },
         );
+        id
+    }
+
+    /// Every later lookup takes `delay` (bounded by the caller's timeout).
+    pub fn delay_lookups(&self, delay: Duration) {
+        self.state.lock().unwrap().lookup_delay = delay;
+    }
+
+    /// The provider holds a `pending` charge for this order (made outside this
+    /// consumer's view, e.g. under a key it has since forgotten).
+    pub fn add_pending_charge(&self, order_id: &str, amount: u64) -> String {
+        let mut state = self.state.lock().unwrap();
+        let id = format!("py_pending_{}", state.pending.len() + 1);
+        state
+            .pending
+            .push((order_id.to_owned(), amount, id.clone()));
         id
     }
 
