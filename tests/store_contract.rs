@@ -413,6 +413,108 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     won(t.store.as_ref(), &req(&pk, H1, "e", T + 30)).await;
 }
 
+/// Every adapter implements the core's pure conditions and effects exactly: a seeded
+/// random run of every kind of write (two owners, two payloads, moving time, short
+/// retention) is applied to the store and to `holds`/`apply` in lockstep.
+async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
+    const STEPS: i64 = 300;
+    use charge_once::idempotency::core::{Write, apply, holds};
+    use charge_once::idempotency::{Rules, perform};
+    use rand::{Rng, SeedableRng};
+
+    let keys: Vec<Key> = (0..STEPS).map(|_| key()).collect();
+    let mut current = 0;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let mut model: Option<Record> = None;
+    let (mut applied_count, mut refused_count) = (0, 0);
+    for step in 0..STEPS {
+        // `hecho` is final: every later write on it is refused. Go on with a new key.
+        if model.as_ref().is_some_and(|r| r.estado == Estado::Hecho) && rng.random_bool(0.5) {
+            current += 1;
+            model = None;
+        }
+        let pk = &keys[current];
+        let now_ms = T + rng.random_range(0..6) * MINUTE + step;
+        // Mostly one owner, so leases are taken, released and declined in turn.
+        let titular = ["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)];
+        let huella = if rng.random_bool(0.85) { H1 } else { H2 };
+        // Short retention now and then, so "past expira" is exercised.
+        let expira_s = now_ms / 1000
+            + if rng.random_bool(0.3) {
+                90
+            } else {
+                400 * 86_400
+            };
+        let recibo = ["ch_1", "ch_2"][rng.random_range(0..2)];
+        let intento = rng.random_range(1..4);
+        let complete = CompleteRequest {
+            pk,
+            titular,
+            intento,
+            recibo,
+            expira_s,
+        };
+        let kind = [
+            ReleaseKind::KeepKey,
+            ReleaseKind::Declined,
+            ReleaseKind::NextKey {
+                reset_declines: false,
+            },
+            ReleaseKind::NextKey {
+                reset_declines: true,
+            },
+        ][rng.random_range(0..4)];
+        let write = match rng.random_range(0..7) {
+            0 | 1 => Write::Reserve(ReserveRequest {
+                pk,
+                huella,
+                titular,
+                now_ms,
+                lease_until_ms: now_ms + MINUTE,
+                expira_s,
+                max_declines: 2,
+            }),
+            2 => Write::Complete(complete),
+            3 => Write::CompleteAttempt(complete),
+            4 => Write::Release(ReleaseRequest { pk, titular, kind }),
+            5 => Write::NextAttempt {
+                pk,
+                titular,
+                now_ms,
+            },
+            _ => Write::LeaseForResolve(ResolveLeaseRequest {
+                pk,
+                huella,
+                titular,
+                now_ms,
+                lease_until_ms: now_ms + MINUTE,
+            }),
+        };
+        let expected = holds(&write, model.as_ref(), Rules::ALL);
+        match perform(t.store.as_ref(), &write).await.unwrap() {
+            FenceOutcome::Applied(record) => {
+                assert!(expected, "step {step}: {write:?} applied on {model:?}");
+                assert_eq!(
+                    record,
+                    apply(&write, model.as_ref()),
+                    "step {step}: {write:?}"
+                );
+                model = Some(record);
+                applied_count += 1;
+            }
+            FenceOutcome::Refused(old) => {
+                assert!(!expected, "step {step}: {write:?} refused on {model:?}");
+                assert_eq!(old, model, "step {step}: the old item comes back");
+                refused_count += 1;
+            }
+        }
+    }
+    assert!(
+        applied_count > 20 && refused_count > 20,
+        "{applied_count} / {refused_count}"
+    );
+}
+
 async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
@@ -528,6 +630,7 @@ contract_suite!(
     complete_falls_back_on_the_attempt_when_the_fence_is_lost,
     declined_release_bumps_intento_and_any_other_keeps_it,
     declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them,
+    every_write_agrees_with_the_pure_condition_and_effect,
     next_attempt_moves_the_key_under_the_lease,
     card_format_hecho_is_a_duplicate,
     card_format_en_curso_needs_reconciliation,

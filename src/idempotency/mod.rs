@@ -1,15 +1,18 @@
 //! The idempotency policy: keys, the stored record, the store contract and the state
 //! machine of DESIGN §4–5. Nothing in here knows about AWS: adapters in `store/` and
-//! `payment/` do the I/O, this module decides.
+//! `payment/` do the I/O, this module decides. [`core`] is the state machine as a pure
+//! function (no I/O, clock or randomness); `machine` drives it with real parts.
 
+pub mod core;
 mod key;
 mod machine;
 mod record;
 mod resolve;
 mod store;
 
+pub use core::{Outcome, Reservation, Rules};
 pub use key::Key;
-pub use machine::{Charger, Clock, DEADLINE_SAFETY, Outcome, Reservation, Settings, reserve};
+pub use machine::{Charger, Clock, DEADLINE_SAFETY, Settings, perform, reserve};
 pub use record::{Estado, Record};
 pub use resolve::{Confirmed, Resolution, ResolveError, resolve};
 pub use store::{

@@ -1,7 +1,7 @@
 //! The stored idempotency record (DESIGN §4), as the policy sees it.
 
 /// `estado` of a record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Estado {
     /// `en-curso`: a lease is (or was) held by `titular` until `en_curso_hasta`.
     EnCurso,
@@ -39,7 +39,7 @@ impl Estado {
 
 /// One item of the idempotency table. Optional fields are absent on items written by
 /// the pattern card's TypeScript consumer (no `huella`, no lease, no attempt).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     pub pk: String,
     pub estado: Estado,

@@ -116,13 +116,12 @@ pub async fn resolve(
             Err(ResolveError::Pending { charge_id, status })
         }
         Lookup::Succeeded(receipt) => {
-            let retention_s = i64::try_from(settings.retention.as_secs()).unwrap_or(i64::MAX);
             let done = CompleteRequest {
                 pk: &pk,
                 titular: &titular,
                 intento: attempt,
                 recibo: &receipt.id,
-                expira_s: now_ms.div_euclid(1000).saturating_add(retention_s),
+                expira_s: settings.expira_s(now_ms),
             };
             match store.complete(&done).await? {
                 FenceOutcome::Applied(_) => Ok(Resolution::Completed {

@@ -97,7 +97,7 @@ pub struct ReleaseRequest<'a> {
 }
 
 /// What a release does to the provider key and the decline count (DESIGN §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReleaseKind {
     /// Keep `intento`: the next attempt replays the same key. Every failure whose
     /// outcome at the provider is unknown or transient.
@@ -122,7 +122,7 @@ pub struct ResolveLeaseRequest<'a> {
 }
 
 /// The result of a fenced write.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FenceOutcome {
     /// Applied; the record as written.
     Applied(Record),
