@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test test-release soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test test-release model model-mutants soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,14 +26,33 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, system (300 orders)
+test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, system (300 orders), pinned crashes, the model checker and its mutants
 	$(CARGO) test --locked -- --skip three_hundred_orders
 	@# The system test on its own, so its summary line shows in the output.
 	$(CARGO) test --locked --test system -- --nocapture
+	@# The real binary SIGKILLed at named steps: only a test build has the hooks.
+	$(CARGO) test --locked --features crash-points --test crash_points
 	$(MAKE) --no-print-directory test-release
+	$(MAKE) --no-print-directory model
+	$(MAKE) --no-print-directory model-mutants
 
 test-release: deps ## the panic-isolation handler test again, optimised (release profile)
 	$(CARGO) test --locked --release --test handler panicking
+
+# The model checker (DESIGN §10) over the real core, optimised. Each run has its own
+# search depth; MODEL_DEPTH=<n> overrides it (0 = exhaustive, far beyond this machine).
+MODEL := $(CARGO) run --locked --quiet --release --example model --
+MODEL_ARGS = $(if $(MODEL_DEPTH),--depth $(MODEL_DEPTH))
+model: ## model-check the state machine (bounded, every property); MUTANT=<name> switches one rule off and must print a counterexample
+	$(MODEL) $(MODEL_ARGS) $(if $(MUTANT),--mutant $(MUTANT))
+
+model-mutants: ## every mutant of the model must find a counterexample (make model MUTANT=<name> shows one)
+	@for m in $$($(MODEL) --list | awk '{print $$1}'); do \
+	  if $(MODEL) $(MODEL_ARGS) --mutant $$m > target/model-$$m.txt; then \
+	    echo "mutant $$m: no counterexample (target/model-$$m.txt)"; exit 1; \
+	  elif grep -m1 '^counterexample' target/model-$$m.txt | sed "s/^/mutant $$m: /" | grep .; then :; \
+	  else cat target/model-$$m.txt; echo "mutant $$m: failed without a counterexample"; exit 1; fi; \
+	done
 
 N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI

@@ -16,11 +16,13 @@
 //! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
 //! | [`telemetry`] | JSON logs, EMF metrics |
+//! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |
 //!
 //! The binary (`main.rs`, `cli.rs`) only wires these together.
 
 pub mod batch;
 pub mod config;
+pub mod crash_points;
 pub mod idempotency;
 pub mod order;
 pub mod payment;

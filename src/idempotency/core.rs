@@ -752,6 +752,16 @@ impl Core {
                     attempt,
                 },
             ),
+            PaymentError::Pending { charge_id, status } if self.rules.pending_is_live => self
+                .release(
+                    ReleaseKind::KeepKey,
+                    Outcome::NeedsReconciliation {
+                        reason: format!(
+                            "the provider answered with charge {charge_id} in status \
+                             `{status}`, not final: settle it with `resolve` once it is"
+                        ),
+                    },
+                ),
             PaymentError::KeyReused => self.release(
                 ReleaseKind::KeepKey,
                 Outcome::NeedsReconciliation {

@@ -17,10 +17,10 @@ use super::{
     FenceOutcome, IdempotencyStore, Outcome, Reservation, ReserveOutcome, ReserveRequest,
     StoreError,
 };
-use crate::error_chain;
 use crate::order::Order;
 use crate::payment::{PaymentError, PaymentProvider};
 use crate::telemetry::{PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
+use crate::{crash_points, error_chain};
 
 /// The current time as ms since the Unix epoch. Injected so tests can move time.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -142,6 +142,15 @@ impl Charger<'_> {
                             .await
                     };
                     self.note_write(kind, &answer, now_ms, core.attempt());
+                    match (kind, &answer) {
+                        (WriteKind::Reserve, Ok(FenceOutcome::Applied(_))) => {
+                            crash_points::reached("after-reserve");
+                        }
+                        (WriteKind::Complete, Ok(FenceOutcome::Applied(_))) => {
+                            crash_points::reached("after-complete");
+                        }
+                        _ => {}
+                    }
                     core.on(Input::Written(answer))
                 }
                 Step::Charge { key } => {
@@ -156,6 +165,9 @@ impl Charger<'_> {
                             attempt = core.attempt(),
                             "provider replayed a server error; reconciling"
                         );
+                    }
+                    if answer.is_ok() {
+                        crash_points::reached("after-charge");
                     }
                     core.on(Input::Charged(answer))
                 }

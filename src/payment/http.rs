@@ -225,7 +225,13 @@ async fn send_json<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
     what: &'static str,
 ) -> Result<T, PaymentError> {
-    let response = request.send().await.map_err(send_error)?;
+    read_json(request.send().await.map_err(send_error)?, what).await
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    response: Response,
+    what: &'static str,
+) -> Result<T, PaymentError> {
     if !response.status().is_success() {
         return Err(classify_failure(response).await);
     }
@@ -240,15 +246,24 @@ impl PaymentProvider for HttpProvider {
             .post(self.url("/v1/charges"))
             .header("Idempotency-Key", idempotency_key)
             .form(&charge_form(order));
+        let response = request.send().await.map_err(send_error)?;
+        // The provider has the request and answered; nothing of it is read yet.
+        crate::crash_points::reached("charge-sent");
         let charge: Charge =
-            send_json(request, "a 2xx charge response without a charge id").await?;
+            read_json(response, "a 2xx charge response without a charge id").await?;
         match charge.status.as_deref() {
             // Stripe answers a failed card charge with 402; a 2xx "failed" is the same.
             Some("failed") => Err(PaymentError::Declined {
                 code: "card_declined".to_owned(),
                 decline_code: None,
             }),
-            _ => Ok(Receipt { id: charge.id }),
+            // Only a final success is a receipt: a pending charge (bank debits, some
+            // wallets) may still fail, and an acknowledged order must be paid.
+            Some("succeeded") | None => Ok(Receipt { id: charge.id }),
+            Some(status) => Err(PaymentError::Pending {
+                charge_id: charge.id,
+                status: status.to_owned(),
+            }),
         }
     }
 

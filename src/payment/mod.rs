@@ -51,6 +51,10 @@ pub enum PaymentError {
     /// was charged; the key is kept.
     #[error("provider rejected the request (status {status}{})", code.as_deref().map(|c| format!(", {c}")).unwrap_or_default())]
     Rejected { status: u16, code: Option<String> },
+    /// The provider answered with a charge that is not final (`pending`, …): it may
+    /// still succeed or fail. Not a receipt: the key is kept and a human settles it.
+    #[error("the provider holds the charge in status `{status}`, not final")]
+    Pending { charge_id: String, status: String },
     /// The provider replayed a stored 5xx for this key: the original outcome is
     /// unknown, so the charge must be looked up before anything else is sent.
     #[error("provider replayed a stored server error (status {status})")]

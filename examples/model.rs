@@ -1,0 +1,933 @@
+//! The model checker of DESIGN §10 (`make model`, `make model MUTANT=<name>`).
+//!
+//! It explores, breadth first, every interleaving of a few consumer invocations that
+//! run the product's own state machine (`charge_once::idempotency::core::Core`)
+//! against models of the other parts:
+//!
+//! * the table: one linearisable item, written only through the core's own
+//!   condition and effect functions (`holds`, `apply`), which the contract suite
+//!   checks the DynamoDB and SQLite adapters against;
+//! * the provider: keeps each key's first outcome for `key_lifetime` and replays it,
+//!   refuses a key reused with another payload, charges, declines (a card declined
+//!   under one key may succeed under a later one), charges and loses the answer,
+//!   stores a 5xx, creates a `pending` charge that settles later as succeeded or
+//!   failed, and forgets keys;
+//! * SQS: two copies of one order and one message with the same id and another
+//!   payload; receives counted, the DLQ after `max_receive`, one redrive;
+//! * time: a clock that moves in ticks, so leases end, keys age and records pass
+//!   `expira`; TTL removes items past `expira`;
+//! * faults: a crash at any step, an SDK retry of a write that was applied, a write
+//!   applied with its answer lost, a store error, a provider timeout; writes may be
+//!   applied after their sender's lease ended (the zombie fencing exists for). A
+//!   provider call is never started after the deadline (the driver's rule).
+//!
+//! Properties: at most one successful charge per order; an acknowledged message
+//! means the record is `hecho` with a successful charge; a `hecho` record never
+//! changes; every message ends acknowledged or in the DLQ; and, so the model is not
+//! vacuous, a takeover after a crash, reconciliation finding a charge and finding
+//! none, a decline followed by success under a later key, and a refused conflicting
+//! payload are each reached.
+//!
+//! Each mutant switches one rule of DESIGN §4–5 off (or breaks one assumption) and
+//! must yield a counterexample, printed as the shortest trace.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench-like tool: fail loudly
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use charge_once::idempotency::core::{Core, Cut, Input, Outcome, Start, Step, Write, apply, holds};
+use charge_once::idempotency::{Estado, FenceOutcome, Record, Rules, StoreError};
+use charge_once::order::Order;
+use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
+use stateright::{Checker, HasDiscoveries, Model, Property};
+
+/// One tick of the model clock, in ms.
+const TICK_MS: i64 = 60_000;
+
+/// The bounds and assumptions of one run. Times are in ticks.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    rules: Rules,
+    /// How long an invocation (and so its lease) lasts.
+    lease: u8,
+    /// Keys first sent longer ago are reconciled (`PROVIDER_KEY_TTL`).
+    key_ttl: u8,
+    /// The provider forgets a key this long after it first saw it.
+    key_lifetime: u8,
+    /// `expira` = write time + this (`IDEMPOTENCY_RETENTION`).
+    retention: u8,
+    /// TTL removes an item this long after `expira` at the earliest; `None`: never
+    /// within the run ("TTL deletes days late").
+    sweep_lag: Option<u8>,
+    /// Messages are delivered and redriven only until this tick (queue + DLQ
+    /// retention, redrive included).
+    circulation: u8,
+    /// The clock stops here.
+    horizon: u8,
+    /// Receives before a message moves to the DLQ; also `MAX_DECLINES`.
+    max_receive: u8,
+    max_concurrent: usize,
+    /// The messages in the queue at the start.
+    msgs: &'static [Payload],
+    /// Budgets of nondeterministic faults, crashes and redrives in one run.
+    faults: u8,
+    crashes: u8,
+    redrives: u8,
+    /// Breadth-first search depth (steps); 0 = exhaustive.
+    depth: usize,
+}
+
+impl Params {
+    fn default_run() -> Self {
+        Self {
+            rules: Rules::ALL,
+            lease: 1,
+            key_ttl: 1,
+            key_lifetime: 3,
+            retention: 5,
+            sweep_lag: Some(0),
+            circulation: 4,
+            horizon: 6,
+            max_receive: 2,
+            max_concurrent: 2,
+            // Two copies of the order (SNS fan-out) and the same id with another amount.
+            msgs: &[Payload::Order, Payload::Order, Payload::Other],
+            faults: 2,
+            crashes: 1,
+            redrives: 1,
+            depth: 13,
+        }
+    }
+}
+
+/// The mutants of `make model MUTANT=<name>`: one rule off, or one assumption broken.
+const MUTANTS: &[(&str, &str)] = &[
+    (
+        "unfenced-release",
+        "complete and release without the owner fence",
+    ),
+    (
+        "bump-key-on-timeout",
+        "a new provider key after an uncertain failure",
+    ),
+    (
+        "hecho-expires",
+        "a `hecho` item past `expira` counts as absent (retention shorter than circulation, TTL late)",
+    ),
+    ("no-provider-key", "the charge carries no idempotency key"),
+    ("pending-is-absent", "a pending charge counts as not found"),
+    (
+        "reconcile-never",
+        "an old key is reused without reconciling",
+    ),
+    (
+        "records-outlive-messages",
+        "assumption broken: retention shorter than a message's circulation",
+    ),
+    (
+        "key-ttl-within-lifetime",
+        "assumption broken: PROVIDER_KEY_TTL + one invocation not below the key lifetime",
+    ),
+];
+
+fn mutant(name: &str) -> Option<Params> {
+    let mut p = Params::default_run();
+    match name {
+        "unfenced-release" => {
+            // Its shortest counterexample is 14 steps deep (a zombie's late release
+            // moves the key while the new owner is about to charge under it), one
+            // more than the default run's depth: two copies, no conflicting payload,
+            // crash or redrive keep that depth within reach.
+            p.rules.fenced = false;
+            p.msgs = &[Payload::Order, Payload::Order];
+            p.crashes = 0;
+            p.redrives = 0;
+            p.circulation = 3;
+            p.horizon = 3;
+            p.depth = 21;
+        }
+        "bump-key-on-timeout" => p.rules.keep_key_when_uncertain = false,
+        "hecho-expires" => {
+            p.rules.hecho_is_final = false;
+            p.retention = 1;
+            p.sweep_lag = None;
+        }
+        "no-provider-key" => p.rules.provider_key = false,
+        "pending-is-absent" => p.rules.pending_is_live = false,
+        "reconcile-never" => p.rules.reconcile_old_keys = false,
+        "records-outlive-messages" => p.retention = 1,
+        "key-ttl-within-lifetime" => p.key_ttl = 2,
+        _ => return None,
+    }
+    Some(p)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Payload {
+    /// The order.
+    Order,
+    /// The same order id with another amount.
+    Other,
+}
+
+impl Payload {
+    fn order(self) -> Order {
+        let amount = match self {
+            Self::Order => 5000,
+            Self::Other => 7000,
+        };
+        Order::new("o", amount, "EUR", "cus_1").unwrap()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum MsgState {
+    Queued,
+    InFlight,
+    Acked(&'static str),
+    Dlq(&'static str),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Msg {
+    payload: Payload,
+    receives: u8,
+    redriven: u8,
+    state: MsgState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Consumer {
+    /// Its owner token, for traces.
+    name: String,
+    msg: usize,
+    payload: Payload,
+    deadline: u8,
+    core: Core,
+    step: Step,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Status {
+    Succeeded,
+    Pending,
+    Failed,
+}
+
+/// What the provider stored under a key: the answer it replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Stored {
+    Charged(usize),
+    /// Created `pending`: a replay answers with the pending charge.
+    ChargedPending(usize),
+    Declined,
+    ServerError,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct KeyEntry {
+    key: String,
+    payload: Payload,
+    stored: Stored,
+    created: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct State {
+    now: u8,
+    table: Option<Record>,
+    keys: Vec<KeyEntry>,
+    charges: Vec<(Payload, Status)>,
+    msgs: Vec<Msg>,
+    consumers: Vec<Consumer>,
+    faults: u8,
+    crashes: u8,
+    redrives: u8,
+    /// Set by a transition that broke a safety property (read by the properties).
+    bad_ack: bool,
+    hecho_changed: bool,
+}
+
+/// What the environment does with a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Env {
+    /// As asked: a write is applied if its condition holds; a provider replays a
+    /// known key; a new key charges successfully.
+    Normal,
+    // Writes.
+    SdkRetry,
+    AnswerLost,
+    StoreError,
+    // A charge under a new key.
+    Decline,
+    ChargedAnswerLost,
+    PendingAnswerLost,
+    StoredServerError,
+    // Any provider call.
+    Timeout,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Action {
+    Deliver(usize),
+    Step(usize, Env),
+    Crash(usize),
+    Tick,
+    Sweep,
+    Settle(usize, bool),
+    Redrive(usize),
+}
+
+struct ChargeModel {
+    p: Params,
+}
+
+fn now_s(tick: u8) -> i64 {
+    i64::from(tick) * TICK_MS / 1000
+}
+
+fn receipt_index(recibo: &str) -> Option<usize> {
+    recibo.strip_prefix("ch").and_then(|i| i.parse().ok())
+}
+
+impl State {
+    fn succeeded(&self) -> usize {
+        self.charges
+            .iter()
+            .filter(|(_, s)| *s == Status::Succeeded)
+            .count()
+    }
+
+    fn settled(&self) -> bool {
+        self.consumers.is_empty()
+            && self
+                .msgs
+                .iter()
+                .all(|m| matches!(m.state, MsgState::Acked(_) | MsgState::Dlq(_)))
+    }
+
+    fn key_entry(&self, key: &str) -> Option<&KeyEntry> {
+        self.keys.iter().find(|k| k.key == key)
+    }
+}
+
+impl ChargeModel {
+    fn start_consumer(&self, s: &mut State, m: usize) {
+        let msg = &mut s.msgs[m];
+        msg.receives += 1;
+        msg.state = MsgState::InFlight;
+        let order = msg.payload.order();
+        let p = &self.p;
+        // Unique per delivery, as a fresh random token would be.
+        let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
+        let (core, step) = Core::new(Start {
+            key: order.key(),
+            huella: order.fingerprint(),
+            titular: name.clone(),
+            now_ms: i64::from(s.now) * TICK_MS,
+            deadline_ms: i64::from(s.now + p.lease) * TICK_MS,
+            expira_s: now_s(s.now) + now_s(p.retention),
+            max_declines: u32::from(p.max_receive),
+            key_ttl_ms: i64::from(p.key_ttl) * TICK_MS,
+            rules: p.rules,
+        });
+        s.consumers.push(Consumer {
+            name,
+            msg: m,
+            payload: msg.payload,
+            deadline: s.now + p.lease,
+            core,
+            step,
+        });
+    }
+
+    /// Applies a write to the table as the store would; returns the answer.
+    fn write(
+        &self,
+        s: &mut State,
+        write: &Write<'_>,
+        env: Env,
+    ) -> Result<FenceOutcome, Cut<StoreError>> {
+        let rules = self.p.rules;
+        let attempt = |s: &mut State| -> FenceOutcome {
+            if holds(write, s.table.as_ref(), rules) {
+                let new = apply(write, s.table.as_ref());
+                if let Some(old) = &s.table
+                    && old.estado == Estado::Hecho
+                    && (new.estado != Estado::Hecho || new.recibo != old.recibo)
+                {
+                    s.hecho_changed = true;
+                }
+                s.table = Some(new.clone());
+                FenceOutcome::Applied(new)
+            } else {
+                FenceOutcome::Refused(s.table.clone())
+            }
+        };
+        match env {
+            Env::Normal => Ok(attempt(s)),
+            Env::SdkRetry => {
+                // Applied, the answer lost, the SDK sends it again: the caller sees
+                // the second answer.
+                attempt(s);
+                Ok(attempt(s))
+            }
+            Env::AnswerLost => {
+                attempt(s);
+                Err(Cut::TimedOut)
+            }
+            _ => Err(Cut::Failed(StoreError::backend(
+                "model",
+                "o",
+                std::io::Error::other("store error"),
+            ))),
+        }
+    }
+
+    fn charge(
+        &self,
+        s: &mut State,
+        c: usize,
+        key: Option<String>,
+        env: Env,
+    ) -> Result<Receipt, Cut<PaymentError>> {
+        let consumer = &s.consumers[c];
+        if s.now > consumer.deadline {
+            return Err(Cut::NoTime);
+        }
+        if env == Env::Timeout {
+            return Err(Cut::TimedOut);
+        }
+        let payload = consumer.payload;
+        if let Some(entry) = key.as_deref().and_then(|k| s.key_entry(k)) {
+            if entry.payload != payload {
+                return Err(Cut::Failed(PaymentError::KeyReused));
+            }
+            return match entry.stored {
+                Stored::Charged(i) => Ok(Receipt {
+                    id: format!("ch{i}"),
+                }),
+                Stored::ChargedPending(i) => Err(Cut::Failed(PaymentError::Pending {
+                    charge_id: format!("ch{i}"),
+                    status: "pending".to_owned(),
+                })),
+                Stored::Declined => Err(Cut::Failed(declined())),
+                Stored::ServerError => Err(Cut::Failed(PaymentError::ReplayedServerError {
+                    status: 500,
+                })),
+            };
+        }
+        let store = |s: &mut State, stored: Stored| {
+            if let Some(key) = &key {
+                s.keys.push(KeyEntry {
+                    key: key.clone(),
+                    payload,
+                    stored,
+                    created: s.now,
+                });
+            }
+        };
+        let new_charge = |s: &mut State, status: Status| {
+            s.charges.push((payload, status));
+            s.charges.len() - 1
+        };
+        match env {
+            Env::Decline => {
+                store(s, Stored::Declined);
+                Err(Cut::Failed(declined()))
+            }
+            Env::ChargedAnswerLost => {
+                let i = new_charge(s, Status::Succeeded);
+                store(s, Stored::Charged(i));
+                Err(Cut::TimedOut)
+            }
+            Env::PendingAnswerLost => {
+                let i = new_charge(s, Status::Pending);
+                store(s, Stored::ChargedPending(i));
+                Err(Cut::TimedOut)
+            }
+            Env::StoredServerError => {
+                store(s, Stored::ServerError);
+                Err(Cut::Failed(PaymentError::retryable(FailureKind::Server(
+                    500,
+                ))))
+            }
+            _ => {
+                let i = new_charge(s, Status::Succeeded);
+                store(s, Stored::Charged(i));
+                Ok(Receipt {
+                    id: format!("ch{i}"),
+                })
+            }
+        }
+    }
+
+    fn lookup(&self, s: &State, c: usize, env: Env) -> Result<Lookup, Cut<PaymentError>> {
+        let consumer = &s.consumers[c];
+        if s.now > consumer.deadline {
+            return Err(Cut::NoTime);
+        }
+        if env == Env::Timeout {
+            return Err(Cut::TimedOut);
+        }
+        let mine = |status| {
+            s.charges
+                .iter()
+                .position(|(p, st)| *p == consumer.payload && *st == status)
+        };
+        Ok(match (mine(Status::Succeeded), mine(Status::Pending)) {
+            (Some(i), _) => Lookup::Succeeded(Receipt {
+                id: format!("ch{i}"),
+            }),
+            (None, Some(i)) => Lookup::Pending {
+                charge_id: format!("ch{i}"),
+                status: "pending".to_owned(),
+            },
+            (None, None) => Lookup::NotFound,
+        })
+    }
+
+    /// A delivery ended: ack, back to the queue, or the DLQ.
+    fn finish(&self, s: &mut State, c: usize, outcome: &Outcome) {
+        let consumer = s.consumers.remove(c);
+        if outcome.is_ack() {
+            let paid = s.table.as_ref().is_some_and(|r| {
+                r.estado == Estado::Hecho
+                    && r.recibo
+                        .as_deref()
+                        .and_then(receipt_index)
+                        .is_some_and(|i| s.charges.get(i).is_some_and(|c| c.1 == Status::Succeeded))
+            });
+            if !paid {
+                s.bad_ack = true;
+            }
+            s.msgs[consumer.msg].state = MsgState::Acked(outcome.name());
+        } else {
+            self.return_message(s, consumer.msg, outcome.name());
+        }
+    }
+
+    fn return_message(&self, s: &mut State, m: usize, reason: &'static str) {
+        let msg = &mut s.msgs[m];
+        // The conflicting payload is delivered once: its later receives add nothing.
+        let limit = match msg.payload {
+            Payload::Order => self.p.max_receive,
+            Payload::Other => 1,
+        };
+        msg.state = if msg.receives >= limit {
+            MsgState::Dlq(reason)
+        } else {
+            MsgState::Queued
+        };
+    }
+}
+
+fn declined() -> PaymentError {
+    PaymentError::Declined {
+        code: "card_declined".to_owned(),
+        decline_code: None,
+    }
+}
+
+impl Model for ChargeModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let msg = |payload| Msg {
+            payload,
+            receives: 0,
+            redriven: 0,
+            state: MsgState::Queued,
+        };
+        vec![State {
+            now: 0,
+            table: None,
+            keys: Vec::new(),
+            charges: Vec::new(),
+            msgs: self.p.msgs.iter().map(|p| msg(*p)).collect(),
+            consumers: Vec::new(),
+            faults: self.p.faults,
+            crashes: self.p.crashes,
+            redrives: self.p.redrives,
+            bad_ack: false,
+            hecho_changed: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let p = &self.p;
+        let circulating = s.now <= p.circulation;
+        for (m, msg) in s.msgs.iter().enumerate() {
+            if circulating && msg.state == MsgState::Queued && s.consumers.len() < p.max_concurrent
+            {
+                actions.push(Action::Deliver(m));
+            }
+            if circulating && s.redrives > 0 && matches!(msg.state, MsgState::Dlq(_)) {
+                actions.push(Action::Redrive(m));
+            }
+        }
+        for (c, consumer) in s.consumers.iter().enumerate() {
+            let faulty = s.faults > 0;
+            let live = s.now <= consumer.deadline;
+            let mut envs = vec![Env::Normal];
+            match &consumer.step {
+                Step::Write(_) if faulty => {
+                    envs.extend([Env::SdkRetry, Env::AnswerLost, Env::StoreError]);
+                }
+                Step::Charge { key } if live => {
+                    let known = key.as_deref().is_some_and(|k| s.key_entry(k).is_some());
+                    if !known {
+                        envs.push(Env::Decline);
+                        if faulty {
+                            envs.extend([
+                                Env::ChargedAnswerLost,
+                                Env::PendingAnswerLost,
+                                Env::StoredServerError,
+                            ]);
+                        }
+                    }
+                    if faulty {
+                        envs.push(Env::Timeout);
+                    }
+                }
+                Step::Lookup if live && faulty => envs.push(Env::Timeout),
+                _ => {}
+            }
+            actions.extend(envs.into_iter().map(|env| Action::Step(c, env)));
+            if s.crashes > 0 {
+                actions.push(Action::Crash(c));
+            }
+        }
+        // Time passes while messages circulate; past that only once all settled.
+        if s.now < p.horizon && (s.now < p.circulation || s.settled()) {
+            actions.push(Action::Tick);
+        }
+        if let (Some(lag), Some(r)) = (p.sweep_lag, &s.table)
+            && r.expira_s.is_some_and(|e| e + now_s(lag) < now_s(s.now))
+        {
+            actions.push(Action::Sweep);
+        }
+        for (i, (_, status)) in s.charges.iter().enumerate() {
+            if *status == Status::Pending {
+                actions.push(Action::Settle(i, true));
+                actions.push(Action::Settle(i, false));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Deliver(m) => self.start_consumer(&mut s, m),
+            Action::Redrive(m) => {
+                s.redrives -= 1;
+                let msg = &mut s.msgs[m];
+                msg.redriven += 1;
+                msg.receives = 0;
+                msg.state = MsgState::Queued;
+            }
+            Action::Crash(c) => {
+                s.crashes -= 1;
+                let consumer = s.consumers.remove(c);
+                self.return_message(&mut s, consumer.msg, "crashed");
+            }
+            Action::Tick => {
+                s.now += 1;
+                let (now, lifetime) = (s.now, self.p.key_lifetime);
+                s.keys.retain(|k| k.created + lifetime > now);
+            }
+            Action::Sweep => s.table = None,
+            Action::Settle(i, ok) => {
+                s.charges[i].1 = if ok {
+                    Status::Succeeded
+                } else {
+                    Status::Failed
+                };
+            }
+            Action::Step(c, env) => {
+                if env != Env::Normal && env != Env::Decline {
+                    s.faults -= 1;
+                }
+                let step = s.consumers[c].step.clone();
+                let input = match step {
+                    Step::Write(kind) => {
+                        let mut core = s.consumers[c].core.clone();
+                        let answer = {
+                            let write = core.write(kind, i64::from(s.now) * TICK_MS);
+                            self.write(&mut s, &write, env)
+                        };
+                        let next = core.on(Input::Written(answer));
+                        s.consumers[c].core = core;
+                        next
+                    }
+                    Step::Charge { key } => {
+                        let answer = self.charge(&mut s, c, key, env);
+                        s.consumers[c].core.on(Input::Charged(answer))
+                    }
+                    Step::Lookup => {
+                        let answer = self.lookup(&s, c, env);
+                        s.consumers[c].core.on(Input::Looked(answer))
+                    }
+                    Step::Done(_) => return None,
+                };
+                match input {
+                    Step::Done(outcome) => self.finish(&mut s, c, &outcome),
+                    next => s.consumers[c].step = next,
+                }
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "at most one successful charge per order",
+                |_: &ChargeModel, s: &State| s.succeeded() <= 1,
+            ),
+            Property::always(
+                "an acknowledged message means `hecho` with a successful charge",
+                |_: &ChargeModel, s: &State| !s.bad_ack,
+            ),
+            Property::always(
+                "a `hecho` record never changes",
+                |_: &ChargeModel, s: &State| !s.hecho_changed,
+            ),
+            Property::eventually(
+                "every message ends acknowledged or in the DLQ",
+                |_: &ChargeModel, s: &State| s.settled(),
+            ),
+            Property::sometimes(
+                "reached: a takeover after a crash",
+                |m: &ChargeModel, s: &State| {
+                    s.crashes < m.p.crashes
+                        && s.table.as_ref().is_some_and(|r| {
+                            r.estado == Estado::EnCurso
+                                && r.creado_ms.zip(r.en_curso_hasta_ms).is_some_and(
+                                    |(creado, hasta)| {
+                                        creado < hasta - i64::from(m.p.lease) * TICK_MS
+                                    },
+                                )
+                        })
+                },
+            ),
+            Property::sometimes(
+                "reached: reconciliation finds the charge",
+                |_: &ChargeModel, s: &State| {
+                    s.msgs
+                        .iter()
+                        .any(|m| m.state == MsgState::Acked("reconciled"))
+                },
+            ),
+            Property::sometimes(
+                "reached: reconciliation finds none and moves to a new key",
+                |_: &ChargeModel, s: &State| {
+                    s.table.as_ref().is_some_and(|r| {
+                        r.estado == Estado::Hecho && r.intento >= Some(2) && r.rechazos.is_none()
+                    })
+                },
+            ),
+            Property::sometimes(
+                "reached: a decline, then success under a later key",
+                |_: &ChargeModel, s: &State| {
+                    s.table
+                        .as_ref()
+                        .is_some_and(|r| r.estado == Estado::Hecho && r.rechazos >= Some(1))
+                },
+            ),
+            Property::sometimes(
+                "reached: a conflicting payload refused",
+                |_: &ChargeModel, s: &State| {
+                    s.msgs.iter().any(|m| m.state == MsgState::Dlq("conflict"))
+                },
+            ),
+        ]
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let table = match &self.table {
+            None => "absent".to_owned(),
+            Some(r) => format!(
+                "{} intento={} recibo={} titular={} hasta={} rechazos={}",
+                r.estado.as_str(),
+                r.intento.map_or("-".into(), |i| i.to_string()),
+                r.recibo.as_deref().unwrap_or("-"),
+                r.titular.as_deref().unwrap_or("-"),
+                r.en_curso_hasta_ms
+                    .map_or("-".into(), |h| (h / TICK_MS).to_string()),
+                r.rechazos.map_or("-".into(), |n| n.to_string()),
+            ),
+        };
+        let charges: Vec<String> = self
+            .charges
+            .iter()
+            .enumerate()
+            .map(|(i, (p, s))| format!("ch{i}:{p:?}:{s:?}"))
+            .collect();
+        write!(
+            f,
+            "t={} table[{table}] charges[{}] keys[{}]",
+            self.now,
+            charges.join(" "),
+            self.keys
+                .iter()
+                .map(|k| k.key.trim_start_matches("cobro#o"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
+    }
+}
+
+fn parse_args() -> Result<(Option<String>, Params), String> {
+    let mut mutant_name = None;
+    let mut depth = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--mutant" => mutant_name = args.next().filter(|m| !m.is_empty()),
+            "--depth" => {
+                depth = Some(
+                    args.next()
+                        .and_then(|d| d.parse().ok())
+                        .ok_or("--depth takes a number")?,
+                );
+            }
+            "--list" => {
+                for (name, what) in MUTANTS {
+                    println!("{name:26} {what}");
+                }
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?} (try --list)")),
+        }
+    }
+    let mut params = match &mutant_name {
+        None => Params::default_run(),
+        Some(name) => mutant(name).ok_or_else(|| {
+            format!(
+                "no mutant {name:?}; the mutants: {}",
+                MUTANTS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+    };
+    if let Some(depth) = depth {
+        params.depth = depth;
+    }
+    Ok((mutant_name, params))
+}
+
+fn main() -> ExitCode {
+    let (mutant_name, params) = match parse_args() {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("model: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match &mutant_name {
+        None => println!("model: every rule on; {params:?}"),
+        Some(name) => {
+            let what = MUTANTS.iter().find(|(n, _)| n == name).map_or("", |m| m.1);
+            println!("model: mutant {name}: {what}; {params:?}");
+        }
+    }
+    let model = ChargeModel { p: params };
+    let started = Instant::now();
+    // One thread for mutants: breadth first on one thread gives the shortest trace.
+    let threads = if mutant_name.is_some() { 1 } else { 2 };
+    let mut builder = model.checker().threads(threads);
+    let depth = params.depth;
+    if depth > 0 {
+        builder = builder.target_max_depth(depth);
+    }
+    if mutant_name.is_some() {
+        // A mutant's run ends at its first counterexample.
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    let elapsed = started.elapsed();
+    println!(
+        "model: {} states ({} unique), depth {}{}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        if depth > 0 {
+            " (bounded: every path up to this many steps; progress is judged on paths that end within it)"
+        } else {
+            " (exhaustive)"
+        },
+        elapsed.as_secs_f64()
+    );
+
+    let mut safety_broken = false;
+    let mut vacuous = false;
+    for property in checker.model().properties() {
+        let found = checker.discovery(property.name);
+        let sometimes = property.name.starts_with("reached:");
+        let verdict = match (&found, sometimes) {
+            (None, false) => "holds",
+            (Some(_), true) => "reached",
+            (None, true) => {
+                vacuous = true;
+                "NOT REACHED"
+            }
+            (Some(_), false) => {
+                safety_broken = true;
+                "VIOLATED"
+            }
+        };
+        println!("  {verdict:11} {}", property.name);
+        if let (Some(path), false) = (found, sometimes) {
+            print_trace(property.name, path, elapsed);
+        }
+    }
+    match (mutant_name.is_some(), safety_broken, vacuous) {
+        (false, false, false) => {
+            println!("model: every property holds and every behaviour is reached");
+            ExitCode::SUCCESS
+        }
+        (false, _, _) => {
+            println!("model: FAILED");
+            ExitCode::FAILURE
+        }
+        (true, true, _) => {
+            println!("model: the mutant broke the guarantee: the rule is needed");
+            ExitCode::FAILURE
+        }
+        (true, false, _) => {
+            println!("model: no counterexample for this mutant");
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn print_trace(name: &str, path: stateright::Path<State, Action>, _elapsed: Duration) {
+    let states = path.clone().into_states();
+    let actions = path.into_actions();
+    println!(
+        "counterexample to \"{name}\" ({} steps, the shortest):",
+        actions.len()
+    );
+    println!("    0. {}", states[0]);
+    for (i, (action, state)) in actions.iter().zip(states.iter().skip(1)).enumerate() {
+        // Consumers are numbered by their place in the list; name the one acting.
+        let who = match action {
+            Action::Step(c, _) | Action::Crash(c) => states[i]
+                .consumers
+                .get(*c)
+                .map(|c| format!(" by {} ({:?})", c.name, c.step))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        println!("   {:>2}. {action:?}{who}\n       -> {state}", i + 1);
+    }
+}
