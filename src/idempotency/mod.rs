@@ -14,7 +14,9 @@ pub use core::{Outcome, Reservation, Rules};
 pub use key::Key;
 pub use machine::{Charger, Clock, DEADLINE_SAFETY, Settings, perform, reserve};
 pub use record::{Estado, Record};
-pub use resolve::{Confirmed, Resolution, ResolveError, resolve};
+pub use resolve::{
+    Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver, resolve,
+};
 pub use store::{
     CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveOutcome,
     ReserveRequest, ResolveLeaseRequest, StoreError,

@@ -5,10 +5,11 @@
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
 
-use super::machine::Settings;
+use super::core::Write;
+use super::machine::{Settings, perform};
 use super::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Record, ReleaseKind, ReleaseRequest,
-    ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
+    ReleaseRequest, ResolveLeaseRequest, StoreError,
 };
 use crate::order::Order;
 use crate::payment::{Lookup, PaymentError, PaymentProvider};
@@ -62,7 +63,195 @@ pub struct Confirmed {
     pub retry_declined: bool,
 }
 
-/// Settles `order`'s record by asking the provider.
+/// What the resolve core asks for next.
+#[derive(Debug)]
+pub enum ResolveStep {
+    /// Read the record (strongly consistent); answer with [`ResolveInput::Read`].
+    Read,
+    /// Perform [`Resolver::write`] for this kind; answer with [`ResolveInput::Written`].
+    Write(ResolveWrite),
+    /// Look the order's charge up; answer with [`ResolveInput::Looked`].
+    Lookup,
+    Done(Result<Resolution, ResolveError>),
+}
+
+/// The writes `resolve` makes, each under its own lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveWrite {
+    Lease,
+    Complete,
+    Release(ReleaseKind),
+}
+
+/// The answer to the last step.
+#[derive(Debug)]
+pub enum ResolveInput {
+    Read(Result<Option<Record>, StoreError>),
+    Written(Result<FenceOutcome, StoreError>),
+    Looked(Result<Lookup, PaymentError>),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Reading,
+    Leasing,
+    Looking,
+    Completing,
+    /// Releasing the key (`NotFound`): the answer is the resolution.
+    ReleasingToNextKey,
+    /// Releasing after a lookup that settled nothing; then this error.
+    ReleasingThen(ResolveError),
+    Done,
+}
+
+/// `resolve` as a pure core: the record read, the provider's answer and each write's
+/// outcome come in; the next step comes out. Time and the owner token are inputs.
+#[derive(Debug)]
+pub struct Resolver {
+    key: Key,
+    huella: String,
+    titular: String,
+    now_ms: i64,
+    lease_until_ms: i64,
+    expira_s: i64,
+    confirmed: Confirmed,
+    attempt: u32,
+    recibo: Option<String>,
+    phase: Phase,
+}
+
+impl Resolver {
+    /// A resolution of `order` started at `now_ms` by owner `titular`, whose lease
+    /// ends at `lease_until_ms`; the first step is [`ResolveStep::Read`].
+    pub fn new(
+        order: &Order,
+        titular: String,
+        now_ms: i64,
+        lease_until_ms: i64,
+        expira_s: i64,
+        confirmed: Confirmed,
+    ) -> (Self, ResolveStep) {
+        let resolver = Self {
+            key: order.key(),
+            huella: order.fingerprint(),
+            titular,
+            now_ms,
+            lease_until_ms,
+            expira_s,
+            confirmed,
+            attempt: 1,
+            recibo: None,
+            phase: Phase::Reading,
+        };
+        (resolver, ResolveStep::Read)
+    }
+
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The request of a write step.
+    pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
+        match kind {
+            ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
+                pk: &self.key,
+                huella: &self.huella,
+                titular: &self.titular,
+                now_ms: self.now_ms,
+                lease_until_ms: self.lease_until_ms,
+            }),
+            ResolveWrite::Complete => Write::Complete(CompleteRequest {
+                pk: &self.key,
+                titular: &self.titular,
+                intento: self.attempt,
+                recibo: self.recibo.as_deref().unwrap_or(""),
+                expira_s: self.expira_s,
+            }),
+            ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
+                pk: &self.key,
+                titular: &self.titular,
+                kind,
+            }),
+        }
+    }
+
+    /// Feeds the answer to the last step; returns the next one.
+    pub fn on(&mut self, input: ResolveInput) -> ResolveStep {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, input) {
+            (_, ResolveInput::Read(Err(e)) | ResolveInput::Written(Err(e))) => {
+                ResolveStep::Done(Err(ResolveError::Store(e)))
+            }
+            (Phase::Reading, ResolveInput::Read(Ok(record))) => {
+                let Some(record) = record else {
+                    return ResolveStep::Done(Err(ResolveError::NoRecord));
+                };
+                if record.estado == Estado::Hecho {
+                    return ResolveStep::Done(Ok(Resolution::AlreadyDone {
+                        recibo: record.recibo,
+                    }));
+                }
+                if let Err(refused) = check(
+                    &record,
+                    &self.huella,
+                    self.now_ms,
+                    self.confirmed.card_format_checked,
+                ) {
+                    return ResolveStep::Done(Err(refused));
+                }
+                self.phase = Phase::Leasing;
+                ResolveStep::Write(ResolveWrite::Lease)
+            }
+            (Phase::Leasing, ResolveInput::Written(Ok(FenceOutcome::Applied(record)))) => {
+                self.attempt = record.attempt();
+                self.phase = Phase::Looking;
+                ResolveStep::Lookup
+            }
+            (Phase::Looking, ResolveInput::Looked(found)) => match found {
+                Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
+                // It may still succeed: no new key while it is live.
+                Ok(Lookup::Pending { charge_id, status }) => self.release(
+                    ReleaseKind::KeepKey,
+                    ResolveError::Pending { charge_id, status },
+                ),
+                Ok(Lookup::Succeeded(receipt)) => {
+                    self.recibo = Some(receipt.id);
+                    self.phase = Phase::Completing;
+                    ResolveStep::Write(ResolveWrite::Complete)
+                }
+                Ok(Lookup::NotFound) => {
+                    self.phase = Phase::ReleasingToNextKey;
+                    ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
+                        reset_declines: self.confirmed.retry_declined,
+                    }))
+                }
+            },
+            (Phase::Completing, ResolveInput::Written(Ok(FenceOutcome::Applied(_)))) => {
+                ResolveStep::Done(Ok(Resolution::Completed {
+                    recibo: self.recibo.take().unwrap_or_default(),
+                    attempt: self.attempt,
+                }))
+            }
+            (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(FenceOutcome::Applied(r)))) => {
+                ResolveStep::Done(Ok(Resolution::Released {
+                    next_attempt: r.attempt(),
+                }))
+            }
+            (Phase::ReleasingThen(error), ResolveInput::Written(Ok(_))) => {
+                ResolveStep::Done(Err(error))
+            }
+            // A lease or a fenced write refused: someone else moved the record.
+            _ => ResolveStep::Done(Err(ResolveError::Changed)),
+        }
+    }
+
+    fn release(&mut self, kind: ReleaseKind, then: ResolveError) -> ResolveStep {
+        self.phase = Phase::ReleasingThen(then);
+        ResolveStep::Write(ResolveWrite::Release(kind))
+    }
+}
+
+/// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
 pub async fn resolve(
     store: &dyn IdempotencyStore,
     provider: &dyn PaymentProvider,
@@ -70,78 +259,34 @@ pub async fn resolve(
     order: &Order,
     confirmed: Confirmed,
 ) -> Result<Resolution, ResolveError> {
-    let pk = order.key();
-    let huella = order.fingerprint();
     let now_ms = settings.now_ms();
-    let record = store.get(&pk).await?.ok_or(ResolveError::NoRecord)?;
-    if record.estado == Estado::Hecho {
-        return Ok(Resolution::AlreadyDone {
-            recibo: record.recibo,
-        });
-    }
-    check(&record, &huella, now_ms, confirmed.card_format_checked)?;
-
-    let titular = format!("resolve-{}", uuid::Uuid::new_v4());
     let lease_until_ms = now_ms.saturating_add(
         i64::try_from((settings.payment_timeout * 3).as_millis()).unwrap_or(i64::MAX),
     );
-    let lease = ResolveLeaseRequest {
-        pk: &pk,
-        huella: &huella,
-        titular: &titular,
+    let (mut resolver, mut step) = Resolver::new(
+        order,
+        format!("resolve-{}", uuid::Uuid::new_v4()),
         now_ms,
         lease_until_ms,
-    };
-    let leased = match store.lease_for_resolve(&lease).await? {
-        FenceOutcome::Applied(record) => record,
-        FenceOutcome::Refused(_) => return Err(ResolveError::Changed),
-    };
-    let attempt = leased.attempt();
-    let release = |kind| ReleaseRequest {
-        pk: &pk,
-        titular: &titular,
-        kind,
-    };
-
-    let found = match provider.find_charge(order).await {
-        Ok(found) => found,
-        Err(e) => {
-            store.release(&release(ReleaseKind::KeepKey)).await?;
-            return Err(ResolveError::Provider(e));
-        }
-    };
-    match found {
-        Lookup::Pending { charge_id, status } => {
-            store.release(&release(ReleaseKind::KeepKey)).await?;
-            Err(ResolveError::Pending { charge_id, status })
-        }
-        Lookup::Succeeded(receipt) => {
-            let done = CompleteRequest {
-                pk: &pk,
-                titular: &titular,
-                intento: attempt,
-                recibo: &receipt.id,
-                expira_s: settings.expira_s(now_ms),
-            };
-            match store.complete(&done).await? {
-                FenceOutcome::Applied(_) => Ok(Resolution::Completed {
-                    recibo: receipt.id,
-                    attempt,
-                }),
-                FenceOutcome::Refused(_) => Err(ResolveError::Changed),
+        settings.expira_s(now_ms),
+        confirmed,
+    );
+    loop {
+        step = match step {
+            ResolveStep::Done(result) => return result,
+            ResolveStep::Read => {
+                let read = store.get(resolver.key()).await;
+                resolver.on(ResolveInput::Read(read))
             }
-        }
-        Lookup::NotFound => match store
-            .release(&release(ReleaseKind::NextKey {
-                reset_declines: confirmed.retry_declined,
-            }))
-            .await?
-        {
-            FenceOutcome::Applied(record) => Ok(Resolution::Released {
-                next_attempt: record.attempt(),
-            }),
-            FenceOutcome::Refused(_) => Err(ResolveError::Changed),
-        },
+            ResolveStep::Write(kind) => {
+                let answer = perform(store, &resolver.write(kind)).await;
+                resolver.on(ResolveInput::Written(answer))
+            }
+            ResolveStep::Lookup => {
+                let found = provider.find_charge(order).await;
+                resolver.on(ResolveInput::Looked(found))
+            }
+        };
     }
 }
 
@@ -163,5 +308,114 @@ fn check(
             Err(ResolveError::LiveLease { until_ms })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payment::Receipt;
+
+    fn record(estado: Estado, until_ms: Option<i64>) -> Record {
+        let order = order();
+        Record {
+            pk: order.key().to_string(),
+            estado,
+            creado_ms: Some(1),
+            expira_s: Some(10_000),
+            recibo: None,
+            huella: Some(order.fingerprint()),
+            titular: until_ms.map(|_| "someone".to_owned()),
+            en_curso_hasta_ms: until_ms,
+            intento: Some(2),
+            enviado_ms: Some(1),
+            rechazos: Some(3),
+        }
+    }
+
+    fn order() -> Order {
+        Order::new("ord-r", 900, "EUR", "cus_r").unwrap()
+    }
+
+    fn start(confirmed: Confirmed) -> Resolver {
+        let (resolver, step) = Resolver::new(&order(), "resolve-t".into(), 100, 200, 5, confirmed);
+        assert!(matches!(step, ResolveStep::Read));
+        resolver
+    }
+
+    fn leased(resolver: &mut Resolver) {
+        let step = resolver.on(ResolveInput::Read(Ok(Some(record(Estado::Libre, None)))));
+        assert!(matches!(step, ResolveStep::Write(ResolveWrite::Lease)));
+        let applied = FenceOutcome::Applied(record(Estado::EnCurso, Some(200)));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(applied))),
+            ResolveStep::Lookup
+        ));
+    }
+
+    #[test]
+    fn a_live_lease_is_refused_before_any_write() {
+        let mut resolver = start(Confirmed::default());
+        let live = record(Estado::EnCurso, Some(150));
+        assert!(matches!(
+            resolver.on(ResolveInput::Read(Ok(Some(live)))),
+            ResolveStep::Done(Err(ResolveError::LiveLease { until_ms: 150 }))
+        ));
+    }
+
+    #[test]
+    fn a_succeeded_charge_completes_under_the_leased_attempt() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let found = Lookup::Succeeded(Receipt { id: "ch_r".into() });
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(found))),
+            ResolveStep::Write(ResolveWrite::Complete)
+        ));
+        match resolver.write(ResolveWrite::Complete) {
+            Write::Complete(req) => assert_eq!((req.intento, req.recibo), (2, "ch_r")),
+            other => panic!("{other:?}"),
+        }
+        let done = FenceOutcome::Applied(record(Estado::Hecho, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(done))),
+            ResolveStep::Done(Ok(Resolution::Completed { attempt: 2, .. }))
+        ));
+    }
+
+    #[test]
+    fn a_pending_charge_keeps_the_key_and_is_refused() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let pending = Lookup::Pending {
+            charge_id: "py_1".into(),
+            status: "pending".into(),
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(pending))),
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+        ));
+        let released = FenceOutcome::Applied(record(Estado::Libre, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(released))),
+            ResolveStep::Done(Err(ResolveError::Pending { .. }))
+        ));
+    }
+
+    #[test]
+    fn not_found_moves_to_the_next_key_resetting_declines_only_when_asked() {
+        for retry_declined in [false, true] {
+            let mut resolver = start(Confirmed {
+                retry_declined,
+                ..Confirmed::default()
+            });
+            leased(&mut resolver);
+            let reset_declines = retry_declined;
+            assert!(matches!(
+                resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound))),
+                ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_declines: r }))
+                    if r == reset_declines
+            ));
+        }
     }
 }
