@@ -35,7 +35,7 @@
 
 use std::fmt;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use charge_once::idempotency::core::{Core, Cut, Input, Outcome, Start, Step, Write, apply, holds};
 use charge_once::idempotency::{Estado, FenceOutcome, Record, Rules, StoreError};
@@ -887,7 +887,7 @@ fn main() -> ExitCode {
         };
         println!("  {verdict:11} {}", property.name);
         if let (Some(path), false) = (found, sometimes) {
-            print_trace(property.name, path, elapsed);
+            print_trace(property.name, path);
         }
     }
     match (mutant_name.is_some(), safety_broken, vacuous) {
@@ -910,7 +910,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_trace(name: &str, path: stateright::Path<State, Action>, _elapsed: Duration) {
+fn print_trace(name: &str, path: stateright::Path<State, Action>) {
     let states = path.clone().into_states();
     let actions = path.into_actions();
     println!(
