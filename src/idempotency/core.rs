@@ -462,25 +462,13 @@ impl Core {
         (core, Step::Write(WriteKind::Reserve))
     }
 
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
     /// The attempt whose key the core is on.
     pub fn attempt(&self) -> u32 {
         self.intento
     }
 
-    pub fn deadline_ms(&self) -> i64 {
-        self.deadline_ms
-    }
-
-    pub fn rules(&self) -> Rules {
-        self.rules
-    }
-
     /// The reservation request (its time is the record's start).
-    pub fn reserve_request(&self) -> ReserveRequest<'_> {
+    fn reserve_request(&self) -> ReserveRequest<'_> {
         ReserveRequest {
             pk: &self.key,
             huella: &self.huella,

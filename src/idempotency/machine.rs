@@ -141,17 +141,15 @@ impl Charger<'_> {
                         self.store_call(deadline_ms, perform(self.store, &write))
                             .await
                     };
-                    self.note_write(kind, &answer, now_ms, core.attempt());
-                    match (kind, &answer) {
-                        (WriteKind::Reserve, Ok(FenceOutcome::Applied(_))) => {
-                            crash_points::reached("after-reserve");
-                        }
-                        (WriteKind::Complete, Ok(FenceOutcome::Applied(_))) => {
-                            crash_points::reached("after-complete");
-                        }
-                        _ => {}
+                    observe(kind, &answer, now_ms);
+                    let next = core.on(Input::Written(answer));
+                    if next == Step::Write(WriteKind::CompleteAttempt) {
+                        warn!(
+                            attempt = core.attempt(),
+                            "lease lost before complete; completing by attempt"
+                        );
                     }
-                    core.on(Input::Written(answer))
+                    next
                 }
                 Step::Charge { key } => {
                     let key = key.unwrap_or_default();
@@ -178,42 +176,6 @@ impl Charger<'_> {
                     core.on(Input::Looked(answer))
                 }
             };
-        }
-    }
-
-    /// Metrics and warnings about a write's answer; the core decides what it means.
-    fn note_write(
-        &self,
-        kind: WriteKind,
-        answer: &Result<FenceOutcome, Cut<StoreError>>,
-        started_ms: i64,
-        attempt: u32,
-    ) {
-        match (kind, answer) {
-            (WriteKind::Reserve, Ok(FenceOutcome::Applied(record)))
-                if record.creado_ms.is_some_and(|creado| creado < started_ms) =>
-            {
-                // A retry reserved a record left `libre` or with an expired lease.
-                metrics::counter!(TAKEOVER).increment(1);
-            }
-            (WriteKind::Complete, Ok(FenceOutcome::Refused(old)))
-                if old.as_ref().is_none_or(|r| r.titular.is_some()) =>
-            {
-                warn!(attempt, "lease lost before complete; completing by attempt");
-            }
-            (WriteKind::Release(_), Ok(FenceOutcome::Refused(_))) => {
-                warn!("release refused: the lease is no longer ours");
-            }
-            (WriteKind::Release(_), Err(Cut::NoTime)) => {
-                warn!("release not started: too close to the deadline, where the lease ends");
-            }
-            (WriteKind::Release(_), Err(Cut::TimedOut)) => {
-                warn!("release timed out; the lease ends at its deadline");
-            }
-            (WriteKind::Release(_), Err(Cut::Failed(e))) => {
-                warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
-            }
-            _ => {}
         }
     }
 
@@ -252,6 +214,36 @@ impl Charger<'_> {
             return Err(Cut::NoTime);
         }
         bounded(timeout, STORE_LATENCY, call).await
+    }
+}
+
+/// Metrics, warnings and crash points on a write's answer; what the answer means is
+/// the core's to decide.
+fn observe(kind: WriteKind, answer: &Result<FenceOutcome, Cut<StoreError>>, started_ms: i64) {
+    match (kind, answer) {
+        (WriteKind::Reserve, Ok(FenceOutcome::Applied(record))) => {
+            if record.creado_ms.is_some_and(|creado| creado < started_ms) {
+                // A retry reserved a record left `libre` or with an expired lease.
+                metrics::counter!(TAKEOVER).increment(1);
+            }
+            crash_points::reached("after-reserve");
+        }
+        (WriteKind::Complete, Ok(FenceOutcome::Applied(_))) => {
+            crash_points::reached("after-complete");
+        }
+        (WriteKind::Release(_), Ok(FenceOutcome::Refused(_))) => {
+            warn!("release refused: the lease is no longer ours");
+        }
+        (WriteKind::Release(_), Err(Cut::NoTime)) => {
+            warn!("release not started: too close to the deadline, where the lease ends");
+        }
+        (WriteKind::Release(_), Err(Cut::TimedOut)) => {
+            warn!("release timed out; the lease ends at its deadline");
+        }
+        (WriteKind::Release(_), Err(Cut::Failed(e))) => {
+            warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
+        }
+        _ => {}
     }
 }
 

@@ -70,6 +70,17 @@ const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
      AND (attribute_not_exists(#huella) OR #huella = :huella)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
 
+/// The values every expression may use: the states and the numbers 0 and 1.
+fn constants() -> [(&'static str, AttributeValue); 5] {
+    [
+        (":en_curso", s(Estado::EN_CURSO)),
+        (":hecho", s(Estado::HECHO)),
+        (":libre", s(Estado::LIBRE)),
+        (":uno", n(1)),
+        (":cero", n(0)),
+    ]
+}
+
 /// The idempotency table in DynamoDB (or a compatible server).
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
@@ -97,10 +108,18 @@ impl DynamoStore {
             .condition_expression(condition)
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        // DynamoDB rejects unused names, so alias only those the expressions mention.
+        // DynamoDB rejects unused names and values, so alias only the names, and bind
+        // only the constants, that the expressions mention.
+        let used =
+            |placeholder: &str| mentions(update, placeholder) || mentions(condition, placeholder);
         for (alias, name) in NAMES {
-            if mentions(update, alias) || mentions(condition, alias) {
+            if used(alias) {
                 builder = builder.expression_attribute_names(*alias, *name);
+            }
+        }
+        for (placeholder, value) in constants() {
+            if used(placeholder) {
+                builder = builder.expression_attribute_values(placeholder, value);
             }
         }
         builder
@@ -205,17 +224,13 @@ impl IdempotencyStore for DynamoStore {
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
-            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
-            .expression_attribute_values(":hecho", s(Estado::HECHO))
-            .expression_attribute_values(":libre", s(Estado::LIBRE))
             .expression_attribute_values(":titular", s(req.titular))
             .expression_attribute_values(":huella", s(req.huella))
             .expression_attribute_values(":hasta", n(req.lease_until_ms))
             .expression_attribute_values(":expira", n(req.expira_s))
             .expression_attribute_values(":now_ms", n(req.now_ms))
             .expression_attribute_values(":now_s", n(req.now_s()))
-            .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)))
-            .expression_attribute_values(":uno", n(1));
+            .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
         Ok(match self.send("reserve", req.pk, builder).await? {
             FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
             FenceOutcome::Refused(old) => ReserveOutcome::Lost(old),
@@ -225,8 +240,6 @@ impl IdempotencyStore for DynamoStore {
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, FENCE)
-            .expression_attribute_values(":hecho", s(Estado::HECHO))
-            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
             .expression_attribute_values(":titular", s(req.titular))
             .expression_attribute_values(":recibo", s(req.recibo))
             .expression_attribute_values(":expira", n(req.expira_s));
@@ -239,7 +252,6 @@ impl IdempotencyStore for DynamoStore {
     ) -> Result<FenceOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
-            .expression_attribute_values(":hecho", s(Estado::HECHO))
             .expression_attribute_values(":intento", n(i64::from(req.intento)))
             .expression_attribute_values(":recibo", s(req.recibo))
             .expression_attribute_values(":expira", n(req.expira_s));
@@ -257,18 +269,9 @@ impl IdempotencyStore for DynamoStore {
                 reset_declines: true,
             } => RELEASE_NEXT_RESET_UPDATE,
         };
-        let mut builder = self
+        let builder = self
             .update(req.pk, update, FENCE)
-            .expression_attribute_values(":libre", s(Estado::LIBRE))
-            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
             .expression_attribute_values(":titular", s(req.titular));
-        // DynamoDB rejects unused values, so bind only those the update mentions.
-        if update.contains(":uno") {
-            builder = builder.expression_attribute_values(":uno", n(1));
-        }
-        if update.contains(":cero") {
-            builder = builder.expression_attribute_values(":cero", n(0));
-        }
         self.send("release", req.pk, builder).await
     }
 
@@ -280,9 +283,7 @@ impl IdempotencyStore for DynamoStore {
     ) -> Result<FenceOutcome, StoreError> {
         let builder = self
             .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
-            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
             .expression_attribute_values(":titular", s(titular))
-            .expression_attribute_values(":uno", n(1))
             .expression_attribute_values(":now_ms", n(now_ms));
         self.send("next_attempt", pk, builder).await
     }
@@ -293,12 +294,9 @@ impl IdempotencyStore for DynamoStore {
     ) -> Result<FenceOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
-            .expression_attribute_values(":en_curso", s(Estado::EN_CURSO))
-            .expression_attribute_values(":hecho", s(Estado::HECHO))
             .expression_attribute_values(":titular", s(req.titular))
             .expression_attribute_values(":hasta", n(req.lease_until_ms))
             .expression_attribute_values(":huella", s(req.huella))
-            .expression_attribute_values(":uno", n(1))
             .expression_attribute_values(":now_ms", n(req.now_ms));
         self.send("lease_for_resolve", req.pk, builder).await
     }
