@@ -37,12 +37,12 @@ ENV
 case "${1:-}" in
   up)
     if ! running moto; then
-      nohup .venv/bin/python tests/support/moto_locked.py --port "$MOTO_PORT" --detached \
+      nohup .venv/bin/python harness/servers/moto_locked.py --port "$MOTO_PORT" --detached \
         >"$STATE/moto.log" 2>&1 </dev/null &
       echo $! >"$STATE/moto.pid"
     fi
     if ! running stripe; then
-      PORT=$STRIPE_PORT DETACHED=1 nohup node tests/support/stripe_mock_server.js \
+      PORT=$STRIPE_PORT DETACHED=1 nohup node harness/servers/stripe_mock_server.js \
         >"$STATE/stripe.log" 2>&1 </dev/null &
       echo $! >"$STATE/stripe.pid"
     fi

@@ -9,17 +9,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use charge_once::idempotency::{Estado, IdempotencyStore, Key};
-use support::harness::single_event_with_body;
-use support::system::{Endpoints, Reply, RuntimeApi, lambda_environment};
-use support::{Backend, stripe};
+use harness::rig::single_event_with_body;
+use harness::runtime_api::{Endpoints, Reply, RuntimeApi, lambda_environment};
+use harness::servers::Backend;
+use harness::stripe;
 
 /// The first invocation's deadline: its lease ends there, and SQS redelivers later.
 const FIRST_INVOCATION: Duration = Duration::from_secs(3);
@@ -65,7 +64,7 @@ async fn killed_at_then_redelivered_charges_once(point: &'static str) {
     let event = serde_json::to_string(&single_event_with_body(&body)).unwrap();
     let endpoints = Endpoints {
         dynamodb: Backend::Moto.url().to_owned(),
-        payment: support::stripe_mock_url().to_owned(),
+        payment: harness::servers::stripe_mock_url().to_owned(),
         table: table.name.clone(),
     };
     let runtime = RuntimeApi::start().await;

@@ -5,20 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::idempotency::{Confirmed, Estado, Resolution, ResolveError, resolve};
 use charge_once::order::Order;
-use support::harness::{
+use harness::logs::Captured;
+use harness::provider::{Fault, TestProvider};
+use harness::rig::{
     DEADLINE_MARGIN, Harness, INVOCATION, Options, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, batch_of,
     event, message_ids,
 };
-use support::logs::Captured;
-use support::provider::{Fault, TestProvider};
 
 async fn harness() -> Harness<TestProvider> {
     Harness::new(TestProvider::new()).await

@@ -3,16 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::time::Duration;
 
 use charge_once::idempotency::{Key, ReserveRequest, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
+use harness::provider::{Fault, TestProvider};
+use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
 use serde_json::Value;
-use support::harness::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
-use support::provider::{Fault, TestProvider};
 
 fn body(id: &str, amount: u64) -> String {
     format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m"}}"#)

@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::process::{Command, Output};
 
 use charge_once::config::Secret;
@@ -12,10 +10,11 @@ use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
+use harness::logs::Captured;
+use harness::rig::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
+use harness::servers::{Backend, Table};
+use harness::stripe;
 use serde_json::Value;
-use support::harness::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
-use support::logs::Captured;
-use support::{Backend, Table, stripe};
 
 /// A secret-looking key the mock accepts; its random part must never be logged.
 const KEY_SECRET_PART: &str = "QzXwVbNmKjHgFdSa";
@@ -26,7 +25,7 @@ fn api_key() -> String {
 
 fn http_provider() -> HttpProvider {
     HttpProvider::new(
-        support::stripe_mock_url(),
+        harness::servers::stripe_mock_url(),
         &Secret::new(api_key()),
         PAYMENT_TIMEOUT,
     )
@@ -148,7 +147,7 @@ fn charge_once(table: &Table, args: &[&str]) -> Output {
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("IDEMPOTENCY_TABLE", &table.name)
-        .env("PAYMENT_API_URL", support::stripe_mock_url())
+        .env("PAYMENT_API_URL", harness::servers::stripe_mock_url())
         .env("PAYMENT_API_KEY", api_key())
         .output()
         .unwrap()

@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use charge_once::config::{Config, Secret};
@@ -14,13 +12,13 @@ use charge_once::idempotency::{Estado, Key, ReserveRequest, reserve};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
-use support::harness::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
-use support::logs::Captured;
-use support::stripe::{self, TEST_KEY};
+use harness::logs::Captured;
+use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
+use harness::stripe::{self, TEST_KEY};
 
 fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
     HttpProvider::new(
-        support::stripe_mock_url(),
+        harness::servers::stripe_mock_url(),
         &Secret::new(key.to_owned()),
         timeout,
     )
@@ -169,9 +167,7 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let order = order(&unique_id(), 1500, &customer);
     let h = Harness::new(provider_with_key(wrong_key, PAYMENT_TIMEOUT)).await;
     let event = single_event_with_body(&body(&order));
-    let failed = h
-        .invoke_event_with(event, support::harness::INVOCATION)
-        .await;
+    let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
     assert_eq!(failed.len(), 1);
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.estado, Estado::Libre);
@@ -191,7 +187,7 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
 
 #[tokio::test]
 async fn the_api_key_is_read_from_a_secrets_manager_secret_in_moto() {
-    let sdk = support::moto_sdk_config();
+    let sdk = harness::servers::moto_sdk_config();
     let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
     let name = format!("charge-once/{}", uuid::Uuid::new_v4().simple());
     let created = secrets
@@ -250,7 +246,7 @@ async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_c
     let failed = h
         .invoke_event_with(
             single_event_with_body(&body(&order)),
-            support::harness::INVOCATION,
+            harness::rig::INVOCATION,
         )
         .await;
     assert!(failed.is_empty(), "{failed:?}");
@@ -283,7 +279,7 @@ async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
     let failed = h
         .invoke_event_with(
             single_event_with_body(&body(&order)),
-            support::harness::INVOCATION,
+            harness::rig::INVOCATION,
         )
         .await;
     assert!(failed.is_empty(), "{failed:?}");
@@ -310,7 +306,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
         now_ms: then,
         lease_until_ms: then + 60_000,
         expira_s: then / 1000 + 400 * 24 * 3600,
-        max_declines: support::harness::MAX_DECLINES,
+        max_declines: harness::rig::MAX_DECLINES,
     };
     reserve(h.table.store.as_ref(), &req).await.unwrap();
     h.clock
@@ -319,7 +315,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     let failed = h
         .invoke_event_with(
             single_event_with_body(&body(&order)),
-            support::harness::INVOCATION,
+            harness::rig::INVOCATION,
         )
         .await;
     assert!(failed.is_empty(), "{failed:?}");
@@ -338,7 +334,7 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
     let h = Harness::new(provider()).await;
     let event = single_event_with_body(&body(&order));
     assert_eq!(
-        h.invoke_event_with(event.clone(), support::harness::INVOCATION)
+        h.invoke_event_with(event.clone(), harness::rig::INVOCATION)
             .await
             .len(),
         1
@@ -350,7 +346,7 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
     stripe::replace_card(&customer, "tok_visa").await;
     h.redeliver_later();
     assert!(
-        h.invoke_event_with(event, support::harness::INVOCATION)
+        h.invoke_event_with(event, harness::rig::INVOCATION)
             .await
             .is_empty()
     );
@@ -379,7 +375,7 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
     let failed = h
         .invoke_event_with(
             single_event_with_body(&body(&order)),
-            support::harness::INVOCATION,
+            harness::rig::INVOCATION,
         )
         .await;
     assert_eq!(failed.len(), 1);

@@ -4,15 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use charge_once::idempotency::{
     CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
     ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, reserve,
 };
 use charge_once::store::sqlite::SqliteStore;
+use harness::servers::{Backend, Table};
 use std::sync::Arc;
-use support::{Backend, Table};
 
 /// A fresh, empty store, and a way to write items as the card's consumer did.
 struct Fixture {
@@ -60,7 +58,7 @@ impl Fixture {
     }
 }
 
-const T: i64 = support::TestClock::START_MS;
+const T: i64 = harness::clock::TestClock::START_MS;
 const MINUTE: i64 = 60_000;
 const DAY_MS: i64 = 24 * 3600 * 1000;
 const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";

@@ -6,20 +6,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use harness::event_source::{EsmStats, Queues, drain, poll};
+use harness::log_dir;
+use harness::producer::{charges_by_order, produce};
+use harness::proxy::{Faults, Target, start_proxy};
+use harness::runtime_api::{ConsumerProcess, Endpoints, RuntimeApi};
+use harness::servers::{Backend, stripe_mock_url};
 use rand::Rng;
-use support::system::{
-    ConsumerProcess, Endpoints, EsmStats, Faults, Queues, RuntimeApi, Target, charges_by_order,
-    drain, log_dir, poll, produce, start_proxy,
-};
-use support::{Backend, stripe_mock_url};
 
+const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(4);
 const VISIBILITY: Duration = Duration::from_secs(6);
 
@@ -54,7 +54,12 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
     for i in 0..consumers {
         let runtime = Arc::new(RuntimeApi::start().await);
         let log = log_dir().join(format!("{run_id}-consumer-{i}.log"));
-        processes.push(ConsumerProcess::spawn(&runtime, &endpoints, log));
+        processes.push(ConsumerProcess::spawn(
+            BIN.as_ref(),
+            &runtime,
+            &endpoints,
+            log,
+        ));
         runtimes.push(runtime);
     }
     let processes = Arc::new(Mutex::new(processes));

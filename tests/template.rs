@@ -425,7 +425,7 @@ fn transformed(template: &Value) -> serde_json::Value {
     let file = dir.path().join("template.yaml");
     std::fs::write(&file, serde_norway::to_string(template).unwrap()).unwrap();
     let out = std::process::Command::new(python)
-        .arg(root.join("tests/support/sam_transform.py"))
+        .arg(root.join("harness/servers/sam_transform.py"))
         .arg(&file)
         .arg("PaymentApiKeySecretArn=arn:aws:secretsmanager:eu-west-1:123456789012:secret:x")
         .output()

@@ -19,9 +19,6 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
-    /// A table did not become usable in time (table creation for tests and local runs).
-    #[error("table {table} did not become ACTIVE in time")]
-    TableNotActive { table: String },
     /// An item exists but cannot be read as a record (wrong type, unknown shape).
     #[error("item {pk} is malformed: attribute `{attribute}` {problem}")]
     Malformed {

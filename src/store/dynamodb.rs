@@ -13,10 +13,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use crate::idempotency::{
     CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
@@ -154,68 +151,6 @@ impl DynamoStore {
             attribute: "pk",
             problem: "vanished right after a successful write",
         })
-    }
-
-    /// Creates the idempotency table (on demand, `pk` S) with TTL on `expira`. For
-    /// tests and local runs; production tables come from `template.yaml`.
-    pub async fn create_table(&self) -> Result<(), StoreError> {
-        let table = self.table.as_str();
-        self.client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("pk")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|e| StoreError::backend("CreateTable", table, e))?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("pk")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(|e| StoreError::backend("CreateTable", table, e))?,
-            )
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("CreateTable", table, e))?;
-        // Tables start CREATING; writes fail until ACTIVE. Bounded: 200 × 50 ms.
-        for _ in 0..200 {
-            let described = self
-                .client
-                .describe_table()
-                .table_name(table)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("DescribeTable", table, e))?;
-            if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        Err(StoreError::TableNotActive {
-            table: table.to_owned(),
-        })
-    }
-
-    /// Turns TTL on for `expira`. Separate because some servers (dynalite) lack it.
-    pub async fn enable_ttl(&self) -> Result<(), StoreError> {
-        let table = self.table.as_str();
-        let spec = TimeToLiveSpecification::builder()
-            .enabled(true)
-            .attribute_name("expira")
-            .build()
-            .map_err(|e| StoreError::backend("UpdateTimeToLive", table, e))?;
-        self.client
-            .update_time_to_live()
-            .table_name(&self.table)
-            .time_to_live_specification(spec)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("UpdateTimeToLive", table, e))?;
-        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ fn client() -> reqwest::Client {
 
 async fn post(path: &str, form: &[(&str, &str)]) -> Value {
     let response = client()
-        .post(format!("{}{path}", super::stripe_mock_url()))
+        .post(format!("{}{path}", crate::servers::stripe_mock_url()))
         .bearer_auth(TEST_KEY)
         .form(form)
         .send()
@@ -48,7 +48,7 @@ pub async fn replace_card(customer: &str, token: &str) {
 /// Every charge the mock holds for `customer`, succeeded or failed.
 pub async fn charges_of(customer: &str) -> Vec<Value> {
     let response = client()
-        .get(format!("{}/v1/charges", super::stripe_mock_url()))
+        .get(format!("{}/v1/charges", crate::servers::stripe_mock_url()))
         .bearer_auth(TEST_KEY)
         .query(&[("customer", customer), ("limit", "100")])
         .send()

@@ -17,8 +17,9 @@ use charge_once::payment::PaymentProvider;
 use charge_once::store::dynamodb::DynamoStore;
 use lambda_runtime::{Context, LambdaEvent};
 
-use super::system::{Faults, Target, start_proxy};
-use super::{Backend, Table, TestClock};
+use crate::clock::TestClock;
+use crate::proxy::{Faults, Target, start_proxy};
+use crate::servers::{Backend, Table};
 
 pub const PAYMENT_TIMEOUT: Duration = Duration::from_millis(1500);
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
@@ -225,9 +226,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
 
 /// `events/<name>`, parsed as Lambda would.
 pub fn event(name: &str) -> SqsEvent {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("events")
-        .join(name);
+    let path = crate::root().join("events").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

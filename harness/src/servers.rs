@@ -1,28 +1,21 @@
-//! Test harness: real DynamoDB-compatible servers on 127.0.0.1, started once per test
-//! binary (moto behind a one-lock wrapper, and dynalite), a fresh table per test, an
-//! in-process payment provider that behaves like a real one, and a movable clock.
-//!
-//! A missing server is a failure that says how to install it, never a skip.
-
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
-pub mod harness;
-pub mod logs;
-pub mod provider;
-pub mod stripe;
-pub mod system;
+//! The real servers the suites run against, started once per test binary on a free
+//! 127.0.0.1 port: moto behind its one-lock wrapper, dynalite and stripe-stateful-mock.
+//! A fresh table per test. A missing server is a failure that says how to install it,
+//! never a skip.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use aws_sdk_dynamodb::types::AttributeValue;
-use charge_once::idempotency::{Clock, IdempotencyStore};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus,
+};
+use charge_once::idempotency::IdempotencyStore;
 use charge_once::store::dynamodb::DynamoStore;
 
 /// The DynamoDB-compatible servers the suites run against.
@@ -45,9 +38,7 @@ static MOTO: OnceLock<Server> = OnceLock::new();
 static DYNALITE: OnceLock<Server> = OnceLock::new();
 static STRIPE_MOCK: OnceLock<Server> = OnceLock::new();
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::root;
 
 impl Backend {
     pub fn url(self) -> &'static str {
@@ -83,19 +74,55 @@ impl Backend {
     pub async fn fresh_table(self) -> Table {
         let client = self.client();
         let name = format!("idem-{}", uuid::Uuid::new_v4().simple());
+        create_table(&client, &name)
+            .await
+            .unwrap_or_else(|e| panic!("{self:?}: creating table {name}: {e}"));
         let store = DynamoStore::new(client.clone(), name.clone());
-        store.create_table().await.unwrap_or_else(|e| {
-            panic!(
-                "{self:?}: creating table {name}: {}",
-                charge_once::error_chain(&e)
-            )
-        });
         Table {
             client,
             name,
             store: Arc::new(store),
         }
     }
+}
+
+/// Creates an idempotency table as `template.yaml` does (on demand, `pk` S) and waits
+/// until it is ACTIVE: writes fail while it is CREATING. Bounded: 200 × 50 ms.
+async fn create_table(client: &Client, name: &str) -> Result<(), String> {
+    client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
+        .send()
+        .await
+        .map_err(|e| charge_once::error_chain(&e))?;
+    for _ in 0..200 {
+        let described = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| charge_once::error_chain(&e))?;
+        if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("the table did not become ACTIVE within 10 s".to_owned())
 }
 
 /// A fresh table and the store on it.
@@ -128,32 +155,6 @@ impl Table {
     }
 }
 
-/// A clock the test moves by hand; starts at a fixed instant.
-#[derive(Clone)]
-pub struct TestClock(Arc<AtomicI64>);
-
-impl TestClock {
-    pub const START_MS: i64 = 1_800_000_000_000;
-
-    pub fn new() -> Self {
-        Self(Arc::new(AtomicI64::new(Self::START_MS)))
-    }
-
-    pub fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    pub fn advance(&self, by: Duration) {
-        self.0
-            .fetch_add(i64::try_from(by.as_millis()).unwrap(), Ordering::SeqCst);
-    }
-
-    pub fn clock(&self) -> Clock {
-        let inner = self.0.clone();
-        Arc::new(move || inner.load(Ordering::SeqCst))
-    }
-}
-
 fn start_moto() -> Server {
     let python = root().join(".venv/bin/python");
     if !python.exists() {
@@ -166,7 +167,7 @@ fn start_moto() -> Server {
     }
     spawn_server(
         "moto",
-        Command::new(python).arg(root().join("tests/support/moto_locked.py")),
+        Command::new(python).arg(root().join("harness/servers/moto_locked.py")),
     )
 }
 
@@ -180,7 +181,7 @@ fn start_dynalite() -> Server {
     }
     spawn_server(
         "dynalite",
-        Command::new("node").arg(root().join("tests/support/dynalite_server.js")),
+        Command::new("node").arg(root().join("harness/servers/dynalite_server.js")),
     )
 }
 
@@ -194,7 +195,7 @@ fn start_stripe_mock() -> Server {
     }
     spawn_server(
         "stripe-mock",
-        Command::new("node").arg(root().join("tests/support/stripe_mock_server.js")),
+        Command::new("node").arg(root().join("harness/servers/stripe_mock_server.js")),
     )
 }
 

@@ -1,0 +1,157 @@
+//! `make bench`: charge-once against Powertools for AWS Lambda (Python and TypeScript),
+//! side by side, doing the same work on the same backend (DESIGN §9, issue "Benchmark
+//! against Powertools"). Its own binary, not a test: `make bench` builds the release
+//! binary and runs this. It asserts nothing about speed; it asserts only that every
+//! contender did the work (no unexpected item failures), so a broken peer cannot pass
+//! for a fast one.
+//!
+//! Every contender is a process under its own Runtime API emulator, behind its own
+//! counting, latency-adding proxy in front of the same DynamoDB-compatible server, and
+//! charges through the same HTTP payment stub:
+//! * charge-once: the release binary in Lambda mode, at its default log level;
+//! * Powertools Python: `bench/peers/python/handler.py` under `awslambdaric` (.venv);
+//! * Powertools TypeScript: `bench/peers/node/handler.mjs` under the small Runtime API
+//!   loop `bench/peers/node/runtime.mjs` (bench/node_modules).
+//!
+//! Rounds are interleaved (each round runs every contender once, in an order rotated
+//! per round, after a warm-up round) and ratios are taken inside each round; medians
+//! and ranges are reported. CPU is the process's threads' time on CPU from
+//! /proc/<pid>/task/*/schedstat (nanoseconds), or utime + stime (10 ms ticks, but
+//! counting ended threads too) when a thread ended during the round.
+//! Store calls are counted on moto (dynalite ignores ALL_OLD). Writes
+//! `bench/results/<date>.{json,md,svg}`.
+//!
+//! Also measured: what one reservation costs dynalite itself per request shape, which
+//! explains the batch latencies on it (see README "Performance").
+//!
+//! Knobs: `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
+//! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
+//! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
+//! `fresh-b10-s0-p0`) shorten a development run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark fails loudly
+
+mod chart;
+mod report;
+mod rig;
+mod scenarios;
+mod statistics;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use report::{Report, today};
+use scenarios::{Cell, cold_starts, dynalite_cost_per_call, matrix, run_cell, store_calls};
+
+pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Orders charged once before the rounds, which the duplicate scenarios send again.
+pub const SEEDS: usize = 10;
+pub const COLD_STARTS: usize = 5;
+
+pub fn root() -> &'static Path {
+    harness::root()
+}
+
+/// The release binary `make bench` builds first.
+pub fn charge_once_bin() -> PathBuf {
+    let bin = root().join("target/release/charge-once");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `make bench` (it builds the release binary first)",
+        bin.display()
+    );
+    bin
+}
+
+// --- The run ------------------------------------------------------------------------
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
+        })
+        .unwrap_or(default)
+}
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let full = std::env::var("FULL").is_ok_and(|v| v == "1");
+    let rounds = env_usize("BENCH_ROUNDS", 5);
+    let records = env_usize("BENCH_RECORDS", 100);
+    assert!(
+        rounds >= 1 && records >= 10,
+        "BENCH_ROUNDS ≥ 1, BENCH_RECORDS ≥ 10"
+    );
+    let started = Instant::now();
+
+    let dynalite_cost = dynalite_cost_per_call().await;
+    let calls = store_calls().await;
+    eprintln!("bench: store calls done ({:.0?})", started.elapsed());
+    let cold = cold_starts().await;
+    eprintln!("bench: cold starts done ({:.0?})", started.elapsed());
+    let mut cells = Vec::new();
+    // BENCH_CELLS=<slug>,<slug> picks cells of the full matrix (development).
+    let only: Vec<String> = std::env::var("BENCH_CELLS")
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let chosen: Vec<Cell> = if only.is_empty() {
+        matrix(full)
+    } else {
+        matrix(true)
+            .into_iter()
+            .filter(|c| only.contains(&c.slug()))
+            .collect()
+    };
+    assert!(
+        !chosen.is_empty(),
+        "BENCH_CELLS matches no cell of the full matrix"
+    );
+    for cell in chosen {
+        let figures = run_cell(cell, rounds, records).await;
+        eprintln!("bench: {} done ({:.0?})", cell.label(), started.elapsed());
+        cells.push((cell, figures));
+    }
+
+    let mut command = "make bench".to_owned();
+    if full {
+        command.push_str(" FULL=1");
+    }
+    if !only.is_empty() {
+        command.push_str(&format!(" BENCH_CELLS={}", only.join(",")));
+    }
+    if rounds != 5 || records != 100 {
+        command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
+    }
+    let report = Report {
+        command,
+        dynalite_cost,
+        rounds,
+        records,
+        calls,
+        cold,
+        cells,
+        elapsed: started.elapsed(),
+    };
+    let dir = root().join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let date = today();
+    // A full or partial run never overwrites the default run's files of the day.
+    let stem = if !only.is_empty() {
+        format!("{date}-cells")
+    } else if full {
+        format!("{date}-full")
+    } else {
+        date.clone()
+    };
+    let markdown = report.markdown(&date);
+    println!("\n{markdown}");
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&report.json(&date)).unwrap() + "\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
+    report.chart(&dir.join(format!("{stem}.svg")));
+    eprintln!("bench: wrote bench/results/{stem}.{{json,md,svg}}");
+}

@@ -1,0 +1,278 @@
+//! The event source mapping emulator: pollers that receive from moto's SQS, invoke
+//! through a Runtime API, and delete what was not reported failed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use serde_json::{Value, json};
+
+use crate::runtime_api::{Reply, RuntimeApi};
+use crate::servers::Backend;
+
+pub struct Queues {
+    pub client: aws_sdk_sqs::Client,
+    pub url: String,
+    pub arn: String,
+    pub dlq_url: String,
+}
+
+impl Queues {
+    pub async fn create(visibility: Duration, max_receive_count: u32) -> Self {
+        let client = aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                    "test", "test", None, None, "tests",
+                ))
+                .endpoint_url(Backend::Moto.url())
+                .build(),
+        );
+        let name = format!("orders-{}", uuid::Uuid::new_v4().simple());
+        let dlq_url = client
+            .create_queue()
+            .queue_name(format!("{name}-dlq"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        let dlq_arn = queue_arn(&client, &dlq_url).await;
+        let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count.to_string()});
+        let url = client
+            .create_queue()
+            .queue_name(&name)
+            .attributes(
+                QueueAttributeName::VisibilityTimeout,
+                visibility.as_secs().to_string(),
+            )
+            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        let arn = queue_arn(&client, &url).await;
+        Self {
+            client,
+            url,
+            arn,
+            dlq_url,
+        }
+    }
+
+    pub async fn send(&self, bodies: &[String]) {
+        for chunk in bodies.chunks(10) {
+            let mut batch = self.client.send_message_batch().queue_url(&self.url);
+            for (i, body) in chunk.iter().enumerate() {
+                batch = batch.entries(
+                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                        .unwrap(),
+                );
+            }
+            let out = batch.send().await.unwrap();
+            assert!(out.failed.is_empty(), "send failed: {:?}", out.failed);
+        }
+    }
+
+    /// Sends `bodies` in waves, keeping at most about `max_pending` messages in the
+    /// queue: moto's SQS slows down with queue depth, and producers in real life do
+    /// not dump hours of traffic at once.
+    pub async fn send_paced(&self, bodies: &[String], max_pending: u64) {
+        for wave in bodies.chunks(50) {
+            for _ in 0..600 {
+                if self.pending().await < max_pending {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            self.send(wave).await;
+        }
+    }
+
+    /// Messages visible or in flight in the source queue.
+    pub async fn pending(&self) -> u64 {
+        let attrs = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .unwrap();
+        attrs
+            .attributes()
+            .map(|a| a.values().filter_map(|v| v.parse::<u64>().ok()).sum())
+            .unwrap_or(0)
+    }
+
+    /// Takes every message out of the DLQ (a redrive re-sends them as new messages).
+    pub async fn drain_dlq(&self) -> Vec<String> {
+        let mut bodies = Vec::new();
+        for _ in 0..1000 {
+            let out = self
+                .client
+                .receive_message()
+                .queue_url(&self.dlq_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(60)
+                .send()
+                .await
+                .unwrap();
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                bodies.push(m.body.clone().unwrap_or_default());
+                self.client
+                    .delete_message()
+                    .queue_url(&self.dlq_url)
+                    .receipt_handle(m.receipt_handle.unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        bodies
+    }
+}
+
+async fn queue_arn(client: &aws_sdk_sqs::Client, url: &str) -> String {
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap();
+    attrs.attributes().unwrap()[&QueueAttributeName::QueueArn].clone()
+}
+
+#[derive(Default)]
+pub struct EsmStats {
+    pub deliveries: AtomicU64,
+    pub invocations: AtomicU64,
+    pub batch_failures: AtomicU64,
+}
+
+/// One poller per environment, as Lambda's event source mapping: receive up to
+/// `batch` messages, build the SQS event, invoke, delete what was not reported failed.
+/// A malformed response, an unknown or empty identifier, an error or a timeout fails
+/// the whole batch (nothing deleted).
+pub async fn poll(
+    queues: Arc<Queues>,
+    runtime: Arc<RuntimeApi>,
+    stats: Arc<EsmStats>,
+    stop: Arc<AtomicBool>,
+    function_timeout: Duration,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let received = queues
+            .client
+            .receive_message()
+            .queue_url(&queues.url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await;
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        if messages.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        stats
+            .deliveries
+            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        stats.invocations.fetch_add(1, Ordering::Relaxed);
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                let attributes: BTreeMap<String, String> = m
+                    .attributes()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!({
+                    "messageId": m.message_id(),
+                    "receiptHandle": m.receipt_handle(),
+                    "body": m.body(),
+                    "attributes": attributes,
+                    "messageAttributes": {},
+                    "md5OfBody": m.md5_of_body(),
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": queues.arn,
+                    "awsRegion": "us-east-1",
+                })
+            })
+            .collect();
+        let event = json!({ "Records": records }).to_string();
+        let ids: HashSet<&str> = messages.iter().filter_map(|m| m.message_id()).collect();
+        let failed: Option<HashSet<String>> = match runtime.invoke(event, function_timeout).await {
+            Reply::Response(body) => parse_failures(&body, &ids),
+            Reply::Error | Reply::Timeout => None,
+        };
+        let Some(failed) = failed else {
+            stats.batch_failures.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        for m in &messages {
+            if !failed.contains(m.message_id().unwrap_or_default()) {
+                let _ = queues
+                    .client
+                    .delete_message()
+                    .queue_url(&queues.url)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await;
+            }
+        }
+    }
+}
+
+/// The failed ids of a partial batch response, or `None` when Lambda would fail the
+/// whole batch.
+fn parse_failures(body: &[u8], ids: &HashSet<&str>) -> Option<HashSet<String>> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let failures = value.get("batchItemFailures")?.as_array()?;
+    let mut out = HashSet::new();
+    for f in failures {
+        let id = f.get("itemIdentifier")?.as_str()?;
+        if id.is_empty() || !ids.contains(id) {
+            return None;
+        }
+        out.insert(id.to_owned());
+    }
+    Some(out)
+}
+
+/// Waits until the source queue is empty twice in a row, at most `limit`.
+pub async fn drain(queues: &Queues, limit: Duration) -> bool {
+    let started = Instant::now();
+    let mut empty_in_a_row = 0;
+    while started.elapsed() < limit {
+        if queues.pending().await == 0 {
+            empty_in_a_row += 1;
+            if empty_in_a_row >= 3 {
+                return true;
+            }
+        } else {
+            empty_in_a_row = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
+}

@@ -1,0 +1,42 @@
+//! The test harness of charge-once, a dev-only crate compiled once for every test
+//! binary and for `make bench`. One module per part:
+//!
+//! | module | part |
+//! | --- | --- |
+//! | [`servers`] | moto (behind a one-lock wrapper), dynalite, stripe-stateful-mock; a fresh table |
+//! | [`clock`] | a clock the test moves by hand |
+//! | [`rig`] | the real `Consumer` on a fresh table, with injectable store faults |
+//! | [`provider`] | an in-process payment provider that behaves like a real one |
+//! | [`stripe`] | customers and charges at stripe-stateful-mock |
+//! | [`runtime_api`] | the Lambda Runtime API emulator and the real binary under it |
+//! | [`proxy`] | fault and latency proxies |
+//! | [`event_source`] | the SQS event source mapping emulator |
+//! | [`producer`] | the system test's producers and the charges to check against |
+//! | [`logs`] | captured log lines |
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
+
+pub mod clock;
+pub mod event_source;
+pub mod logs;
+pub mod producer;
+pub mod provider;
+pub mod proxy;
+pub mod rig;
+pub mod runtime_api;
+pub mod servers;
+pub mod stripe;
+
+use std::path::{Path, PathBuf};
+
+/// The charge-once checkout (this crate lives in `harness/`).
+pub fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Where the system test and the bench write their processes' logs.
+pub fn log_dir() -> PathBuf {
+    let dir = root().join("target/system-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

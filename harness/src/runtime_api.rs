@@ -1,0 +1,273 @@
+//! One execution environment's Runtime API emulator (the documented HTTP protocol:
+//! next, response, error, init error) on 127.0.0.1, and the real binary in Lambda mode
+//! attached to it (one per environment, so a process can be SIGKILLed and restarted).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::stripe;
+
+/// What an invocation ended with.
+#[derive(Debug)]
+pub enum Reply {
+    Response(Bytes),
+    Error,
+    /// No answer before the function timeout (the process died or hung).
+    Timeout,
+}
+
+struct Invocation {
+    id: String,
+    event: String,
+    deadline_ms: u64,
+    reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Clone)]
+struct RuntimeState {
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Invocation>>>,
+    inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    first_next: Arc<Mutex<Option<Instant>>>,
+}
+
+/// One execution environment's Runtime API (the documented HTTP protocol: next,
+/// response, error, init error), served on 127.0.0.1.
+pub struct RuntimeApi {
+    pub addr: String,
+    tx: mpsc::Sender<Invocation>,
+    inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    first_next: Arc<Mutex<Option<Instant>>>,
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+async fn next(State(state): State<RuntimeState>) -> Response {
+    state
+        .first_next
+        .lock()
+        .unwrap()
+        .get_or_insert_with(Instant::now);
+    loop {
+        let invocation = {
+            let mut queue = state.queue.lock().await;
+            match queue.recv().await {
+                Some(i) => i,
+                None => return StatusCode::GONE.into_response(),
+            }
+        };
+        // The ESM gave up on it (timeout) before any process took it.
+        if invocation.reply.is_closed() {
+            continue;
+        }
+        state
+            .inflight
+            .lock()
+            .unwrap()
+            .insert(invocation.id.clone(), invocation.reply);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "lambda-runtime-aws-request-id",
+            HeaderValue::from_str(&invocation.id).unwrap(),
+        );
+        headers.insert(
+            "lambda-runtime-deadline-ms",
+            HeaderValue::from(invocation.deadline_ms),
+        );
+        headers.insert(
+            "lambda-runtime-invoked-function-arn",
+            HeaderValue::from_static("arn:aws:lambda:us-east-1:123456789012:function:charge-once"),
+        );
+        headers.insert(
+            "lambda-runtime-trace-id",
+            HeaderValue::from_static("Root=1-00000000-000000000000000000000000"),
+        );
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        return (StatusCode::OK, headers, invocation.event).into_response();
+    }
+}
+
+async fn respond(
+    State(state): State<RuntimeState>,
+    UrlPath(id): UrlPath<String>,
+    body: Bytes,
+) -> StatusCode {
+    if let Some(reply) = state.inflight.lock().unwrap().remove(&id) {
+        let _ = reply.send(Reply::Response(body));
+    }
+    StatusCode::ACCEPTED
+}
+
+async fn error(State(state): State<RuntimeState>, UrlPath(id): UrlPath<String>) -> StatusCode {
+    if let Some(reply) = state.inflight.lock().unwrap().remove(&id) {
+        let _ = reply.send(Reply::Error);
+    }
+    StatusCode::ACCEPTED
+}
+
+impl RuntimeApi {
+    pub async fn start() -> Self {
+        let (tx, rx) = mpsc::channel(16);
+        let inflight = Arc::new(Mutex::new(HashMap::new()));
+        let first_next = Arc::new(Mutex::new(None));
+        let state = RuntimeState {
+            queue: Arc::new(tokio::sync::Mutex::new(rx)),
+            inflight: inflight.clone(),
+            first_next: first_next.clone(),
+        };
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(respond),
+            )
+            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
+            .route(
+                "/2018-06-01/runtime/init/error",
+                post(|| async { StatusCode::ACCEPTED }),
+            )
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            addr,
+            tx,
+            inflight,
+            first_next,
+        }
+    }
+
+    /// When a process first asked for an invocation (the end of its init).
+    pub fn first_next(&self) -> Option<Instant> {
+        *self.first_next.lock().unwrap()
+    }
+
+    /// Invokes the function with `event`; waits until the deadline plus a little.
+    pub async fn invoke(&self, event: String, timeout: Duration) -> Reply {
+        let id = uuid::Uuid::new_v4().to_string();
+        let (reply, answer) = oneshot::channel();
+        let deadline_ms = now_ms() + u64::try_from(timeout.as_millis()).unwrap();
+        let invocation = Invocation {
+            id: id.clone(),
+            event,
+            deadline_ms,
+            reply,
+        };
+        if self.tx.send(invocation).await.is_err() {
+            return Reply::Error;
+        }
+        match tokio::time::timeout(timeout + Duration::from_millis(500), answer).await {
+            Ok(Ok(reply)) => reply,
+            _ => {
+                self.inflight.lock().unwrap().remove(&id);
+                Reply::Timeout
+            }
+        }
+    }
+}
+
+// --- Consumer processes -------------------------------------------------------------
+
+pub struct Endpoints {
+    pub dynamodb: String,
+    pub payment: String,
+    pub table: String,
+}
+
+/// A clean environment for a function process: what Lambda sets (Runtime API, name,
+/// memory, version, region), test credentials, and the function's own settings
+/// pointing at `endpoints` (also used by `make bench` for every contender).
+pub fn lambda_environment<'a>(
+    command: &'a mut Command,
+    runtime: &str,
+    endpoints: &Endpoints,
+) -> &'a mut Command {
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_LAMBDA_RUNTIME_API", runtime)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
+        .env("IDEMPOTENCY_TABLE", &endpoints.table)
+        .env("PAYMENT_API_URL", &endpoints.payment)
+        .env("PAYMENT_API_KEY", stripe::TEST_KEY)
+        .env("PAYMENT_TIMEOUT", "1s")
+        .env("MAX_CONCURRENCY", "10")
+}
+
+/// The real binary in Lambda mode, attached to one Runtime API.
+pub struct ConsumerProcess {
+    child: Child,
+    bin: PathBuf,
+    runtime: String,
+    log: PathBuf,
+}
+
+impl ConsumerProcess {
+    /// `bin` is the binary under test: a test passes `env!("CARGO_BIN_EXE_charge-once")`.
+    pub fn spawn(bin: &Path, runtime: &RuntimeApi, endpoints: &Endpoints, log: PathBuf) -> Self {
+        Self {
+            child: Self::start(bin, &runtime.addr, endpoints, &log),
+            bin: bin.to_owned(),
+            runtime: runtime.addr.clone(),
+            log,
+        }
+    }
+
+    fn start(bin: &Path, runtime: &str, endpoints: &Endpoints, log: &Path) -> Child {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        lambda_environment(&mut Command::new(bin), runtime, endpoints)
+            .env("DEADLINE_MARGIN", "1500ms")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn charge-once")
+    }
+
+    /// SIGKILL, wherever it is, and a fresh process on the same environment.
+    pub fn kill_and_restart(&mut self, endpoints: &Endpoints) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::start(&self.bin, &self.runtime, endpoints, &self.log);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
