@@ -37,8 +37,9 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use charge_once::idempotency::core::{Core, Cut, Input, Outcome, Start, Step, Write, apply, holds};
-use charge_once::idempotency::{Estado, FenceOutcome, Record, Rules, StoreError};
+use charge_once::idempotency::Outcome;
+use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
+use charge_once::idempotency::{Estado, Record, Rules, StoreError, WriteOutcome};
 use charge_once::order::Order;
 use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -349,9 +350,9 @@ impl ChargeModel {
         s: &mut State,
         write: &Write<'_>,
         env: Env,
-    ) -> Result<FenceOutcome, Cut<StoreError>> {
+    ) -> Result<WriteOutcome, Cut<StoreError>> {
         let rules = self.p.rules;
-        let attempt = |s: &mut State| -> FenceOutcome {
+        let attempt = |s: &mut State| -> WriteOutcome {
             if holds(write, s.table.as_ref(), rules) {
                 let new = apply(write, s.table.as_ref());
                 if let Some(old) = &s.table
@@ -361,9 +362,9 @@ impl ChargeModel {
                     s.hecho_changed = true;
                 }
                 s.table = Some(new.clone());
-                FenceOutcome::Applied(new)
+                WriteOutcome::Applied(new)
             } else {
-                FenceOutcome::Refused(s.table.clone())
+                WriteOutcome::Refused(s.table.clone())
             }
         };
         match env {

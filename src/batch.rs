@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::{FutureExt, StreamExt};
 use lambda_runtime::LambdaEvent;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
-use crate::idempotency::{Charger, IdempotencyStore, Key, Outcome, Settings};
-use crate::order::Order;
+use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
+use crate::order::{Order, OrderError};
 use crate::payment::PaymentProvider;
 
 /// The batch cannot be judged at all: the whole batch is retried.
@@ -50,10 +50,99 @@ pub struct Consumer {
 /// sends 600000).
 const PLAUSIBLE_DEADLINE_MS: i64 = 1_000_000_000_000;
 
+/// A record that is not an order: it fails on its own, with no I/O.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidRecord {
+    #[error("record has no body")]
+    NoBody,
+    #[error(transparent)]
+    Order(#[from] OrderError),
+}
+
+/// Why a record was not started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// An earlier record of the same order failed in this batch.
+    SameOrder,
+    /// An earlier record of this FIFO batch failed.
+    Fifo,
+}
+
+impl Skip {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::SameOrder => "an earlier record of the same order failed in this batch",
+            Self::Fifo => "an earlier record of this FIFO batch failed",
+        }
+    }
+}
+
+/// How one record of a batch ends: the state machine's outcome, or what the batch
+/// decided without running it.
+#[derive(Debug)]
+pub enum RecordOutcome<'a> {
+    Processed(Outcome),
+    Invalid(&'a InvalidRecord),
+    /// Not started: too little time was left before the invocation deadline.
+    Unstarted {
+        time_left: Duration,
+    },
+    Skipped(Skip),
+    /// The record's processing panicked; the lease ends at the invocation deadline.
+    Panicked,
+}
+
+impl RecordOutcome<'_> {
+    pub fn is_ack(&self) -> bool {
+        matches!(self, Self::Processed(outcome) if outcome.is_ack())
+    }
+
+    /// Stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Processed(outcome) => outcome.name(),
+            Self::Invalid(_) => "invalid",
+            Self::Unstarted { .. } => "unstarted",
+            Self::Skipped(_) => "skipped",
+            Self::Panicked => "failed_retryable",
+        }
+    }
+
+    fn level(&self) -> Level {
+        match self {
+            Self::Processed(outcome) => outcome.level(),
+            Self::Skipped(_) => Level::Info,
+            Self::Invalid(_) | Self::Unstarted { .. } | Self::Panicked => Level::Warn,
+        }
+    }
+
+    fn reason(&self) -> Option<String> {
+        match self {
+            Self::Processed(outcome) => outcome.reason(),
+            Self::Invalid(invalid) => Some(crate::error_chain(*invalid)),
+            Self::Unstarted { .. } => {
+                Some("too little time left before the invocation deadline".to_owned())
+            }
+            Self::Skipped(skip) => Some(skip.as_str().to_owned()),
+            Self::Panicked => Some(
+                "panicked while processing; the lease ends at the invocation deadline".to_owned(),
+            ),
+        }
+    }
+
+    fn message(&self) -> &'static str {
+        match self {
+            Self::Skipped(_) => "record not started",
+            _ if self.is_ack() => "record done",
+            _ => "record failed",
+        }
+    }
+}
+
 /// One record after parsing.
 struct Parsed<'a> {
     message_id: &'a str,
-    order: Result<Order, String>,
+    order: Result<Order, InvalidRecord>,
 }
 
 impl Consumer {
@@ -109,7 +198,7 @@ impl Consumer {
     ) -> Result<SqsBatchResponse, BatchError> {
         let parsed = parse_records(&event.records)?;
         let fifo = event.records.iter().any(is_fifo);
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; parsed.len()];
+        let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
         if fifo {
             self.run_fifo(&parsed, deadline_ms, &mut outcomes).await;
         } else {
@@ -128,10 +217,14 @@ impl Consumer {
     }
 
     /// FIFO: strictly in order; from the first failure on, every later record fails.
-    async fn run_fifo(&self, parsed: &[Parsed<'_>], deadline_ms: i64, out: &mut [Option<Outcome>]) {
-        let why = "an earlier record of this FIFO batch failed";
+    async fn run_fifo<'a>(
+        &self,
+        parsed: &'a [Parsed<'a>],
+        deadline_ms: i64,
+        out: &mut [Option<RecordOutcome<'a>>],
+    ) {
         for (i, outcome) in self
-            .run_in_order(parsed, 0..parsed.len(), deadline_ms, why)
+            .run_in_order(parsed, 0..parsed.len(), deadline_ms, Skip::Fifo)
             .await
         {
             out[i] = Some(outcome);
@@ -140,17 +233,17 @@ impl Consumer {
 
     /// Standard queues: invalid records fail on their own; valid ones are grouped by
     /// key, groups run concurrently, each group in message order.
-    async fn run_grouped(
+    async fn run_grouped<'a>(
         &self,
-        parsed: &[Parsed<'_>],
+        parsed: &'a [Parsed<'a>],
         deadline_ms: i64,
-        out: &mut [Option<Outcome>],
+        out: &mut [Option<RecordOutcome<'a>>],
     ) {
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut group_of: HashMap<Key, usize> = HashMap::new();
         for (i, record) in parsed.iter().enumerate() {
             match &record.order {
-                Err(reason) => out[i] = Some(invalid(record.message_id, reason)),
+                Err(invalid) => out[i] = Some(rejected(record.message_id, invalid)),
                 Ok(order) => {
                     let g = *group_of.entry(order.key()).or_insert_with(|| {
                         groups.push(Vec::new());
@@ -160,9 +253,8 @@ impl Consumer {
                 }
             }
         }
-        let why = "an earlier record of the same order failed in this batch";
-        let results: Vec<Vec<(usize, Outcome)>> = futures::stream::iter(groups)
-            .map(|members| self.run_in_order(parsed, members, deadline_ms, why))
+        let results: Vec<Vec<(usize, RecordOutcome<'a>)>> = futures::stream::iter(groups)
+            .map(|members| self.run_in_order(parsed, members, deadline_ms, Skip::SameOrder))
             .buffer_unordered(self.limits.max_concurrency)
             .collect()
             .await;
@@ -173,13 +265,13 @@ impl Consumer {
 
     /// Runs `members` one after another; after the first non-success the rest fail
     /// without any store or provider call.
-    async fn run_in_order(
+    async fn run_in_order<'a>(
         &self,
-        parsed: &[Parsed<'_>],
+        parsed: &'a [Parsed<'a>],
         members: impl IntoIterator<Item = usize>,
         deadline_ms: i64,
-        why_skipped: &'static str,
-    ) -> Vec<(usize, Outcome)> {
+        why_skipped: Skip,
+    ) -> Vec<(usize, RecordOutcome<'a>)> {
         let mut results = Vec::new();
         let mut stopped = false;
         for i in members {
@@ -195,10 +287,10 @@ impl Consumer {
     }
 
     /// One record inside its span, with one log line for its outcome.
-    async fn run_record(&self, record: &Parsed<'_>, deadline_ms: i64) -> Outcome {
+    async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline_ms: i64) -> RecordOutcome<'a> {
         let order = match &record.order {
             Ok(order) => order,
-            Err(reason) => return invalid(record.message_id, reason),
+            Err(invalid) => return rejected(record.message_id, invalid),
         };
         let key = order.key();
         let span = info_span!("record", message_id = record.message_id, key = key.as_str());
@@ -206,9 +298,7 @@ impl Consumer {
             let started = Instant::now();
             let time_left = self.time_left(deadline_ms);
             let outcome = if time_left < self.limits.deadline_margin {
-                Outcome::Unstarted {
-                    time_left_ms: u64::try_from(time_left.as_millis()).unwrap_or(u64::MAX),
-                }
+                RecordOutcome::Unstarted { time_left }
             } else {
                 let charger = Charger {
                     store: self.store.as_ref(),
@@ -221,13 +311,8 @@ impl Consumer {
                     .catch_unwind()
                     .await
                 {
-                    Ok(outcome) => outcome,
-                    Err(_panic) => Outcome::FailedRetryable {
-                        reason:
-                            "panicked while processing; the lease ends at the invocation deadline"
-                                .to_owned(),
-                        attempt: None,
-                    },
+                    Ok(outcome) => RecordOutcome::Processed(outcome),
+                    Err(_panic) => RecordOutcome::Panicked,
                 }
             };
             log_outcome(&outcome, started.elapsed());
@@ -244,17 +329,15 @@ impl Consumer {
 }
 
 /// An invalid record needs no I/O: it fails with its reason.
-fn invalid(message_id: &str, reason: &str) -> Outcome {
+fn rejected<'a>(message_id: &str, invalid: &'a InvalidRecord) -> RecordOutcome<'a> {
     let span = info_span!("record", message_id, key = tracing::field::Empty);
     let _entered = span.enter();
-    let outcome = Outcome::Invalid {
-        reason: reason.to_owned(),
-    };
+    let outcome = RecordOutcome::Invalid(invalid);
     log_outcome(&outcome, Duration::ZERO);
     outcome
 }
 
-fn skip(record: &Parsed<'_>, why: &'static str) -> Outcome {
+fn skip<'a>(record: &Parsed<'_>, why: Skip) -> RecordOutcome<'a> {
     let key = record
         .order
         .as_ref()
@@ -262,99 +345,53 @@ fn skip(record: &Parsed<'_>, why: &'static str) -> Outcome {
         .unwrap_or_default();
     let span = info_span!("record", message_id = record.message_id, key = key.as_str());
     let _entered = span.enter();
-    let outcome = Outcome::Skipped { reason: why };
+    let outcome = RecordOutcome::Skipped(why);
     log_outcome(&outcome, Duration::ZERO);
     outcome
 }
 
-/// One line per record outcome, at a level that says who must act.
-fn log_outcome(outcome: &Outcome, elapsed: Duration) {
-    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+/// One line per record outcome, at the level that says who must act.
+fn log_outcome(outcome: &RecordOutcome<'_>, elapsed: Duration) {
     let name = outcome.name();
     crate::telemetry::count_outcome(name);
-    match outcome {
-        Outcome::Charged { receipt, attempt } | Outcome::Reconciled { receipt, attempt } => {
-            info!(outcome = name, receipt = %receipt, attempt, latency_ms, "record done");
-        }
-        Outcome::Duplicate { receipt } => {
-            info!(
+    let d = match outcome {
+        RecordOutcome::Processed(processed) => processed.details(),
+        _ => Details::default(),
+    };
+    let time_left_ms = match outcome {
+        RecordOutcome::Unstarted { time_left } => Some(millis(*time_left)),
+        _ => None,
+    };
+    let reason = outcome.reason();
+    let latency_ms = millis(elapsed);
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
                 outcome = name,
-                receipt = receipt.as_deref().unwrap_or(""),
+                receipt = d.receipt,
+                code = d.code,
+                decline_code = d.decline_code,
+                status = d.status,
+                declines = d.declines,
+                before = d.before,
+                attempt = d.attempt,
+                time_left_ms,
                 latency_ms,
-                "record done"
-            );
-        }
-        Outcome::Declined {
-            code,
-            decline_code,
-            attempt,
-        } => warn!(
-            outcome = name,
-            code = %code,
-            decline_code = decline_code.as_deref().unwrap_or(""),
-            attempt,
-            latency_ms,
-            reason = "payment declined; the next delivery uses the next attempt's key",
-            "record failed"
-        ),
-        Outcome::DeclineLimit { declines } => warn!(
-            outcome = name,
-            declines,
-            latency_ms,
-            reason = "decline limit reached (MAX_DECLINES): not sent to the provider; after \
-                      the customer fixed the card, `resolve --retry-declined` lets it try again",
-            "record failed"
-        ),
-        Outcome::Rejected {
-            status,
-            code,
-            attempt,
-        } => error!(
-            outcome = name,
-            status,
-            code = code.as_deref().unwrap_or(""),
-            attempt,
-            latency_ms,
-            reason = "the provider rejected the charge for good; fix the order or the \
-                      provider's data, then redrive (the key is kept)",
-            "record failed"
-        ),
-        Outcome::FailedRetryable { reason, attempt } => {
-            warn!(outcome = name, reason = %reason, attempt, latency_ms, "record failed");
-        }
-        Outcome::Deadline { before, attempt } => warn!(
-            outcome = name,
-            before,
-            attempt,
-            latency_ms,
-            reason = "too little time left before the invocation deadline to start the next \
-                      call; the lease ends at the deadline and the retry goes on",
-            "record failed"
-        ),
-        Outcome::InProgress => warn!(
-            outcome = name,
-            reason = "another delivery holds a live lease on this order",
-            latency_ms,
-            "record failed"
-        ),
-        Outcome::Unstarted { time_left_ms } => warn!(
-            outcome = name,
-            time_left_ms,
-            reason = "too little time left before the invocation deadline",
-            "record failed"
-        ),
-        Outcome::Skipped { reason } => info!(outcome = name, reason, "record not started"),
-        Outcome::Invalid { reason } => warn!(outcome = name, reason = %reason, "record failed"),
-        Outcome::Conflict => error!(
-            outcome = name,
-            reason = "same order id with a different payload; not charged",
-            latency_ms,
-            "record failed"
-        ),
-        Outcome::NeedsReconciliation { reason } => {
-            error!(outcome = name, reason = %reason, latency_ms, "record failed");
-        }
+                reason = reason.as_deref(),
+                "{}",
+                outcome.message()
+            )
+        };
     }
+    match outcome.level() {
+        Level::Info => line!(info),
+        Level::Warn => line!(warn),
+        Level::Error => line!(error),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn parse_records(records: &[SqsMessage]) -> Result<Vec<Parsed<'_>>, BatchError> {
@@ -368,8 +405,8 @@ fn parse_records(records: &[SqsMessage]) -> Result<Vec<Parsed<'_>>, BatchError> 
                 .filter(|id| !id.is_empty())
                 .ok_or(BatchError::MissingMessageId { index })?;
             let order = match message.body.as_deref() {
-                None => Err("record has no body".to_owned()),
-                Some(body) => Order::parse(body).map_err(|e| crate::error_chain(&e)),
+                None => Err(InvalidRecord::NoBody),
+                Some(body) => Order::parse(body).map_err(InvalidRecord::from),
             };
             Ok(Parsed { message_id, order })
         })

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use charge_once::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
-    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, reserve,
+    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
+    Reservation, ReserveRequest, ResolveLeaseRequest, WriteOutcome, reserve,
 };
 use charge_once::store::sqlite::SqliteStore;
 use harness::servers::{Backend, Table};
@@ -115,10 +115,10 @@ async fn judged(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Reserva
     reserve(store, r).await.expect("reserve")
 }
 
-fn applied(outcome: FenceOutcome) -> Record {
+fn applied(outcome: WriteOutcome) -> Record {
     match outcome {
-        FenceOutcome::Applied(record) => record,
-        FenceOutcome::Refused(old) => panic!("expected Applied, refused by {old:?}"),
+        WriteOutcome::Applied(record) => record,
+        WriteOutcome::Refused(old) => panic!("expected Applied, refused by {old:?}"),
     }
 }
 
@@ -275,16 +275,16 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
         .await
         .unwrap();
     assert!(
-        matches!(&refused, FenceOutcome::Refused(Some(r)) if r.titular.as_deref() == Some("b"))
+        matches!(&refused, WriteOutcome::Refused(Some(r)) if r.titular.as_deref() == Some("b"))
     );
     let refused = t.store.release(&release(&pk, "a", true)).await.unwrap();
-    assert!(matches!(refused, FenceOutcome::Refused(Some(_))));
+    assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let refused = t
         .store
         .next_attempt(&pk, "a", T + 3 * MINUTE)
         .await
         .unwrap();
-    assert!(matches!(refused, FenceOutcome::Refused(Some(_))));
+    assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let record = t.store.get(&pk).await.unwrap().unwrap();
     assert_eq!(record.estado, Estado::EnCurso);
     assert_eq!(record.titular.as_deref(), Some("b"));
@@ -297,7 +297,7 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
         .complete(&complete(&ghost, "a", 1, "ch_x"))
         .await
         .unwrap();
-    assert_eq!(refused, FenceOutcome::Refused(None));
+    assert_eq!(refused, WriteOutcome::Refused(None));
     assert_eq!(t.store.get(&ghost).await.unwrap(), None);
 }
 
@@ -309,12 +309,12 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
     let late = complete(&pk, "a", 1, "ch_1");
     assert!(matches!(
         t.store.complete(&late).await.unwrap(),
-        FenceOutcome::Refused(_)
+        WriteOutcome::Refused(_)
     ));
     let wrong_attempt = complete(&pk, "a", 2, "ch_1");
     assert!(matches!(
         t.store.complete_attempt(&wrong_attempt).await.unwrap(),
-        FenceOutcome::Refused(_)
+        WriteOutcome::Refused(_)
     ));
     let done = applied(t.store.complete_attempt(&late).await.unwrap());
     assert_eq!(done.estado, Estado::Hecho);
@@ -326,13 +326,13 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
         .await
         .unwrap();
     assert!(
-        matches!(b, FenceOutcome::Refused(Some(r)) if r.estado == Estado::Hecho && r.recibo.as_deref() == Some("ch_1"))
+        matches!(b, WriteOutcome::Refused(Some(r)) if r.estado == Estado::Hecho && r.recibo.as_deref() == Some("ch_1"))
     );
     // `hecho` is final: the fallback never overwrites it.
     let other = complete(&pk, "z", 1, "ch_other");
     assert!(matches!(
         t.store.complete_attempt(&other).await.unwrap(),
-        FenceOutcome::Refused(_)
+        WriteOutcome::Refused(_)
     ));
     assert_eq!(
         t.store.get(&pk).await.unwrap().unwrap().recibo.as_deref(),
@@ -490,7 +490,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         };
         let expected = holds(&write, model.as_ref(), Rules::ALL);
         match perform(t.store.as_ref(), &write).await.unwrap() {
-            FenceOutcome::Applied(record) => {
+            WriteOutcome::Applied(record) => {
                 assert!(expected, "step {step}: {write:?} applied on {model:?}");
                 assert_eq!(
                     record,
@@ -500,7 +500,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 model = Some(record);
                 applied_count += 1;
             }
-            FenceOutcome::Refused(old) => {
+            WriteOutcome::Refused(old) => {
                 assert!(!expected, "step {step}: {write:?} refused on {model:?}");
                 assert_eq!(old, model, "step {step}: the old item comes back");
                 refused_count += 1;

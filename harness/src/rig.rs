@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
 use charge_once::idempotency::{
-    Clock, CompleteRequest, FenceOutcome, IdempotencyStore, Key, Record, ReleaseRequest,
-    ReserveOutcome, ReserveRequest, ResolveLeaseRequest, Settings, StoreError,
+    Clock, CompleteRequest, IdempotencyStore, Key, Record, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
 };
 use charge_once::payment::PaymentProvider;
 use charge_once::store::dynamodb::DynamoStore;
@@ -44,10 +44,10 @@ fn take(counter: &AtomicUsize) -> bool {
 
 #[async_trait]
 impl IdempotencyStore for FlakyStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         self.inner.reserve(req).await
     }
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
         if take(&self.hang_completes) {
             // Bounded: the caller's timeout ends the invocation long before this.
             tokio::time::sleep(Duration::from_secs(60)).await;
@@ -64,10 +64,10 @@ impl IdempotencyStore for FlakyStore {
     async fn complete_attempt(
         &self,
         req: &CompleteRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         self.inner.complete_attempt(req).await
     }
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
         self.inner.release(req).await
     }
     async fn next_attempt(
@@ -75,13 +75,13 @@ impl IdempotencyStore for FlakyStore {
         pk: &Key,
         titular: &str,
         now_ms: i64,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         self.inner.next_attempt(pk, titular, now_ms).await
     }
     async fn lease_for_resolve(
         &self,
         req: &ResolveLeaseRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         self.inner.lease_for_resolve(req).await
     }
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {

@@ -12,9 +12,10 @@
 //! Each rule of DESIGN §4–5 can be switched off through [`Rules`], for the model
 //! checker's mutants only: production always runs [`Rules::ALL`].
 
+use super::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use super::{
-    CompleteRequest, Estado, FenceOutcome, Key, Record, ReleaseKind, ReleaseRequest,
-    ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 use crate::payment::{Lookup, PaymentError, Receipt};
 
@@ -217,9 +218,19 @@ pub enum Step {
 /// The answer to the last step.
 #[derive(Debug)]
 pub enum Input {
-    Written(Result<FenceOutcome, Cut<StoreError>>),
+    Written(Result<WriteOutcome, Cut<StoreError>>),
     Charged(Result<Receipt, Cut<PaymentError>>),
     Looked(Result<Lookup, Cut<PaymentError>>),
+}
+
+impl Input {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Written(_) => "written",
+            Self::Charged(_) => "charged",
+            Self::Looked(_) => "looked up",
+        }
+    }
 }
 
 /// How a reservation was judged.
@@ -237,17 +248,17 @@ pub enum Reservation {
     /// resets the count (`resolve --retry-declined`).
     DeclineLimit { declines: u32 },
     /// A human (or `resolve`) must look at the provider first.
-    NeedsReconciliation { reason: &'static str },
+    NeedsReconciliation { cause: ReconcileCause },
 }
 
 /// Judges the answer to a reserve (DESIGN §5 "reserve").
-pub fn judge(answer: FenceOutcome, req: &ReserveRequest<'_>) -> Reservation {
+pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
     match answer {
-        FenceOutcome::Applied(record) => Reservation::Won(record),
-        FenceOutcome::Refused(Some(old)) => classify_lost(old, req),
+        WriteOutcome::Applied(record) => Reservation::Won(record),
+        WriteOutcome::Refused(Some(old)) => classify_lost(old, req),
         // The item that failed the condition is gone (TTL swept it between the write
         // and the read): nothing is known, so retry later rather than guess.
-        FenceOutcome::Refused(None) => Reservation::InProgress { until_ms: None },
+        WriteOutcome::Refused(None) => Reservation::InProgress { until_ms: None },
     }
 }
 
@@ -256,8 +267,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         return match old.estado {
             Estado::Hecho => Reservation::Duplicate { recibo: old.recibo },
             _ => Reservation::NeedsReconciliation {
-                reason: "item written by the card's consumer is not `hecho`: it gave the \
-                         provider no idempotency key, so it is never taken over",
+                cause: ReconcileCause::CardItemNotDone,
             },
         };
     }
@@ -285,106 +295,8 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             until_ms: old.en_curso_hasta_ms,
         },
         Estado::Other(_) => Reservation::NeedsReconciliation {
-            reason: "item has an unknown `estado`",
+            cause: ReconcileCause::UnknownState,
         },
-    }
-}
-
-/// The end of one record. Only the first three acknowledge the message.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Charged {
-        receipt: String,
-        attempt: u32,
-    },
-    /// Found at the provider by reconciliation and completed with that charge.
-    Reconciled {
-        receipt: String,
-        attempt: u32,
-    },
-    Duplicate {
-        receipt: Option<String>,
-    },
-    Conflict,
-    InProgress,
-    Declined {
-        code: String,
-        decline_code: Option<String>,
-        attempt: u32,
-    },
-    /// The order already has `max_declines` declines: not sent to the provider.
-    DeclineLimit {
-        declines: u32,
-    },
-    /// The provider refused the request for good (400, 404); the key is kept.
-    Rejected {
-        status: u16,
-        code: Option<String>,
-        attempt: u32,
-    },
-    /// Transient or unknown: the retry is safe (same key, or reconciled first).
-    FailedRetryable {
-        reason: String,
-        attempt: Option<u32>,
-    },
-    /// The next call could not end before the invocation deadline, so it was not
-    /// started; the lease ends at the deadline and the retry goes on from there.
-    Deadline {
-        /// The call that was not started.
-        before: &'static str,
-        attempt: Option<u32>,
-    },
-    /// Cannot be settled automatically; logged at error level.
-    NeedsReconciliation {
-        reason: String,
-    },
-    /// The body is not a valid order.
-    Invalid {
-        reason: String,
-    },
-    /// Not started: too little time was left before the invocation deadline.
-    Unstarted {
-        time_left_ms: u64,
-    },
-    /// Not started: an earlier record of the same key (or of a FIFO batch) failed.
-    Skipped {
-        reason: &'static str,
-    },
-}
-
-impl Outcome {
-    /// Whether the message is acknowledged (left out of `batchItemFailures`).
-    pub fn is_ack(&self) -> bool {
-        matches!(
-            self,
-            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. }
-        )
-    }
-
-    /// Stable name for logs and metrics.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Charged { .. } => "charged",
-            Self::Reconciled { .. } => "reconciled",
-            Self::Duplicate { .. } => "duplicate",
-            Self::Conflict => "conflict",
-            Self::InProgress => "in_progress",
-            Self::Declined { .. } | Self::DeclineLimit { .. } => "declined",
-            Self::Rejected { .. } => "rejected",
-            Self::FailedRetryable { .. } => "failed_retryable",
-            Self::Deadline { .. } => "deadline",
-            Self::NeedsReconciliation { .. } => "needs_reconciliation",
-            Self::Invalid { .. } => "invalid",
-            Self::Unstarted { .. } => "unstarted",
-            Self::Skipped { .. } => "skipped",
-        }
-    }
-
-    pub(crate) fn retryable(reason: impl Into<String>, attempt: Option<u32>) -> Self {
-        Self::FailedRetryable {
-            reason: reason.into(),
-            attempt,
-        }
     }
 }
 
@@ -400,6 +312,21 @@ enum Phase {
     /// Releasing; then the record ends with this outcome.
     Releasing(Outcome),
     Done(Outcome),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Reserving => "reserving",
+            Self::Looking => "looking",
+            Self::MovingKey => "moving key",
+            Self::Charging => "charging",
+            Self::Completing => "completing",
+            Self::CompletingByAttempt => "completing by attempt",
+            Self::Releasing(_) => "releasing",
+            Self::Done(_) => "done",
+        }
+    }
 }
 
 /// What one record starts from: all of it comes from outside the core.
@@ -538,15 +465,13 @@ impl Core {
                     Reservation::DeclineLimit { declines } => {
                         Step::Done(Outcome::DeclineLimit { declines })
                     }
-                    Reservation::NeedsReconciliation { reason } => {
-                        Step::Done(Outcome::NeedsReconciliation {
-                            reason: reason.to_owned(),
-                        })
+                    Reservation::NeedsReconciliation { cause } => {
+                        Step::Done(Outcome::NeedsReconciliation { cause })
                     }
                 }
             }
             (Phase::Reserving, Input::Written(Err(cut))) => {
-                Step::Done(store_cut("reserve", cut, None))
+                Step::Done(store_cut(Call::Reserve, cut, None))
             }
 
             (Phase::Looking, Input::Looked(Ok(Lookup::Succeeded(receipt)))) => {
@@ -563,11 +488,7 @@ impl Core {
                 self.release(
                     ReleaseKind::KeepKey,
                     Outcome::NeedsReconciliation {
-                        reason: format!(
-                            "the provider holds charge {charge_id} for this order in status \
-                             `{status}`; no new key is sent while it may succeed: settle it \
-                             with `resolve` once it is final"
-                        ),
+                        cause: ReconcileCause::PendingAtProvider { charge_id, status },
                     },
                 )
             }
@@ -576,38 +497,32 @@ impl Core {
                 Step::Write(WriteKind::NextAttempt)
             }
             (Phase::Looking, Input::Looked(Err(Cut::NoTime))) => Step::Done(Outcome::Deadline {
-                before: "reconciliation lookup",
+                before: Call::Lookup,
                 attempt: Some(self.intento),
             }),
             (Phase::Looking, Input::Looked(Err(Cut::TimedOut))) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable("reconciliation lookup timed out", Some(self.intento)),
+                Outcome::retryable(RetryCause::LookupTimedOut, Some(self.intento)),
             ),
             (Phase::Looking, Input::Looked(Err(Cut::Failed(e)))) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable(
-                    format!("reconciliation lookup: {}", crate::error_chain(&e)),
-                    Some(self.intento),
-                ),
+                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), Some(self.intento)),
             ),
 
-            (Phase::MovingKey, Input::Written(Ok(FenceOutcome::Applied(record)))) => {
+            (Phase::MovingKey, Input::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.intento = record.attempt();
                 self.phase = Phase::Charging;
                 self.charge_step()
             }
-            (Phase::MovingKey, Input::Written(Ok(FenceOutcome::Refused(_)))) => {
-                Step::Done(Outcome::retryable(
-                    "lease lost before moving to the next attempt",
-                    Some(self.intento),
-                ))
-            }
+            (Phase::MovingKey, Input::Written(Ok(WriteOutcome::Refused(_)))) => Step::Done(
+                Outcome::retryable(RetryCause::LeaseLostBeforeNextAttempt, Some(self.intento)),
+            ),
             (Phase::MovingKey, Input::Written(Err(cut @ Cut::Failed(_)))) => {
-                let outcome = store_cut("next attempt", cut, Some(self.intento));
+                let outcome = store_cut(Call::NextAttempt, cut, Some(self.intento));
                 self.release(ReleaseKind::KeepKey, outcome)
             }
             (Phase::MovingKey, Input::Written(Err(cut))) => {
-                Step::Done(store_cut("next attempt", cut, Some(self.intento)))
+                Step::Done(store_cut(Call::NextAttempt, cut, Some(self.intento)))
             }
 
             (Phase::Charging, Input::Charged(Ok(receipt))) => {
@@ -618,7 +533,7 @@ impl Core {
                 self.complete(receipt, success)
             }
             (Phase::Charging, Input::Charged(Err(Cut::NoTime))) => Step::Done(Outcome::Deadline {
-                before: "charge",
+                before: Call::Charge,
                 attempt: Some(self.intento),
             }),
             (Phase::Charging, Input::Charged(Err(Cut::TimedOut))) => self.after_failed_charge(
@@ -635,37 +550,35 @@ impl Core {
             (Phase::Charging, Input::Charged(Err(Cut::Failed(e)))) => self.after_failed_charge(e),
 
             (Phase::Completing, Input::Written(Ok(answer))) => match answer {
-                FenceOutcome::Applied(_) => Step::Done(self.take_success()),
-                FenceOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
+                WriteOutcome::Applied(_) => Step::Done(self.take_success()),
+                WriteOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
                     Step::Done(self.take_success())
                 }
                 // The fence is lost, but the charge is a fact about this attempt's key.
-                FenceOutcome::Refused(_) => {
+                WriteOutcome::Refused(_) => {
                     self.phase = Phase::CompletingByAttempt;
                     Step::Write(WriteKind::CompleteAttempt)
                 }
             },
             (Phase::CompletingByAttempt, Input::Written(Ok(answer))) => match answer {
-                FenceOutcome::Applied(_) => Step::Done(self.take_success()),
-                FenceOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
+                WriteOutcome::Applied(_) => Step::Done(self.take_success()),
+                WriteOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
                     Step::Done(self.take_success())
                 }
-                FenceOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
-                    reason: format!(
-                        "charged {} under attempt {} but the record moved on (estado {:?}, \
-                         intento {:?}, recibo {:?})",
-                        self.receipt.as_deref().unwrap_or(""),
-                        self.intento,
-                        old.as_ref().map(|r| r.estado.as_str().to_owned()),
-                        old.as_ref().and_then(|r| r.intento),
-                        old.as_ref().and_then(|r| r.recibo.clone()),
-                    ),
+                WriteOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
+                    cause: ReconcileCause::RecordMovedOn {
+                        receipt: self.receipt.clone().unwrap_or_default(),
+                        attempt: self.intento,
+                        state: old.as_ref().map(|r| r.estado.as_str().to_owned()),
+                        record_attempt: old.as_ref().and_then(|r| r.intento),
+                        record_receipt: old.and_then(|r| r.recibo),
+                    },
                 }),
             },
             // A store error fails the record: a charge whose receipt is not stored is
             // never acknowledged; the retry replays the same key.
             (Phase::Completing | Phase::CompletingByAttempt, Input::Written(Err(cut))) => {
-                Step::Done(store_cut("complete", cut, Some(self.intento)))
+                Step::Done(store_cut(Call::Complete, cut, Some(self.intento)))
             }
 
             // A failed or skipped release is never fatal: the lease ends at the
@@ -674,7 +587,10 @@ impl Core {
 
             (Phase::Done(outcome), _) => Step::Done(outcome),
             (phase, input) => Step::Done(Outcome::retryable(
-                format!("internal: answer {input:?} does not fit phase {phase:?}"),
+                RetryCause::OutOfPhase {
+                    phase: phase.name(),
+                    answer: input.name(),
+                },
                 Some(self.intento),
             )),
         }
@@ -707,9 +623,13 @@ impl Core {
     }
 
     fn take_success(&mut self) -> Outcome {
-        self.success
-            .take()
-            .unwrap_or_else(|| Outcome::retryable("internal: no success to report", None))
+        self.success.take().unwrap_or_else(|| {
+            let cause = RetryCause::OutOfPhase {
+                phase: "completed",
+                answer: "no success to report",
+            };
+            Outcome::retryable(cause, None)
+        })
     }
 
     fn is_done_with(&self, record: &Record) -> bool {
@@ -744,19 +664,15 @@ impl Core {
                 .release(
                     ReleaseKind::KeepKey,
                     Outcome::NeedsReconciliation {
-                        reason: format!(
-                            "the provider answered with charge {charge_id} in status \
-                             `{status}`, not final: settle it with `resolve` once it is"
-                        ),
+                        cause: ReconcileCause::PendingAnswer { charge_id, status },
                     },
                 ),
             PaymentError::KeyReused => self.release(
                 ReleaseKind::KeepKey,
                 Outcome::NeedsReconciliation {
-                    reason: format!(
-                        "provider says key {} was used with other parameters",
-                        self.key.provider_key(attempt)
-                    ),
+                    cause: ReconcileCause::KeyReused {
+                        provider_key: self.key.provider_key(attempt),
+                    },
                 },
             ),
             other => {
@@ -771,10 +687,7 @@ impl Core {
                 };
                 self.release(
                     kind,
-                    Outcome::retryable(
-                        format!("charge: {}", crate::error_chain(&other)),
-                        Some(attempt),
-                    ),
+                    Outcome::retryable(RetryCause::Charge(Shared::new(other)), Some(attempt)),
                 )
             }
         }
@@ -783,16 +696,20 @@ impl Core {
 
 /// The outcome of a store call that gave no answer. A charge made before it is safe:
 /// the retry replays the same key.
-fn store_cut(step: &'static str, cut: Cut<StoreError>, attempt: Option<u32>) -> Outcome {
+fn store_cut(call: Call, cut: Cut<StoreError>, attempt: Option<u32>) -> Outcome {
     match cut {
         Cut::NoTime => Outcome::Deadline {
-            before: step,
+            before: call,
             attempt,
         },
-        Cut::TimedOut => Outcome::retryable(format!("{step}: the store timed out"), attempt),
-        Cut::Failed(e) => {
-            Outcome::retryable(format!("{step}: {}", crate::error_chain(&e)), attempt)
-        }
+        Cut::TimedOut => Outcome::retryable(RetryCause::StoreTimedOut(call), attempt),
+        Cut::Failed(source) => Outcome::retryable(
+            RetryCause::Store {
+                call,
+                source: Shared::new(source),
+            },
+            attempt,
+        ),
     }
 }
 #[cfg(test)]
@@ -885,45 +802,5 @@ mod tests {
         let mut other = record(Estado::Libre, Some("x"), None);
         other.rechazos = Some(3);
         assert!(matches!(judge(other), Reservation::Conflict { .. }));
-    }
-
-    #[test]
-    fn only_effects_and_duplicates_acknowledge_the_message() {
-        assert!(
-            Outcome::Charged {
-                receipt: "c".into(),
-                attempt: 1
-            }
-            .is_ack()
-        );
-        assert!(Outcome::Duplicate { receipt: None }.is_ack());
-        assert!(
-            Outcome::Reconciled {
-                receipt: "c".into(),
-                attempt: 2
-            }
-            .is_ack()
-        );
-        for failed in [
-            Outcome::Conflict,
-            Outcome::InProgress,
-            Outcome::Unstarted { time_left_ms: 0 },
-            Outcome::Skipped { reason: "x" },
-            Outcome::retryable("x", None),
-            Outcome::NeedsReconciliation { reason: "x".into() },
-            Outcome::Invalid { reason: "x".into() },
-            Outcome::DeclineLimit { declines: 3 },
-            Outcome::Rejected {
-                status: 404,
-                code: None,
-                attempt: 1,
-            },
-            Outcome::Deadline {
-                before: "charge",
-                attempt: Some(1),
-            },
-        ] {
-            assert!(!failed.is_ack(), "{failed:?}");
-        }
     }
 }

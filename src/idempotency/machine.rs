@@ -13,10 +13,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::core::{Core, Cut, Input, Rules, Start, Step, Write, WriteKind, judge};
-use super::{
-    FenceOutcome, IdempotencyStore, Outcome, Reservation, ReserveOutcome, ReserveRequest,
-    StoreError,
-};
+use super::{IdempotencyStore, Outcome, Reservation, ReserveRequest, StoreError, WriteOutcome};
 use crate::order::Order;
 use crate::payment::{PaymentError, PaymentProvider};
 use crate::telemetry::{PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
@@ -71,31 +68,22 @@ impl Settings {
     }
 }
 
-impl From<ReserveOutcome> for FenceOutcome {
-    fn from(outcome: ReserveOutcome) -> Self {
-        match outcome {
-            ReserveOutcome::Won(record) => Self::Applied(record),
-            ReserveOutcome::Lost(old) => Self::Refused(old),
-        }
-    }
-}
-
 /// Runs the reserve write and classifies a lost condition (DESIGN §5 "reserve").
 pub async fn reserve(
     store: &dyn IdempotencyStore,
     req: &ReserveRequest<'_>,
 ) -> Result<Reservation, StoreError> {
     let outcome = timed(STORE_LATENCY, store.reserve(req)).await?;
-    Ok(judge(outcome.into(), req))
+    Ok(judge(outcome, req))
 }
 
 /// Performs one conditional write on `store`.
 pub async fn perform(
     store: &dyn IdempotencyStore,
     write: &Write<'_>,
-) -> Result<FenceOutcome, StoreError> {
+) -> Result<WriteOutcome, StoreError> {
     match write {
-        Write::Reserve(req) => store.reserve(req).await.map(Into::into),
+        Write::Reserve(req) => store.reserve(req).await,
         Write::Complete(req) => store.complete(req).await,
         Write::CompleteAttempt(req) => store.complete_attempt(req).await,
         Write::Release(req) => store.release(req).await,
@@ -219,19 +207,19 @@ impl Charger<'_> {
 
 /// Metrics, warnings and crash points on a write's answer; what the answer means is
 /// the core's to decide.
-fn observe(kind: WriteKind, answer: &Result<FenceOutcome, Cut<StoreError>>, started_ms: i64) {
+fn observe(kind: WriteKind, answer: &Result<WriteOutcome, Cut<StoreError>>, started_ms: i64) {
     match (kind, answer) {
-        (WriteKind::Reserve, Ok(FenceOutcome::Applied(record))) => {
+        (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
             if record.creado_ms.is_some_and(|creado| creado < started_ms) {
                 // A retry reserved a record left `libre` or with an expired lease.
                 metrics::counter!(TAKEOVER).increment(1);
             }
             crash_points::reached("after-reserve");
         }
-        (WriteKind::Complete, Ok(FenceOutcome::Applied(_))) => {
+        (WriteKind::Complete, Ok(WriteOutcome::Applied(_))) => {
             crash_points::reached("after-complete");
         }
-        (WriteKind::Release(_), Ok(FenceOutcome::Refused(_))) => {
+        (WriteKind::Release(_), Ok(WriteOutcome::Refused(_))) => {
             warn!("release refused: the lease is no longer ours");
         }
         (WriteKind::Release(_), Err(Cut::NoTime)) => {

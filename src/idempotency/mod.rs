@@ -6,18 +6,20 @@
 pub mod core;
 mod key;
 mod machine;
+mod outcome;
 mod record;
 mod resolve;
 mod store;
 
-pub use core::{Outcome, Reservation, Rules};
+pub use core::{Reservation, Rules};
 pub use key::Key;
 pub use machine::{Charger, Clock, DEADLINE_SAFETY, Settings, perform, reserve};
+pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
 pub use record::{Estado, Record};
 pub use resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver, resolve,
 };
 pub use store::{
-    CompleteRequest, FenceOutcome, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveOutcome,
-    ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, StoreError, WriteOutcome,
 };

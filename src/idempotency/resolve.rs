@@ -8,8 +8,8 @@
 use super::core::Write;
 use super::machine::{Settings, perform};
 use super::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
-    ReleaseRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
+    ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 use crate::order::Order;
 use crate::payment::{Lookup, PaymentError, PaymentProvider};
@@ -87,7 +87,7 @@ pub enum ResolveWrite {
 #[derive(Debug)]
 pub enum ResolveInput {
     Read(Result<Option<Record>, StoreError>),
-    Written(Result<FenceOutcome, StoreError>),
+    Written(Result<WriteOutcome, StoreError>),
     Looked(Result<Lookup, PaymentError>),
 }
 
@@ -202,7 +202,7 @@ impl Resolver {
                 self.phase = Phase::Leasing;
                 ResolveStep::Write(ResolveWrite::Lease)
             }
-            (Phase::Leasing, ResolveInput::Written(Ok(FenceOutcome::Applied(record)))) => {
+            (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.attempt = record.attempt();
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
@@ -226,13 +226,13 @@ impl Resolver {
                     }))
                 }
             },
-            (Phase::Completing, ResolveInput::Written(Ok(FenceOutcome::Applied(_)))) => {
+            (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
                     recibo: self.recibo.take().unwrap_or_default(),
                     attempt: self.attempt,
                 }))
             }
-            (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(FenceOutcome::Applied(r)))) => {
+            (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(WriteOutcome::Applied(r)))) => {
                 ResolveStep::Done(Ok(Resolution::Released {
                     next_attempt: r.attempt(),
                 }))
@@ -346,7 +346,7 @@ mod tests {
     fn leased(resolver: &mut Resolver) {
         let step = resolver.on(ResolveInput::Read(Ok(Some(record(Estado::Libre, None)))));
         assert!(matches!(step, ResolveStep::Write(ResolveWrite::Lease)));
-        let applied = FenceOutcome::Applied(record(Estado::EnCurso, Some(200)));
+        let applied = WriteOutcome::Applied(record(Estado::EnCurso, Some(200)));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(applied))),
             ResolveStep::Lookup
@@ -376,7 +376,7 @@ mod tests {
             Write::Complete(req) => assert_eq!((req.intento, req.recibo), (2, "ch_r")),
             other => panic!("{other:?}"),
         }
-        let done = FenceOutcome::Applied(record(Estado::Hecho, None));
+        let done = WriteOutcome::Applied(record(Estado::Hecho, None));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(done))),
             ResolveStep::Done(Ok(Resolution::Completed { attempt: 2, .. }))
@@ -395,7 +395,7 @@ mod tests {
             resolver.on(ResolveInput::Looked(Ok(pending))),
             ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
         ));
-        let released = FenceOutcome::Applied(record(Estado::Libre, None));
+        let released = WriteOutcome::Applied(record(Estado::Libre, None));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(released))),
             ResolveStep::Done(Err(ResolveError::Pending { .. }))

@@ -65,15 +65,6 @@ impl ReserveRequest<'_> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    /// The condition held; the record as written.
-    Won(Record),
-    /// The condition failed; the record that made it fail (`None` if it vanished
-    /// between the write and the fallback read).
-    Lost(Option<Record>),
-}
-
 /// Mark `pk` `hecho` with `recibo`.
 #[derive(Clone, Debug)]
 pub struct CompleteRequest<'a> {
@@ -118,12 +109,13 @@ pub struct ResolveLeaseRequest<'a> {
     pub lease_until_ms: i64,
 }
 
-/// The result of a fenced write.
+/// The answer to every conditional write (a reservation included).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum FenceOutcome {
-    /// Applied; the record as written.
+pub enum WriteOutcome {
+    /// The condition held; the record as written.
     Applied(Record),
-    /// The fence failed; the record that made it fail, if any.
+    /// The condition failed; the record that made it fail (`None` if it vanished
+    /// between the write and the fallback read).
     Refused(Option<Record>),
 }
 
@@ -135,20 +127,20 @@ pub trait IdempotencyStore: Send + Sync {
     /// `libre` or `en-curso` with an expired lease. On winning: `en-curso`, our
     /// `titular`, lease until `lease_until_ms`, `creado`/`intento`/`enviado`/`rechazos`
     /// kept if present. On losing, the old item.
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError>;
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
     /// `hecho` + `recibo`, lease removed, on `estado = en-curso AND titular = mine`.
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError>;
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
     /// The fallback when the fence is lost: the success is still a fact about
     /// attempt `intento`, so write `hecho` + `recibo` on `intento = :mine AND estado <>
     /// hecho`.
     async fn complete_attempt(&self, req: &CompleteRequest<'_>)
-    -> Result<FenceOutcome, StoreError>;
+    -> Result<WriteOutcome, StoreError>;
 
     /// `libre`, lease removed, the key and decline count as `kind` says; same fence
     /// as `complete`.
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError>;
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
     /// While holding the lease: `intento` + 1 and `enviado = now`, for a key the
     /// provider may have forgotten and reconciliation did not find (DESIGN §5).
@@ -157,7 +149,7 @@ pub trait IdempotencyStore: Send + Sync {
         pk: &Key,
         titular: &str,
         now_ms: i64,
-    ) -> Result<FenceOutcome, StoreError>;
+    ) -> Result<WriteOutcome, StoreError>;
 
     /// For `resolve`: leases a record that exists, is not `hecho`, has no live lease
     /// (card-format `en-curso` items have none) and has the same or no `huella`
@@ -165,7 +157,7 @@ pub trait IdempotencyStore: Send + Sync {
     async fn lease_for_resolve(
         &self,
         req: &ResolveLeaseRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError>;
+    ) -> Result<WriteOutcome, StoreError>;
 
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;

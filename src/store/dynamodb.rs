@@ -16,8 +16,8 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use crate::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
-    ReleaseRequest, ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
+    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -127,19 +127,19 @@ impl DynamoStore {
         operation: &'static str,
         pk: &Key,
         builder: UpdateItemFluentBuilder,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         match builder.send().await {
             Ok(output) => match output.attributes() {
-                Some(item) => Ok(FenceOutcome::Applied(record_from_item(item)?)),
+                Some(item) => Ok(WriteOutcome::Applied(record_from_item(item)?)),
                 // Only a non-conforming backend answers a success without ALL_NEW.
-                None => Ok(FenceOutcome::Applied(self.required(pk).await?)),
+                None => Ok(WriteOutcome::Applied(self.required(pk).await?)),
             },
             Err(err) if is_condition_failure(&err) => {
                 let old = match condition_failure_item(&err) {
                     Some(item) => Some(record_from_item(item)?),
                     None => self.get(pk).await?,
                 };
-                Ok(FenceOutcome::Refused(old))
+                Ok(WriteOutcome::Refused(old))
             }
             Err(err) => Err(StoreError::backend(operation, pk.as_str(), err)),
         }
@@ -156,7 +156,7 @@ impl DynamoStore {
 
 #[async_trait]
 impl IdempotencyStore for DynamoStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
             .expression_attribute_values(":titular", s(req.titular))
@@ -167,12 +167,12 @@ impl IdempotencyStore for DynamoStore {
             .expression_attribute_values(":now_s", n(req.now_s()))
             .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
         Ok(match self.send("reserve", req.pk, builder).await? {
-            FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
-            FenceOutcome::Refused(old) => ReserveOutcome::Lost(old),
+            WriteOutcome::Applied(record) => WriteOutcome::Applied(record),
+            WriteOutcome::Refused(old) => WriteOutcome::Refused(old),
         })
     }
 
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, FENCE)
             .expression_attribute_values(":titular", s(req.titular))
@@ -184,7 +184,7 @@ impl IdempotencyStore for DynamoStore {
     async fn complete_attempt(
         &self,
         req: &CompleteRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
             .expression_attribute_values(":intento", n(i64::from(req.intento)))
@@ -193,7 +193,7 @@ impl IdempotencyStore for DynamoStore {
         self.send("complete_attempt", req.pk, builder).await
     }
 
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let update = match req.kind {
             ReleaseKind::KeepKey => RELEASE_UPDATE,
             ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
@@ -215,7 +215,7 @@ impl IdempotencyStore for DynamoStore {
         pk: &Key,
         titular: &str,
         now_ms: i64,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
             .expression_attribute_values(":titular", s(titular))
@@ -226,7 +226,7 @@ impl IdempotencyStore for DynamoStore {
     async fn lease_for_resolve(
         &self,
         req: &ResolveLeaseRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
             .expression_attribute_values(":titular", s(req.titular))

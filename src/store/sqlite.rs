@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
 use crate::idempotency::{
-    CompleteRequest, Estado, FenceOutcome, IdempotencyStore, Key, Record, ReleaseKind,
-    ReleaseRequest, ReserveOutcome, ReserveRequest, ResolveLeaseRequest, StoreError,
+    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
+    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
@@ -185,9 +185,9 @@ impl SqliteStore {
         pk: &Key,
         sql: &'static str,
         params: Vec<(&'static str, rusqlite::types::Value)>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let pk_text = pk.to_string();
-        let run = move |conn: &mut Connection| -> Result<FenceOutcome, rusqlite::Error> {
+        let run = move |conn: &mut Connection| -> Result<WriteOutcome, rusqlite::Error> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":pk", &pk_text)];
             for (name, value) in &params {
@@ -197,8 +197,8 @@ impl SqliteStore {
                 .query_row(sql, bound.as_slice(), row_to_record)
                 .optional()?;
             let outcome = match written {
-                Some(record) => FenceOutcome::Applied(record),
-                None => FenceOutcome::Refused(
+                Some(record) => WriteOutcome::Applied(record),
+                None => WriteOutcome::Refused(
                     tx.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
                         .optional()?,
                 ),
@@ -242,7 +242,7 @@ fn int(value: i64) -> rusqlite::types::Value {
 
 #[async_trait]
 impl IdempotencyStore for SqliteStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":titular", text(req.titular)),
             (":hasta", int(req.lease_until_ms)),
@@ -254,13 +254,13 @@ impl IdempotencyStore for SqliteStore {
         ];
         Ok(
             match self.conditional("reserve", req.pk, RESERVE, params).await? {
-                FenceOutcome::Applied(record) => ReserveOutcome::Won(record),
-                FenceOutcome::Refused(old) => ReserveOutcome::Lost(old),
+                WriteOutcome::Applied(record) => WriteOutcome::Applied(record),
+                WriteOutcome::Refused(old) => WriteOutcome::Refused(old),
             },
         )
     }
 
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":titular", text(req.titular)),
             (":recibo", text(req.recibo)),
@@ -272,7 +272,7 @@ impl IdempotencyStore for SqliteStore {
     async fn complete_attempt(
         &self,
         req: &CompleteRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":intento", int(i64::from(req.intento))),
             (":recibo", text(req.recibo)),
@@ -282,7 +282,7 @@ impl IdempotencyStore for SqliteStore {
             .await
     }
 
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<FenceOutcome, StoreError> {
+    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let sql = match req.kind {
             ReleaseKind::KeepKey => RELEASE,
             ReleaseKind::Declined => RELEASE_DECLINED,
@@ -307,7 +307,7 @@ impl IdempotencyStore for SqliteStore {
         pk: &Key,
         titular: &str,
         now_ms: i64,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let params = vec![(":titular", text(titular)), (":now_ms", int(now_ms))];
         self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
             .await
@@ -316,7 +316,7 @@ impl IdempotencyStore for SqliteStore {
     async fn lease_for_resolve(
         &self,
         req: &ResolveLeaseRequest<'_>,
-    ) -> Result<FenceOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":titular", text(req.titular)),
             (":hasta", int(req.lease_until_ms)),

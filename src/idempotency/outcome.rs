@@ -1,0 +1,436 @@
+//! How one record ends in the state machine: what happened, why (a typed cause that
+//! keeps its source error), and who must act (the log level and the metric name).
+//! What only the batch decides (invalid, unstarted, skipped) is `batch::RecordOutcome`.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::idempotency::StoreError;
+use crate::payment::PaymentError;
+
+/// The end of one record. Only the first three acknowledge the message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Charged {
+        receipt: String,
+        attempt: u32,
+    },
+    /// Found at the provider by reconciliation and completed with that charge.
+    Reconciled {
+        receipt: String,
+        attempt: u32,
+    },
+    Duplicate {
+        receipt: Option<String>,
+    },
+    /// Same order id, other payload: never charged.
+    Conflict,
+    /// Another delivery holds a live lease on this order.
+    InProgress,
+    Declined {
+        code: String,
+        decline_code: Option<String>,
+        attempt: u32,
+    },
+    /// The order already has `max_declines` declines: not sent to the provider.
+    DeclineLimit {
+        declines: u32,
+    },
+    /// The provider refused the request for good (400, 404); the key is kept.
+    Rejected {
+        status: u16,
+        code: Option<String>,
+        attempt: u32,
+    },
+    /// Transient or unknown: the retry is safe (same key, or reconciled first).
+    FailedRetryable {
+        cause: RetryCause,
+        attempt: Option<u32>,
+    },
+    /// The next call could not end before the invocation deadline, so it was not
+    /// started; the lease ends at the deadline and the retry goes on from there.
+    Deadline {
+        /// The call that was not started.
+        before: Call,
+        attempt: Option<u32>,
+    },
+    /// Cannot be settled automatically.
+    NeedsReconciliation {
+        cause: ReconcileCause,
+    },
+}
+
+/// Who must act on an outcome: nobody (info), maybe later (warn), a human (error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+/// A call of the state machine, as outcomes and logs name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    Reserve,
+    NextAttempt,
+    Charge,
+    Lookup,
+    Complete,
+}
+
+impl Call {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserve => "reserve",
+            Self::NextAttempt => "next attempt",
+            Self::Charge => "charge",
+            Self::Lookup => "reconciliation lookup",
+            Self::Complete => "complete",
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a record failed with a safe retry. The source error is kept whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum RetryCause {
+    #[error("{0}: the store timed out")]
+    StoreTimedOut(Call),
+    #[error("{call}")]
+    Store {
+        call: Call,
+        #[source]
+        source: Shared<StoreError>,
+    },
+    #[error("reconciliation lookup timed out")]
+    LookupTimedOut,
+    #[error("reconciliation lookup")]
+    Lookup(#[source] Shared<PaymentError>),
+    /// The charge failed with its outcome unknown or transient (a timeout included).
+    #[error("charge")]
+    Charge(#[source] Shared<PaymentError>),
+    #[error("lease lost before moving to the next attempt")]
+    LeaseLostBeforeNextAttempt,
+    /// A bug: the core got an answer its phase does not expect.
+    #[error("internal: answer {answer} does not fit phase {phase}")]
+    OutOfPhase {
+        phase: &'static str,
+        answer: &'static str,
+    },
+}
+
+/// Why a record cannot be settled automatically: a human looks at the provider first.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ReconcileCause {
+    #[error(
+        "item written by the card's consumer is not `hecho`: it gave the provider no \
+         idempotency key, so it is never taken over"
+    )]
+    CardItemNotDone,
+    #[error("item has an unknown `estado`")]
+    UnknownState,
+    /// A reconciliation lookup found a charge that may still succeed.
+    #[error(
+        "the provider holds charge {charge_id} for this order in status `{status}`; no new \
+         key is sent while it may succeed: settle it with `resolve` once it is final"
+    )]
+    PendingAtProvider { charge_id: String, status: String },
+    /// The charge itself answered with a charge that is not final.
+    #[error(
+        "the provider answered with charge {charge_id} in status `{status}`, not final: \
+         settle it with `resolve` once it is"
+    )]
+    PendingAnswer { charge_id: String, status: String },
+    #[error("provider says key {provider_key} was used with other parameters")]
+    KeyReused { provider_key: String },
+    /// Charged, but the record no longer belongs to this attempt.
+    #[error(
+        "charged {receipt} under attempt {attempt} but the record moved on (estado \
+         {state:?}, intento {record_attempt:?}, recibo {record_receipt:?})"
+    )]
+    RecordMovedOn {
+        receipt: String,
+        attempt: u32,
+        state: Option<String>,
+        record_attempt: Option<u32>,
+        record_receipt: Option<String>,
+    },
+}
+
+impl Outcome {
+    /// Whether the message is acknowledged (left out of `batchItemFailures`).
+    pub fn is_ack(&self) -> bool {
+        matches!(
+            self,
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. }
+        )
+    }
+
+    /// Stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Charged { .. } => "charged",
+            Self::Reconciled { .. } => "reconciled",
+            Self::Duplicate { .. } => "duplicate",
+            Self::Conflict => "conflict",
+            Self::InProgress => "in_progress",
+            Self::Declined { .. } | Self::DeclineLimit { .. } => "declined",
+            Self::Rejected { .. } => "rejected",
+            Self::FailedRetryable { .. } => "failed_retryable",
+            Self::Deadline { .. } => "deadline",
+            Self::NeedsReconciliation { .. } => "needs_reconciliation",
+        }
+    }
+
+    /// Acknowledged: nobody acts. A retry that may still succeed: warn. A human must
+    /// act (a conflict, a rejection, a record to reconcile): error.
+    pub fn level(&self) -> Level {
+        match self {
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Level::Info,
+            Self::Declined { .. }
+            | Self::DeclineLimit { .. }
+            | Self::FailedRetryable { .. }
+            | Self::Deadline { .. }
+            | Self::InProgress => Level::Warn,
+            Self::Conflict | Self::Rejected { .. } | Self::NeedsReconciliation { .. } => {
+                Level::Error
+            }
+        }
+    }
+
+    /// What the log line says about a failure, with the cause's whole chain.
+    pub fn reason(&self) -> Option<String> {
+        let fixed = match self {
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => {
+                return None;
+            }
+            Self::FailedRetryable { cause, .. } => return Some(crate::error_chain(cause)),
+            Self::NeedsReconciliation { cause } => return Some(crate::error_chain(cause)),
+            Self::Declined { .. } => {
+                "payment declined; the next delivery uses the next attempt's key"
+            }
+            Self::DeclineLimit { .. } => {
+                "decline limit reached (MAX_DECLINES): not sent to the provider; after the \
+                 customer fixed the card, `resolve --retry-declined` lets it try again"
+            }
+            Self::Rejected { .. } => {
+                "the provider rejected the charge for good; fix the order or the provider's \
+                 data, then redrive (the key is kept)"
+            }
+            Self::Deadline { .. } => {
+                "too little time left before the invocation deadline to start the next call; \
+                 the lease ends at the deadline and the retry goes on"
+            }
+            Self::InProgress => "another delivery holds a live lease on this order",
+            Self::Conflict => "same order id with a different payload; not charged",
+        };
+        Some(fixed.to_owned())
+    }
+
+    /// The outcome's own fields for its log line.
+    pub fn details(&self) -> Details<'_> {
+        match self {
+            Self::Charged { receipt, attempt } | Self::Reconciled { receipt, attempt } => Details {
+                receipt: Some(receipt),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::Duplicate { receipt } => Details {
+                receipt: Some(receipt.as_deref().unwrap_or("")),
+                ..Details::default()
+            },
+            Self::Declined {
+                code,
+                decline_code,
+                attempt,
+            } => Details {
+                code: Some(code),
+                decline_code: Some(decline_code.as_deref().unwrap_or("")),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::DeclineLimit { declines } => Details {
+                declines: Some(*declines),
+                ..Details::default()
+            },
+            Self::Rejected {
+                status,
+                code,
+                attempt,
+            } => Details {
+                status: Some(*status),
+                code: Some(code.as_deref().unwrap_or("")),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::FailedRetryable { attempt, .. } => Details {
+                attempt: *attempt,
+                ..Details::default()
+            },
+            Self::Deadline { before, attempt } => Details {
+                before: Some(before.as_str()),
+                attempt: *attempt,
+                ..Details::default()
+            },
+            Self::Conflict | Self::InProgress | Self::NeedsReconciliation { .. } => {
+                Details::default()
+            }
+        }
+    }
+
+    pub(crate) fn retryable(cause: RetryCause, attempt: Option<u32>) -> Self {
+        Self::FailedRetryable { cause, attempt }
+    }
+}
+
+/// The fields an outcome adds to its log line; `None` is left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Details<'a> {
+    pub receipt: Option<&'a str>,
+    pub attempt: Option<u32>,
+    pub code: Option<&'a str>,
+    pub decline_code: Option<&'a str>,
+    pub status: Option<u16>,
+    pub declines: Option<u32>,
+    pub before: Option<&'static str>,
+}
+
+/// A source error shared by the clones of an outcome (the model checker clones and
+/// hashes states). Two are equal when they read the same, cause by cause.
+#[derive(Debug)]
+pub struct Shared<E>(pub Arc<E>);
+
+impl<E> Shared<E> {
+    pub fn new(error: E) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl<E> Clone for Shared<E> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<E: std::error::Error + 'static> PartialEq for Shared<E> {
+    fn eq(&self, other: &Self) -> bool {
+        crate::error_chain(&*self.0) == crate::error_chain(&*other.0)
+    }
+}
+
+impl<E: std::error::Error + 'static> Eq for Shared<E> {}
+
+impl<E: std::error::Error + 'static> Hash for Shared<E> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        crate::error_chain(&*self.0).hash(state);
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Shared<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Shared<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_effects_and_duplicates_acknowledge_the_message() {
+        let charged = Outcome::Charged {
+            receipt: "c".into(),
+            attempt: 1,
+        };
+        let reconciled = Outcome::Reconciled {
+            receipt: "c".into(),
+            attempt: 2,
+        };
+        for acked in [charged, reconciled, Outcome::Duplicate { receipt: None }] {
+            assert!(acked.is_ack(), "{acked:?}");
+            assert_eq!(acked.level(), Level::Info);
+            assert_eq!(acked.reason(), None);
+        }
+        for failed in [
+            Outcome::Conflict,
+            Outcome::InProgress,
+            Outcome::retryable(RetryCause::LookupTimedOut, None),
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::UnknownState,
+            },
+            Outcome::DeclineLimit { declines: 3 },
+            Outcome::Rejected {
+                status: 404,
+                code: None,
+                attempt: 1,
+            },
+            Outcome::Deadline {
+                before: Call::Charge,
+                attempt: Some(1),
+            },
+        ] {
+            assert!(!failed.is_ack(), "{failed:?}");
+            assert_ne!(failed.level(), Level::Info, "{failed:?}");
+            assert!(failed.reason().is_some(), "{failed:?}");
+        }
+    }
+
+    #[test]
+    fn a_failure_keeps_its_source_and_the_log_reads_the_whole_chain() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let outcome = Outcome::retryable(
+            RetryCause::Store {
+                call: Call::Complete,
+                source: Shared::new(StoreError::backend("UpdateItem", "cobro#A-1", reset)),
+            },
+            Some(2),
+        );
+        let Outcome::FailedRetryable { cause, .. } = &outcome else {
+            panic!("{outcome:?}");
+        };
+        let source = std::error::Error::source(cause).expect("the store error is kept");
+        assert!(source.downcast_ref::<Shared<StoreError>>().is_some());
+        assert_eq!(
+            outcome.reason().as_deref(),
+            Some("complete: UpdateItem on cobro#A-1 failed: reset by peer")
+        );
+        assert_eq!(outcome.details().attempt, Some(2));
+    }
+
+    #[test]
+    fn who_must_act_decides_the_level() {
+        let human = [
+            Outcome::Conflict,
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::CardItemNotDone,
+            },
+            Outcome::Rejected {
+                status: 400,
+                code: Some("parameter_invalid".into()),
+                attempt: 1,
+            },
+        ];
+        for outcome in human {
+            assert_eq!(outcome.level(), Level::Error, "{outcome:?}");
+        }
+        let later = Outcome::Declined {
+            code: "card_declined".into(),
+            decline_code: None,
+            attempt: 1,
+        };
+        assert_eq!(later.level(), Level::Warn);
+        assert_eq!(later.details().decline_code, Some(""));
+    }
+}
