@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use charge_once::idempotency::Outcome;
 use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
-use charge_once::idempotency::{Estado, Record, Rules, StoreError, WriteOutcome};
+use charge_once::idempotency::{Record, Rules, State as RecordState, StoreError, WriteOutcome};
 use charge_once::order::Order;
 use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -151,7 +151,7 @@ fn mutant(name: &str) -> Option<Params> {
         }
         "bump-key-on-timeout" => p.rules.keep_key_when_uncertain = false,
         "hecho-expires" => {
-            p.rules.hecho_is_final = false;
+            p.rules.done_is_final = false;
             p.retention = 1;
             p.sweep_lag = None;
         }
@@ -248,7 +248,7 @@ struct State {
     redrives: u8,
     /// Set by a transition that broke a safety property (read by the properties).
     bad_ack: bool,
-    hecho_changed: bool,
+    done_changed: bool,
 }
 
 /// What the environment does with a step.
@@ -289,8 +289,8 @@ fn now_s(tick: u8) -> i64 {
     i64::from(tick) * TICK_MS / 1000
 }
 
-fn receipt_index(recibo: &str) -> Option<usize> {
-    recibo.strip_prefix("ch").and_then(|i| i.parse().ok())
+fn receipt_index(receipt: &str) -> Option<usize> {
+    receipt.strip_prefix("ch").and_then(|i| i.parse().ok())
 }
 
 impl State {
@@ -325,11 +325,11 @@ impl ChargeModel {
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
         let (core, step) = Core::new(Start {
             key: order.key(),
-            huella: order.fingerprint(),
-            titular: name.clone(),
+            fingerprint: order.fingerprint(),
+            owner: name.clone(),
             now_ms: i64::from(s.now) * TICK_MS,
             deadline_ms: i64::from(s.now + p.lease) * TICK_MS,
-            expira_s: now_s(s.now) + now_s(p.retention),
+            expires_s: now_s(s.now) + now_s(p.retention),
             max_declines: u32::from(p.max_receive),
             key_ttl_ms: i64::from(p.key_ttl) * TICK_MS,
             rules: p.rules,
@@ -356,10 +356,10 @@ impl ChargeModel {
             if holds(write, s.table.as_ref(), rules) {
                 let new = apply(write, s.table.as_ref());
                 if let Some(old) = &s.table
-                    && old.estado == Estado::Hecho
-                    && (new.estado != Estado::Hecho || new.recibo != old.recibo)
+                    && old.state == RecordState::Done
+                    && (new.state != RecordState::Done || new.receipt != old.receipt)
                 {
-                    s.hecho_changed = true;
+                    s.done_changed = true;
                 }
                 s.table = Some(new.clone());
                 WriteOutcome::Applied(new)
@@ -495,8 +495,8 @@ impl ChargeModel {
         let consumer = s.consumers.remove(c);
         if outcome.is_ack() {
             let paid = s.table.as_ref().is_some_and(|r| {
-                r.estado == Estado::Hecho
-                    && r.recibo
+                r.state == RecordState::Done
+                    && r.receipt
                         .as_deref()
                         .and_then(receipt_index)
                         .is_some_and(|i| s.charges.get(i).is_some_and(|c| c.1 == Status::Succeeded))
@@ -554,7 +554,7 @@ impl Model for ChargeModel {
             crashes: self.p.crashes,
             redrives: self.p.redrives,
             bad_ack: false,
-            hecho_changed: false,
+            done_changed: false,
         }]
     }
 
@@ -607,7 +607,7 @@ impl Model for ChargeModel {
             actions.push(Action::Tick);
         }
         if let (Some(lag), Some(r)) = (p.sweep_lag, &s.table)
-            && r.expira_s.is_some_and(|e| e + now_s(lag) < now_s(s.now))
+            && r.expires_s.is_some_and(|e| e + now_s(lag) < now_s(s.now))
         {
             actions.push(Action::Sweep);
         }
@@ -695,7 +695,7 @@ impl Model for ChargeModel {
             ),
             Property::always(
                 "a `hecho` record never changes",
-                |_: &ChargeModel, s: &State| !s.hecho_changed,
+                |_: &ChargeModel, s: &State| !s.done_changed,
             ),
             Property::eventually(
                 "every message ends acknowledged or in the DLQ",
@@ -706,10 +706,10 @@ impl Model for ChargeModel {
                 |m: &ChargeModel, s: &State| {
                     s.crashes < m.p.crashes
                         && s.table.as_ref().is_some_and(|r| {
-                            r.estado == Estado::EnCurso
-                                && r.creado_ms.zip(r.en_curso_hasta_ms).is_some_and(
-                                    |(creado, hasta)| {
-                                        creado < hasta - i64::from(m.p.lease) * TICK_MS
+                            r.state == RecordState::InProgress
+                                && r.created_ms.zip(r.lease_until_ms).is_some_and(
+                                    |(created, hasta)| {
+                                        created < hasta - i64::from(m.p.lease) * TICK_MS
                                     },
                                 )
                         })
@@ -727,7 +727,7 @@ impl Model for ChargeModel {
                 "reached: reconciliation finds none and moves to a new key",
                 |_: &ChargeModel, s: &State| {
                     s.table.as_ref().is_some_and(|r| {
-                        r.estado == Estado::Hecho && r.intento >= Some(2) && r.rechazos.is_none()
+                        r.state == RecordState::Done && r.attempt >= Some(2) && r.declines.is_none()
                     })
                 },
             ),
@@ -736,7 +736,7 @@ impl Model for ChargeModel {
                 |_: &ChargeModel, s: &State| {
                     s.table
                         .as_ref()
-                        .is_some_and(|r| r.estado == Estado::Hecho && r.rechazos >= Some(1))
+                        .is_some_and(|r| r.state == RecordState::Done && r.declines >= Some(1))
                 },
             ),
             Property::sometimes(
@@ -755,13 +755,13 @@ impl fmt::Display for State {
             None => "absent".to_owned(),
             Some(r) => format!(
                 "{} intento={} recibo={} titular={} hasta={} rechazos={}",
-                r.estado.as_str(),
-                r.intento.map_or("-".into(), |i| i.to_string()),
-                r.recibo.as_deref().unwrap_or("-"),
-                r.titular.as_deref().unwrap_or("-"),
-                r.en_curso_hasta_ms
+                charge_once::idempotency::schema::state_value(&r.state),
+                r.attempt.map_or("-".into(), |i| i.to_string()),
+                r.receipt.as_deref().unwrap_or("-"),
+                r.owner.as_deref().unwrap_or("-"),
+                r.lease_until_ms
                     .map_or("-".into(), |h| (h / TICK_MS).to_string()),
-                r.rechazos.map_or("-".into(), |n| n.to_string()),
+                r.declines.map_or("-".into(), |n| n.to_string()),
             ),
         };
         let charges: Vec<String> = self

@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::idempotency::{self, Confirmed, IdempotencyStore, Key, Record, Resolution};
+use charge_once::idempotency::{
+    self, Confirmed, IdempotencyStore, Key, Record, Resolution, schema,
+};
 use charge_once::order::{Order, validate_id};
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::simulated::SimulatedProvider;
@@ -199,14 +201,14 @@ async fn resolve(
     .await
     .with_context(|| format!("resolve {}", order.id()))?;
     let out = match done {
-        Resolution::Completed { recibo, attempt } => {
-            json!({"order_id": order.id(), "resolution": "completed", "recibo": recibo, "attempt": attempt})
+        Resolution::Completed { receipt, attempt } => {
+            json!({"order_id": order.id(), "resolution": "completed", "recibo": receipt, "attempt": attempt})
         }
         Resolution::Released { next_attempt } => {
             json!({"order_id": order.id(), "resolution": "released", "next_attempt": next_attempt})
         }
-        Resolution::AlreadyDone { recibo } => {
-            json!({"order_id": order.id(), "resolution": "already_done", "recibo": recibo})
+        Resolution::AlreadyDone { receipt } => {
+            json!({"order_id": order.id(), "resolution": "already_done", "recibo": receipt})
         }
     };
     println!("{out}");
@@ -215,17 +217,12 @@ async fn resolve(
 
 /// A record under its table attribute names (DESIGN §4).
 fn record_json(r: &Record) -> serde_json::Value {
-    json!({
-        "pk": r.pk,
-        "estado": r.estado.as_str(),
-        "creado": r.creado_ms,
-        "expira": r.expira_s,
-        "recibo": r.recibo,
-        "huella": r.huella,
-        "titular": r.titular,
-        "en_curso_hasta": r.en_curso_hasta_ms,
-        "intento": r.intento,
-        "enviado": r.enviado_ms,
-        "rechazos": r.rechazos,
-    })
+    let attributes = schema::attributes(r).into_iter().map(|(name, value)| {
+        let value = match value {
+            schema::Value::S(s) => json!(s),
+            schema::Value::N(n) => json!(n),
+        };
+        (name.to_owned(), value)
+    });
+    serde_json::Value::Object(attributes.collect())
 }

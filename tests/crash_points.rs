@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use charge_once::idempotency::{Estado, IdempotencyStore, Key};
+use charge_once::idempotency::{IdempotencyStore, Key, State};
 use harness::rig::single_event_with_body;
 use harness::runtime_api::{Endpoints, Reply, RuntimeApi, lambda_environment};
 use harness::servers::Backend;
@@ -116,9 +116,9 @@ async fn killed_at_then_redelivered_charges_once(point: &'static str) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.estado, Estado::Hecho, "{point}");
+    assert_eq!(record.state, State::Done, "{point}");
     assert_eq!(
-        record.recibo.as_deref(),
+        record.receipt.as_deref(),
         Some(charges[0].as_str()),
         "{point}"
     );

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::idempotency::{Confirmed, Estado, Resolution, ResolveError, resolve};
+use charge_once::idempotency::{Confirmed, Resolution, ResolveError, State, resolve};
 use charge_once::order::Order;
 use harness::logs::Captured;
 use harness::provider::{Fault, TestProvider};
@@ -33,9 +33,9 @@ async fn raw_and_sns_wrapped_copies_of_one_order_in_one_batch_charge_once() {
         "the copy is a duplicate, not a call"
     );
     let record = h.record("ord-2001").await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.state, State::Done);
     assert_eq!(
-        record.recibo,
+        record.receipt,
         Some(h.provider.charges_for("ord-2001")[0].clone())
     );
     // Delivered again later (SNS retry, producer retry): still acknowledged, no call.
@@ -69,8 +69,8 @@ async fn declined_fails_releases_and_the_next_delivery_uses_the_next_attempt() {
         message_ids("sqs-single.json", &[0])
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Libre);
-    assert_eq!(record.intento, Some(2));
+    assert_eq!(record.state, State::Free);
+    assert_eq!(record.attempt, Some(2));
     assert_eq!(h.provider.charge_count(), 0);
 
     h.redeliver_later();
@@ -91,9 +91,9 @@ async fn failure_keeps_the_key(fault: Fault) {
         message_ids("sqs-single.json", &[0])
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Libre, "released after {fault:?}");
-    assert_eq!(record.intento, Some(1), "{fault:?} keeps the attempt");
-    assert_eq!(record.titular, None);
+    assert_eq!(record.state, State::Free, "released after {fault:?}");
+    assert_eq!(record.attempt, Some(1), "{fault:?} keeps the attempt");
+    assert_eq!(record.owner, None);
 
     h.redeliver_later();
     assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
@@ -104,7 +104,7 @@ async fn failure_keeps_the_key(fault: Fault) {
     let charges = h.provider.charges_for("ord-1001");
     assert_eq!(charges.len(), 1);
     assert_eq!(
-        h.record("ord-1001").await.unwrap().recibo,
+        h.record("ord-1001").await.unwrap().receipt,
         Some(charges[0].clone())
     );
     h.provider.assert_no_order_charged_twice();
@@ -136,7 +136,7 @@ async fn conflict_fails_and_is_not_charged() {
         "the conflicting copy is never sent"
     );
     let record = h.record("ord-7001").await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.state, State::Done);
     // Delivered again on its own, the conflicting copy still fails and is not charged.
     h.redeliver_later();
     assert_eq!(
@@ -157,7 +157,7 @@ async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
         message_ids("tests/same-order-thrice.json", &[0, 1, 2])
     );
     assert_eq!(h.provider.calls_for("ord-8001").len(), 1);
-    assert_eq!(h.record("ord-8001").await.unwrap().estado, Estado::Libre);
+    assert_eq!(h.record("ord-8001").await.unwrap().state, State::Free);
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -218,7 +218,7 @@ async fn a_store_error_on_complete_fails_the_record_and_the_retry_completes_it_w
     );
     let charges = h.provider.charges_for("ord-1001");
     assert_eq!(charges.len(), 1, "charged, but the receipt was not stored");
-    assert_eq!(h.record("ord-1001").await.unwrap().estado, Estado::EnCurso);
+    assert_eq!(h.record("ord-1001").await.unwrap().state, State::InProgress);
 
     h.redeliver_later();
     assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
@@ -228,8 +228,8 @@ async fn a_store_error_on_complete_fails_the_record_and_the_retry_completes_it_w
     );
     assert_eq!(h.provider.charges_for("ord-1001"), charges);
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
-    assert_eq!(record.recibo, Some(charges[0].clone()));
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt, Some(charges[0].clone()));
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -260,9 +260,9 @@ async fn a_key_older_than_the_provider_ttl_is_reconciled_and_found() {
     assert_eq!(h.provider.lookups(), ["ord-1001"]);
     assert_eq!(h.provider.calls_for("ord-1001").len(), 1, "nothing re-sent");
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.state, State::Done);
     assert_eq!(
-        record.recibo,
+        record.receipt,
         Some(h.provider.charges_for("ord-1001")[0].clone())
     );
     h.provider.assert_no_order_charged_twice();
@@ -282,7 +282,7 @@ async fn a_key_older_than_the_provider_ttl_not_found_moves_to_the_next_attempt()
         ["cobro#ord-1001#1", "cobro#ord-1001#2"]
     );
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
-    assert_eq!(h.record("ord-1001").await.unwrap().intento, Some(2));
+    assert_eq!(h.record("ord-1001").await.unwrap().attempt, Some(2));
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -360,7 +360,7 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
     let response = h.consumer.handle_lambda_event(event).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.state, State::Done);
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -430,8 +430,8 @@ async fn declines_are_bounded_per_order_across_copies_and_deliveries() {
         "no fourth try of the card"
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Libre);
-    assert_eq!(record.intento, Some(4));
+    assert_eq!(record.state, State::Free);
+    assert_eq!(record.attempt, Some(4));
     let lines = outcome_lines(&logs);
     assert_eq!(lines.len(), 5);
     for (_, outcome, _, fields) in &lines[3..] {
@@ -525,8 +525,8 @@ async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key
         "nothing is sent while the provider holds a live charge"
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.estado, Estado::Libre);
-    assert_eq!(record.intento, Some(1), "the same key");
+    assert_eq!(record.state, State::Free);
+    assert_eq!(record.attempt, Some(1), "the same key");
     let (_, outcome, level, _) = outcome_lines(&logs).pop().unwrap();
     assert_eq!(
         (outcome.as_str(), level.as_str()),
@@ -559,7 +559,7 @@ async fn resolve_refuses_to_move_to_a_new_key_while_the_charge_is_pending() {
         "{resolved:?}"
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(1)));
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
     assert_eq!(h.provider.charge_count(), 0);
 }
 

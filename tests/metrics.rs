@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use charge_once::idempotency::{Key, ReserveRequest, reserve};
+use charge_once::idempotency::{Key, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use harness::provider::{Fault, TestProvider};
@@ -39,14 +39,14 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let reserve_as = |id: &'static str, at_ms: i64, until_ms: i64| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
         let pk = o.key();
-        let huella = o.fingerprint();
+        let fingerprint = o.fingerprint();
         let req = ReserveRequest {
             pk: &pk,
-            huella: &huella,
-            titular: "someone-else",
+            fingerprint: &fingerprint,
+            owner: "someone-else",
             now_ms: at_ms,
             lease_until_ms: until_ms,
-            expira_s: at_ms / 1000 + 3600 * 24 * 400,
+            expires_s: at_ms / 1000 + 3600 * 24 * 400,
             max_declines: 3,
         };
         reserve(store, &req).await.unwrap();
@@ -67,7 +67,12 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         .await
         .unwrap();
     h.table
-        .put_card_item("cobro#m-card", "en-curso", None, now / 1000 + 3600)
+        .put_card_item(
+            &Key::for_order_id("m-card"),
+            State::InProgress,
+            None,
+            now / 1000 + 3600,
+        )
         .await;
     h.provider.script("m-declined", &[Fault::Decline]);
     h.provider.script("m-broken", &[Fault::ServerError]);

@@ -6,7 +6,7 @@
 use std::process::{Command, Output};
 
 use charge_once::config::Secret;
-use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, reserve};
+use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
@@ -191,14 +191,14 @@ fn now_ms() -> i64 {
 /// A reservation by an invocation that died, with its lease ending at `until_ms`.
 async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
     let pk = order.key();
-    let huella = order.fingerprint();
+    let fingerprint = order.fingerprint();
     let req = ReserveRequest {
         pk: &pk,
-        huella: &huella,
-        titular: "died",
+        fingerprint: &fingerprint,
+        owner: "died",
         now_ms: until_ms - 60_000,
         lease_until_ms: until_ms,
-        expira_s: now_ms() / 1000 + 3600 * 24 * 400,
+        expires_s: now_ms() / 1000 + 3600 * 24 * 400,
         max_declines: 3,
     };
     reserve(table.store.as_ref(), &req).await.unwrap();
@@ -271,8 +271,8 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
     let order = Order::new(&unique("res-card"), 900, "EUR", &customer).unwrap();
     table
         .put_card_item(
-            order.key().as_str(),
-            "en-curso",
+            &order.key(),
+            State::InProgress,
             None,
             now_ms() / 1000 + 3600,
         )
@@ -290,7 +290,7 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
         .unwrap()
         .unwrap();
     assert_eq!(
-        record.huella,
+        record.fingerprint,
         Some(order.fingerprint()),
         "the record now has a fingerprint"
     );

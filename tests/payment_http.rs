@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use charge_once::config::{Config, Secret};
-use charge_once::idempotency::{Estado, Key, ReserveRequest, reserve};
+use charge_once::idempotency::{Key, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
@@ -170,8 +170,8 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
     assert_eq!(failed.len(), 1);
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!(record.estado, Estado::Libre);
-    assert_eq!(record.intento, Some(1), "a 401 keeps the key");
+    assert_eq!(record.state, State::Free);
+    assert_eq!(record.attempt, Some(1), "a 401 keeps the key");
     assert!(stripe::charges_of(&customer).await.is_empty());
 
     let text = logs.text();
@@ -239,7 +239,7 @@ async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_c
     charge_then_die(&h, &order).await;
     let first = stripe::succeeded_charges_of(&customer).await;
     assert_eq!(first.len(), 1, "charged before the crash");
-    assert_eq!(h.record(order.id()).await.unwrap().estado, Estado::EnCurso);
+    assert_eq!(h.record(order.id()).await.unwrap().state, State::InProgress);
 
     // After the lease expires, a second invocation takes over and replays the key.
     h.redeliver_later();
@@ -251,9 +251,9 @@ async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_c
         .await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
+    assert_eq!(record.state, State::Done);
     assert_eq!(
-        record.recibo.as_deref(),
+        record.receipt.as_deref(),
         Some(first[0].as_str()),
         "the same charge id"
     );
@@ -284,9 +284,9 @@ async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
         .await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
-    assert_eq!(record.recibo.as_deref(), Some(charged[0].as_str()));
-    assert_eq!(record.intento, Some(1), "found: no new attempt");
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt.as_deref(), Some(charged[0].as_str()));
+    assert_eq!(record.attempt, Some(1), "found: no new attempt");
     assert_eq!(stripe::charges_of(&customer).await.len(), 1);
 }
 
@@ -298,14 +298,14 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     // A reservation made a day ago whose invocation died before sending anything.
     let pk = order.key();
     let then = h.clock.now_ms();
-    let titular = "died-before-sending";
+    let owner = "died-before-sending";
     let req = ReserveRequest {
         pk: &pk,
-        huella: &order.fingerprint(),
-        titular,
+        fingerprint: &order.fingerprint(),
+        owner,
         now_ms: then,
         lease_until_ms: then + 60_000,
-        expira_s: then / 1000 + 400 * 24 * 3600,
+        expires_s: then / 1000 + 400 * 24 * 3600,
         max_declines: harness::rig::MAX_DECLINES,
     };
     reserve(h.table.store.as_ref(), &req).await.unwrap();
@@ -320,11 +320,11 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
         .await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!(record.estado, Estado::Hecho);
-    assert_eq!(record.intento, Some(2), "not found: the next attempt's key");
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.attempt, Some(2), "not found: the next attempt's key");
     let charges = stripe::succeeded_charges_of(&customer).await;
     assert_eq!(charges.len(), 1);
-    assert_eq!(record.recibo.as_deref(), Some(charges[0].as_str()));
+    assert_eq!(record.receipt.as_deref(), Some(charges[0].as_str()));
 }
 
 #[tokio::test]
@@ -340,7 +340,7 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
         1
     );
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(2)));
+    assert_eq!((record.state, record.attempt), (State::Free, Some(2)));
 
     // The customer fixes their card; SQS redelivers.
     stripe::replace_card(&customer, "tok_visa").await;
@@ -359,7 +359,7 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
     let succeeded = stripe::succeeded_charges_of(&customer).await;
     assert_eq!(succeeded.len(), 1);
     assert_eq!(
-        h.record(order.id()).await.unwrap().recibo.as_deref(),
+        h.record(order.id()).await.unwrap().receipt.as_deref(),
         Some(succeeded[0].as_str())
     );
 }
@@ -380,7 +380,7 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
         .await;
     assert_eq!(failed.len(), 1);
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!((record.estado, record.intento), (Estado::Libre, Some(1)));
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
 
     let text = logs.text();
     let line: serde_json::Value = text

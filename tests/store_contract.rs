@@ -4,12 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::idempotency::schema::{Value, attr};
 use charge_once::idempotency::{
-    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
-    Reservation, ReserveRequest, ResolveLeaseRequest, WriteOutcome, reserve,
+    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, Reservation,
+    ReserveRequest, ResolveLeaseRequest, State, StoreError, WriteOutcome, reserve,
 };
 use charge_once::store::sqlite::SqliteStore;
-use harness::servers::{Backend, Table};
+use harness::servers::{Backend, Table, card_item};
 use std::sync::Arc;
 
 /// A fresh, empty store, and a way to write items as the card's consumer did.
@@ -43,16 +44,33 @@ impl Fixture {
 
     /// An item as the pattern card's TypeScript consumer writes it: no fingerprint,
     /// no lease, no attempt.
-    async fn put_card_item(&self, pk: &str, estado: &str, recibo: Option<&str>, expira_s: i64) {
+    async fn put_card_item(&self, pk: &Key, state: State, receipt: Option<&str>, expires_s: i64) {
+        self.put_item(card_item(pk, state, receipt, expires_s))
+            .await;
+    }
+
+    /// Writes an item as another program would, attribute by attribute.
+    async fn put_item(&self, item: Vec<(&'static str, Value)>) {
         match &self.card {
-            CardWriter::Dynamo(table) => table.put_card_item(pk, estado, recibo, expira_s).await,
+            CardWriter::Dynamo(table) => table.put_item(item).await,
             CardWriter::Sqlite(path, _) => {
+                let names: Vec<&str> = item.iter().map(|(name, _)| *name).collect();
+                let marks: Vec<String> = (1..=item.len()).map(|i| format!("?{i}")).collect();
+                let values: Vec<rusqlite::types::Value> = item
+                    .into_iter()
+                    .map(|(_, value)| match value {
+                        Value::S(s) => rusqlite::types::Value::Text(s),
+                        Value::N(n) => rusqlite::types::Value::Integer(n),
+                    })
+                    .collect();
+                let insert = format!(
+                    "INSERT INTO idempotency ({}) VALUES ({})",
+                    names.join(", "),
+                    marks.join(", ")
+                );
                 let conn = rusqlite::Connection::open(path).unwrap();
-                conn.execute(
-                    "INSERT INTO idempotency (pk, estado, creado, expira, recibo) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    rusqlite::params![pk, estado, 1_700_000_000_000_i64, expira_s, recibo],
-                )
-                .unwrap();
+                conn.execute(&insert, rusqlite::params_from_iter(values))
+                    .unwrap();
             }
         }
     }
@@ -65,14 +83,14 @@ const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691
 const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
 
 /// A reservation by `titular` at `now_ms`, lease of one minute, retention 400 days.
-fn req<'a>(pk: &'a Key, huella: &'a str, titular: &'a str, now_ms: i64) -> ReserveRequest<'a> {
+fn req<'a>(pk: &'a Key, fingerprint: &'a str, owner: &'a str, now_ms: i64) -> ReserveRequest<'a> {
     ReserveRequest {
         pk,
-        huella,
-        titular,
+        fingerprint,
+        owner,
         now_ms,
         lease_until_ms: now_ms + MINUTE,
-        expira_s: now_ms / 1000 + 400 * 24 * 3600,
+        expires_s: now_ms / 1000 + 400 * 24 * 3600,
         max_declines: MAX_DECLINES,
     }
 }
@@ -81,27 +99,27 @@ const MAX_DECLINES: u32 = 3;
 
 fn complete<'a>(
     pk: &'a Key,
-    titular: &'a str,
-    intento: u32,
-    recibo: &'a str,
+    owner: &'a str,
+    attempt: u32,
+    receipt: &'a str,
 ) -> CompleteRequest<'a> {
     CompleteRequest {
         pk,
-        titular,
-        intento,
-        recibo,
-        expira_s: T / 1000 + 400 * 24 * 3600,
+        owner,
+        attempt,
+        receipt,
+        expires_s: T / 1000 + 400 * 24 * 3600,
     }
 }
 
 /// A release by `titular`; `declined`: after a 402 (next key, one more decline).
-fn release<'a>(pk: &'a Key, titular: &'a str, declined: bool) -> ReleaseRequest<'a> {
+fn release<'a>(pk: &'a Key, owner: &'a str, declined: bool) -> ReleaseRequest<'a> {
     let kind = if declined {
         ReleaseKind::Declined
     } else {
         ReleaseKind::KeepKey
     };
-    ReleaseRequest { pk, titular, kind }
+    ReleaseRequest { pk, owner, kind }
 }
 
 async fn won(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Record {
@@ -129,13 +147,13 @@ fn key() -> Key {
 async fn fresh_reserve_wins_with_a_new_lease(t: Fixture) {
     let pk = key();
     let record = won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    assert_eq!(record.estado, Estado::EnCurso);
-    assert_eq!(record.titular.as_deref(), Some("a"));
-    assert_eq!(record.huella.as_deref(), Some(H1));
-    assert_eq!(record.intento, Some(1));
-    assert_eq!(record.creado_ms, Some(T));
-    assert_eq!(record.enviado_ms, Some(T));
-    assert_eq!(record.en_curso_hasta_ms, Some(T + MINUTE));
+    assert_eq!(record.state, State::InProgress);
+    assert_eq!(record.owner.as_deref(), Some("a"));
+    assert_eq!(record.fingerprint.as_deref(), Some(H1));
+    assert_eq!(record.attempt, Some(1));
+    assert_eq!(record.created_ms, Some(T));
+    assert_eq!(record.sent_ms, Some(T));
+    assert_eq!(record.lease_until_ms, Some(T + MINUTE));
     assert_eq!(t.store.get(&pk).await.unwrap(), Some(record));
 }
 
@@ -148,13 +166,13 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
             .await
             .unwrap(),
     );
-    assert_eq!(done.estado, Estado::Hecho);
-    assert_eq!(done.titular, None, "the lease is removed on complete");
-    assert_eq!(done.en_curso_hasta_ms, None);
+    assert_eq!(done.state, State::Done);
+    assert_eq!(done.owner, None, "the lease is removed on complete");
+    assert_eq!(done.lease_until_ms, None);
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await,
         Reservation::Duplicate {
-            recibo: Some("ch_1".into())
+            receipt: Some("ch_1".into())
         }
     );
 }
@@ -162,16 +180,16 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
 async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
-    first.expira_s = T / 1000 + 1;
+    first.expires_s = T / 1000 + 1;
     won(t.store.as_ref(), &first).await;
     let mut done = complete(&pk, "a", 1, "ch_1");
-    done.expira_s = T / 1000 + 1;
+    done.expires_s = T / 1000 + 1;
     applied(t.store.complete(&done).await.unwrap());
     // Ten days later TTL has not swept it yet: it is still final.
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "b", T + 10 * DAY_MS)).await,
         Reservation::Duplicate {
-            recibo: Some("ch_1".into())
+            receipt: Some("ch_1".into())
         }
     );
 }
@@ -179,13 +197,13 @@ async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
 async fn non_hecho_past_expira_counts_as_absent(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
-    first.expira_s = T / 1000 + 1;
+    first.expires_s = T / 1000 + 1;
     first.lease_until_ms = T + 30 * DAY_MS;
     won(t.store.as_ref(), &first).await;
     // Past `expira`, even a live lease and another payload do not stop a reservation.
     let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY_MS)).await;
-    assert_eq!(record.titular.as_deref(), Some("b"));
-    assert_eq!(record.huella.as_deref(), Some(H2));
+    assert_eq!(record.owner.as_deref(), Some("b"));
+    assert_eq!(record.fingerprint.as_deref(), Some(H2));
 }
 
 async fn other_fingerprint_is_a_conflict(t: Fixture) {
@@ -193,7 +211,7 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H2, "b", T + 1)).await,
-        Reservation::Conflict { stored_huella: Some(h) } if h == H1
+        Reservation::Conflict { stored_fingerprint: Some(h) } if h == H1
     ));
     // Also when the first one is done, released, or its lease expired.
     applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
@@ -240,15 +258,15 @@ async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
     applied(t.store.release(&release(&pk, "a", true)).await.unwrap());
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
     let taken = won(t.store.as_ref(), &req(&pk, H1, "c", T + 1 + MINUTE + 1)).await;
-    assert_eq!(taken.titular.as_deref(), Some("c"));
+    assert_eq!(taken.owner.as_deref(), Some("c"));
     assert_eq!(
-        taken.intento,
+        taken.attempt,
         Some(2),
         "takeover keeps the attempt (and its provider key)"
     );
-    assert_eq!(taken.creado_ms, Some(T), "creado is the first reservation");
+    assert_eq!(taken.created_ms, Some(T), "creado is the first reservation");
     assert_eq!(
-        taken.enviado_ms,
+        taken.sent_ms,
         Some(T + 1),
         "enviado is when attempt 2 was first sent"
     );
@@ -258,11 +276,11 @@ async fn libre_is_reserved_again(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let released = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
-    assert_eq!(released.estado, Estado::Libre);
-    assert_eq!(released.titular, None);
+    assert_eq!(released.state, State::Free);
+    assert_eq!(released.owner, None);
     let again = won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
-    assert_eq!(again.titular.as_deref(), Some("b"));
-    assert_eq!(again.intento, Some(1));
+    assert_eq!(again.owner.as_deref(), Some("b"));
+    assert_eq!(again.attempt, Some(1));
 }
 
 async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
@@ -274,9 +292,7 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
         .complete(&complete(&pk, "a", 1, "ch_zombie"))
         .await
         .unwrap();
-    assert!(
-        matches!(&refused, WriteOutcome::Refused(Some(r)) if r.titular.as_deref() == Some("b"))
-    );
+    assert!(matches!(&refused, WriteOutcome::Refused(Some(r)) if r.owner.as_deref() == Some("b")));
     let refused = t.store.release(&release(&pk, "a", true)).await.unwrap();
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let refused = t
@@ -286,10 +302,10 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
         .unwrap();
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let record = t.store.get(&pk).await.unwrap().unwrap();
-    assert_eq!(record.estado, Estado::EnCurso);
-    assert_eq!(record.titular.as_deref(), Some("b"));
-    assert_eq!(record.intento, Some(1));
-    assert_eq!(record.recibo, None);
+    assert_eq!(record.state, State::InProgress);
+    assert_eq!(record.owner.as_deref(), Some("b"));
+    assert_eq!(record.attempt, Some(1));
+    assert_eq!(record.receipt, None);
     // Fences on a key that does not exist are refused too, and create nothing.
     let ghost = key();
     let refused = t
@@ -317,8 +333,8 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
         WriteOutcome::Refused(_)
     ));
     let done = applied(t.store.complete_attempt(&late).await.unwrap());
-    assert_eq!(done.estado, Estado::Hecho);
-    assert_eq!(done.recibo.as_deref(), Some("ch_1"));
+    assert_eq!(done.state, State::Done);
+    assert_eq!(done.receipt.as_deref(), Some("ch_1"));
     // "b" replays the same key, gets the same receipt, and finds the record done.
     let b = t
         .store
@@ -326,7 +342,7 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
         .await
         .unwrap();
     assert!(
-        matches!(b, WriteOutcome::Refused(Some(r)) if r.estado == Estado::Hecho && r.recibo.as_deref() == Some("ch_1"))
+        matches!(b, WriteOutcome::Refused(Some(r)) if r.state == State::Done && r.receipt.as_deref() == Some("ch_1"))
     );
     // `hecho` is final: the fallback never overwrites it.
     let other = complete(&pk, "z", 1, "ch_other");
@@ -335,7 +351,7 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
         WriteOutcome::Refused(_)
     ));
     assert_eq!(
-        t.store.get(&pk).await.unwrap().unwrap().recibo.as_deref(),
+        t.store.get(&pk).await.unwrap().unwrap().receipt.as_deref(),
         Some("ch_1")
     );
 }
@@ -344,70 +360,70 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let kept = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
-    assert_eq!(kept.intento, Some(1));
+    assert_eq!(kept.attempt, Some(1));
     assert_eq!(
-        kept.enviado_ms,
+        kept.sent_ms,
         Some(T),
         "the same key is still the one sent at T"
     );
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
-    assert_eq!(kept.rechazos, None, "only a decline is counted");
+    assert_eq!(kept.declines, None, "only a decline is counted");
     let bumped = applied(t.store.release(&release(&pk, "b", true)).await.unwrap());
-    assert_eq!(bumped.intento, Some(2));
-    assert_eq!(bumped.rechazos, Some(1));
+    assert_eq!(bumped.attempt, Some(2));
+    assert_eq!(bumped.declines, Some(1));
     assert_eq!(
-        bumped.enviado_ms, None,
+        bumped.sent_ms, None,
         "attempt 2's key has not been sent yet"
     );
     let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + 2)).await;
-    assert_eq!(next.intento, Some(2));
-    assert_eq!(next.enviado_ms, Some(T + 2));
+    assert_eq!(next.attempt, Some(2));
+    assert_eq!(next.sent_ms, Some(T + 2));
 }
 
 async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: Fixture) {
     let pk = key();
-    for (i, titular) in ["a", "b", "c"].into_iter().enumerate() {
+    for (i, owner) in ["a", "b", "c"].into_iter().enumerate() {
         let now = T + i64::try_from(i).unwrap();
-        won(t.store.as_ref(), &req(&pk, H1, titular, now)).await;
-        applied(t.store.release(&release(&pk, titular, true)).await.unwrap());
+        won(t.store.as_ref(), &req(&pk, H1, owner, now)).await;
+        applied(t.store.release(&release(&pk, owner, true)).await.unwrap());
     }
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "d", T + 10)).await,
         Reservation::DeclineLimit { declines: 3 }
     );
     let stored = t.store.get(&pk).await.unwrap().unwrap();
-    assert_eq!((stored.estado, stored.intento), (Estado::Libre, Some(4)));
+    assert_eq!((stored.state, stored.attempt), (State::Free, Some(4)));
 
     // `resolve` may lease it; without --retry-declined the count stays.
-    let lease = |titular| ResolveLeaseRequest {
+    let lease = |owner| ResolveLeaseRequest {
         pk: &pk,
-        huella: H1,
-        titular,
+        fingerprint: H1,
+        owner,
         now_ms: T + 20,
         lease_until_ms: T + 20 + MINUTE,
     };
     applied(t.store.lease_for_resolve(&lease("r1")).await.unwrap());
     let kept = ReleaseRequest {
         pk: &pk,
-        titular: "r1",
+        owner: "r1",
         kind: ReleaseKind::NextKey {
             reset_declines: false,
         },
     };
     assert_eq!(
-        applied(t.store.release(&kept).await.unwrap()).rechazos,
+        applied(t.store.release(&kept).await.unwrap()).declines,
         Some(3)
     );
     applied(t.store.lease_for_resolve(&lease("r2")).await.unwrap());
     let reset = ReleaseRequest {
         pk: &pk,
-        titular: "r2",
+        owner: "r2",
         kind: ReleaseKind::NextKey {
             reset_declines: true,
         },
     };
     let after = applied(t.store.release(&reset).await.unwrap());
-    assert_eq!((after.rechazos, after.intento), (None, Some(6)));
+    assert_eq!((after.declines, after.attempt), (None, Some(6)));
     won(t.store.as_ref(), &req(&pk, H1, "e", T + 30)).await;
 }
 
@@ -427,30 +443,30 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     let (mut applied_count, mut refused_count) = (0, 0);
     for step in 0..STEPS {
         // `hecho` is final: every later write on it is refused. Go on with a new key.
-        if model.as_ref().is_some_and(|r| r.estado == Estado::Hecho) && rng.random_bool(0.5) {
+        if model.as_ref().is_some_and(|r| r.state == State::Done) && rng.random_bool(0.5) {
             current += 1;
             model = None;
         }
         let pk = &keys[current];
         let now_ms = T + rng.random_range(0..6) * MINUTE + step;
         // Mostly one owner, so leases are taken, released and declined in turn.
-        let titular = ["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)];
-        let huella = if rng.random_bool(0.85) { H1 } else { H2 };
+        let owner = ["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)];
+        let fingerprint = if rng.random_bool(0.85) { H1 } else { H2 };
         // Short retention now and then, so "past expira" is exercised.
-        let expira_s = now_ms / 1000
+        let expires_s = now_ms / 1000
             + if rng.random_bool(0.3) {
                 90
             } else {
                 400 * 86_400
             };
-        let recibo = ["ch_1", "ch_2"][rng.random_range(0..2)];
-        let intento = rng.random_range(1..4);
+        let receipt = ["ch_1", "ch_2"][rng.random_range(0..2)];
+        let attempt = rng.random_range(1..4);
         let complete = CompleteRequest {
             pk,
-            titular,
-            intento,
-            recibo,
-            expira_s,
+            owner,
+            attempt,
+            receipt,
+            expires_s,
         };
         let kind = [
             ReleaseKind::KeepKey,
@@ -465,25 +481,21 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         let write = match rng.random_range(0..7) {
             0 | 1 => Write::Reserve(ReserveRequest {
                 pk,
-                huella,
-                titular,
+                fingerprint,
+                owner,
                 now_ms,
                 lease_until_ms: now_ms + MINUTE,
-                expira_s,
+                expires_s,
                 max_declines: 2,
             }),
             2 => Write::Complete(complete),
             3 => Write::CompleteAttempt(complete),
-            4 => Write::Release(ReleaseRequest { pk, titular, kind }),
-            5 => Write::NextAttempt {
-                pk,
-                titular,
-                now_ms,
-            },
+            4 => Write::Release(ReleaseRequest { pk, owner, kind }),
+            5 => Write::NextAttempt { pk, owner, now_ms },
             _ => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk,
-                huella,
-                titular,
+                fingerprint,
+                owner,
                 now_ms,
                 lease_until_ms: now_ms + MINUTE,
             }),
@@ -517,26 +529,45 @@ async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let moved = applied(t.store.next_attempt(&pk, "a", T + 5).await.unwrap());
-    assert_eq!(moved.intento, Some(2));
-    assert_eq!(moved.enviado_ms, Some(T + 5));
-    assert_eq!(moved.titular.as_deref(), Some("a"), "the lease is kept");
+    assert_eq!(moved.attempt, Some(2));
+    assert_eq!(moved.sent_ms, Some(T + 5));
+    assert_eq!(moved.owner.as_deref(), Some("a"), "the lease is kept");
+}
+
+async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
+    let pk = key();
+    let mut item = card_item(&pk, State::Free, None, T / 1000 + 3600);
+    item.push((attr::ATTEMPT, Value::N(-1)));
+    t.put_item(item).await;
+    let malformed = |result: Result<_, StoreError>| match result {
+        Err(StoreError::Malformed {
+            attribute, problem, ..
+        }) => (attribute, problem),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        malformed(t.store.get(&pk).await.map(|_| ())),
+        ("intento", "is out of range")
+    );
+    let lost = t.store.reserve(&req(&pk, H1, "a", T)).await.map(|_| ());
+    assert_eq!(malformed(lost), ("intento", "is out of range"));
 }
 
 async fn card_format_hecho_is_a_duplicate(t: Fixture) {
     let pk = key();
-    t.put_card_item(pk.as_str(), "hecho", Some("ch_card"), T / 1000 + 3600)
+    t.put_card_item(&pk, State::Done, Some("ch_card"), T / 1000 + 3600)
         .await;
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
         Reservation::Duplicate {
-            recibo: Some("ch_card".into())
+            receipt: Some("ch_card".into())
         }
     );
 }
 
 async fn card_format_en_curso_needs_reconciliation(t: Fixture) {
     let pk = key();
-    t.put_card_item(pk.as_str(), "en-curso", None, T / 1000 + 3600)
+    t.put_card_item(&pk, State::InProgress, None, T / 1000 + 3600)
         .await;
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
@@ -548,7 +579,7 @@ async fn card_format_en_curso_needs_reconciliation(t: Fixture) {
         Reservation::NeedsReconciliation { .. }
     ));
     assert_eq!(
-        t.store.get(&pk).await.unwrap().unwrap().titular,
+        t.store.get(&pk).await.unwrap().unwrap().owner,
         None,
         "nothing was written"
     );
@@ -562,13 +593,13 @@ async fn missing_key_reads_as_none(t: Fixture) {
 async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Fixture) {
     for round in 0..50 {
         let pk = key();
-        let titulares: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
-        let attempts = titulares.iter().map(|titular| {
+        let owners: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+        let attempts = owners.iter().map(|owner| {
             let store = t.store.clone();
             let pk = pk.clone();
-            let titular = titular.clone();
+            let owner = owner.clone();
             tokio::spawn(async move {
-                let r = req(&pk, H1, &titular, T);
+                let r = req(&pk, H1, &owner, T);
                 reserve(store.as_ref(), &r).await
             })
         });
@@ -615,6 +646,7 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    an_attempt_out_of_range_is_malformed_in_every_store,
     fresh_reserve_wins_with_a_new_lease,
     duplicate_returns_the_stored_receipt,
     hecho_past_expira_is_still_a_duplicate,

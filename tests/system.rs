@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use charge_once::idempotency::State;
+use charge_once::store::dynamodb::record_from_item;
 use harness::event_source::{EsmStats, Queues, drain, poll};
 use harness::log_dir;
 use harness::producer::{charges_by_order, produce};
@@ -209,11 +210,9 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
     let live: Vec<_> = scan
         .items()
         .iter()
-        .filter(|item| item.get("estado") == Some(&AttributeValue::S("en-curso".into())))
-        .filter(|item| match item.get("en_curso_hasta") {
-            Some(AttributeValue::N(n)) => n.parse::<i64>().unwrap() > now_ms,
-            _ => true,
-        })
+        .map(|item| record_from_item(item).unwrap())
+        .filter(|record| record.state == State::InProgress)
+        .filter(|record| record.lease_until_ms.is_none_or(|until| until > now_ms))
         .collect();
     assert!(
         live.is_empty(),

@@ -265,14 +265,14 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     for i in 0..CALLS {
         let order =
             charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
-        let (pk, huella) = (order.key(), order.fingerprint());
+        let (pk, fingerprint) = (order.key(), order.fingerprint());
         let req = ReserveRequest {
             pk: &pk,
-            huella: &huella,
-            titular: "bench",
+            fingerprint: &fingerprint,
+            owner: "bench",
             now_ms,
             lease_until_ms: now_ms + 60_000,
-            expira_s: now_ms / 1000 + 86_400,
+            expires_s: now_ms / 1000 + 86_400,
             max_declines: 3,
         };
         table.store.reserve(&req).await.unwrap();

@@ -73,10 +73,10 @@ impl IdempotencyStore for FlakyStore {
     async fn next_attempt(
         &self,
         pk: &Key,
-        titular: &str,
+        owner: &str,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
-        self.inner.next_attempt(pk, titular, now_ms).await
+        self.inner.next_attempt(pk, owner, now_ms).await
     }
     async fn lease_for_resolve(
         &self,

@@ -15,7 +15,8 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
-use charge_once::idempotency::IdempotencyStore;
+use charge_once::idempotency::schema::{self, Value};
+use charge_once::idempotency::{IdempotencyStore, Key, Record, State};
 use charge_once::store::dynamodb::DynamoStore;
 
 /// The DynamoDB-compatible servers the suites run against.
@@ -86,6 +87,29 @@ impl Backend {
     }
 }
 
+/// An item as the pattern card's TypeScript consumer writes it: `pk`, `estado`,
+/// `creado`, `expira` and, once done, `recibo`; no fingerprint, no lease, no attempt.
+pub fn card_item(
+    pk: &Key,
+    state: State,
+    receipt: Option<&str>,
+    expires_s: i64,
+) -> Vec<(&'static str, Value)> {
+    schema::attributes(&Record {
+        pk: pk.clone(),
+        state,
+        created_ms: Some(1_700_000_000_000),
+        expires_s: Some(expires_s),
+        receipt: receipt.map(str::to_owned),
+        fingerprint: None,
+        owner: None,
+        lease_until_ms: None,
+        attempt: None,
+        sent_ms: None,
+        declines: None,
+    })
+}
+
 /// Creates an idempotency table as `template.yaml` does (on demand, `pk` S) and waits
 /// until it is ACTIVE: writes fail while it is CREATING. Bounded: 200 × 50 ms.
 async fn create_table(client: &Client, name: &str) -> Result<(), String> {
@@ -137,21 +161,30 @@ impl Table {
         self.store.clone()
     }
 
-    /// Writes an item as the pattern card's TypeScript consumer does: `pk`, `estado`,
-    /// `creado`, `expira` and, once done, `recibo`; no fingerprint, no lease.
-    pub async fn put_card_item(&self, pk: &str, estado: &str, recibo: Option<&str>, expira_s: i64) {
-        let mut put = self
-            .client
-            .put_item()
-            .table_name(&self.name)
-            .item("pk", AttributeValue::S(pk.to_owned()))
-            .item("estado", AttributeValue::S(estado.to_owned()))
-            .item("creado", AttributeValue::N("1700000000000".to_owned()))
-            .item("expira", AttributeValue::N(expira_s.to_string()));
-        if let Some(r) = recibo {
-            put = put.item("recibo", AttributeValue::S(r.to_owned()));
+    /// Writes an item as the pattern card's TypeScript consumer does (see
+    /// [`card_item`]).
+    pub async fn put_card_item(
+        &self,
+        pk: &Key,
+        state: State,
+        receipt: Option<&str>,
+        expires_s: i64,
+    ) {
+        self.put_item(card_item(pk, state, receipt, expires_s))
+            .await;
+    }
+
+    /// Writes an item as another program would, attribute by attribute.
+    pub async fn put_item(&self, item: Vec<(&'static str, Value)>) {
+        let mut put = self.client.put_item().table_name(&self.name);
+        for (name, value) in item {
+            let value = match value {
+                Value::S(s) => AttributeValue::S(s),
+                Value::N(n) => AttributeValue::N(n.to_string()),
+            };
+            put = put.item(name, value);
         }
-        put.send().await.expect("put card item");
+        put.send().await.expect("put item");
     }
 }
 

@@ -14,8 +14,8 @@
 
 use super::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use super::{
-    CompleteRequest, Estado, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest, ResolveLeaseRequest,
+    State, StoreError, WriteOutcome,
 };
 use crate::payment::{Lookup, PaymentError, Receipt};
 
@@ -28,7 +28,7 @@ pub struct Rules {
     /// An uncertain charge failure (timeout, 5xx, …) keeps the provider key.
     pub keep_key_when_uncertain: bool,
     /// `hecho` is final, whatever `expira` says.
-    pub hecho_is_final: bool,
+    pub done_is_final: bool,
     /// The provider gets the idempotency key `<pk>#<intento>`.
     pub provider_key: bool,
     /// A `pending` charge found by reconciliation is live: no new key.
@@ -42,7 +42,7 @@ impl Rules {
     pub const ALL: Self = Self {
         fenced: true,
         keep_key_when_uncertain: true,
-        hecho_is_final: true,
+        done_is_final: true,
         provider_key: true,
         pending_is_live: true,
         reconcile_old_keys: true,
@@ -64,7 +64,7 @@ pub enum Write<'a> {
     Release(ReleaseRequest<'a>),
     NextAttempt {
         pk: &'a Key,
-        titular: &'a str,
+        owner: &'a str,
         now_ms: i64,
     },
     LeaseForResolve(ResolveLeaseRequest<'a>),
@@ -76,30 +76,31 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
     let Some(r) = stored else {
         return matches!(write, Write::Reserve(_));
     };
-    let fenced = |titular: &str| {
-        r.estado == Estado::EnCurso && (!rules.fenced || r.titular.as_deref() == Some(titular))
+    let fenced = |owner: &str| {
+        r.state == State::InProgress && (!rules.fenced || r.owner.as_deref() == Some(owner))
     };
     match write {
         Write::Reserve(req) => {
-            let counts_as_absent = (!rules.hecho_is_final || r.estado != Estado::Hecho)
-                && r.expira_s.is_some_and(|e| e < req.now_s())
-                && r.huella.is_some();
-            let same_payload = r.huella.as_deref() == Some(req.huella);
-            let below_limit = r.rechazos.is_none_or(|n| n < req.max_declines);
-            let free = r.estado == Estado::Libre
-                || (r.estado == Estado::EnCurso
-                    && r.en_curso_hasta_ms.is_some_and(|h| h < req.now_ms));
+            let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
+                && r.expires_s.is_some_and(|e| e < req.now_s())
+                && r.fingerprint.is_some();
+            let same_payload = r.fingerprint.as_deref() == Some(req.fingerprint);
+            let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
+            let free = r.state == State::Free
+                || (r.state == State::InProgress
+                    && r.lease_until_ms.is_some_and(|h| h < req.now_ms));
             counts_as_absent || (same_payload && below_limit && free)
         }
-        Write::Complete(req) => fenced(req.titular),
-        Write::CompleteAttempt(req) => r.intento == Some(req.intento) && r.estado != Estado::Hecho,
-        Write::Release(req) => fenced(req.titular),
-        Write::NextAttempt { titular, .. } => fenced(titular),
+        Write::Complete(req) => fenced(req.owner),
+        Write::CompleteAttempt(req) => r.attempt == Some(req.attempt) && r.state != State::Done,
+        Write::Release(req) => fenced(req.owner),
+        Write::NextAttempt { owner, .. } => fenced(owner),
         Write::LeaseForResolve(req) => {
-            r.estado != Estado::Hecho
-                && (r.estado != Estado::EnCurso
-                    || r.en_curso_hasta_ms.is_none_or(|h| h < req.now_ms))
-                && r.huella.as_deref().is_none_or(|h| h == req.huella)
+            r.state != State::Done
+                && (r.state != State::InProgress || r.lease_until_ms.is_none_or(|h| h < req.now_ms))
+                && r.fingerprint
+                    .as_deref()
+                    .is_none_or(|h| h == req.fingerprint)
         }
     }
 }
@@ -107,64 +108,64 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
 /// The item `write` leaves when its condition holds on `stored`.
 pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
     let mut r = stored.cloned().unwrap_or_else(|| Record {
-        pk: pk_of(write).to_string(),
-        estado: Estado::Libre,
-        creado_ms: None,
-        expira_s: None,
-        recibo: None,
-        huella: None,
-        titular: None,
-        en_curso_hasta_ms: None,
-        intento: None,
-        enviado_ms: None,
-        rechazos: None,
+        pk: pk_of(write).clone(),
+        state: State::Free,
+        created_ms: None,
+        expires_s: None,
+        receipt: None,
+        fingerprint: None,
+        owner: None,
+        lease_until_ms: None,
+        attempt: None,
+        sent_ms: None,
+        declines: None,
     });
     match write {
         Write::Reserve(req) => {
-            r.estado = Estado::EnCurso;
-            r.titular = Some(req.titular.to_owned());
-            r.en_curso_hasta_ms = Some(req.lease_until_ms);
-            r.huella = Some(req.huella.to_owned());
-            r.expira_s = Some(req.expira_s);
-            r.creado_ms = r.creado_ms.or(Some(req.now_ms));
-            r.intento = r.intento.or(Some(1));
-            r.enviado_ms = r.enviado_ms.or(Some(req.now_ms));
+            r.state = State::InProgress;
+            r.owner = Some(req.owner.to_owned());
+            r.lease_until_ms = Some(req.lease_until_ms);
+            r.fingerprint = Some(req.fingerprint.to_owned());
+            r.expires_s = Some(req.expires_s);
+            r.created_ms = r.created_ms.or(Some(req.now_ms));
+            r.attempt = r.attempt.or(Some(1));
+            r.sent_ms = r.sent_ms.or(Some(req.now_ms));
         }
         Write::Complete(req) | Write::CompleteAttempt(req) => {
-            r.estado = Estado::Hecho;
-            r.recibo = Some(req.recibo.to_owned());
-            r.expira_s = Some(req.expira_s);
-            r.titular = None;
-            r.en_curso_hasta_ms = None;
+            r.state = State::Done;
+            r.receipt = Some(req.receipt.to_owned());
+            r.expires_s = Some(req.expires_s);
+            r.owner = None;
+            r.lease_until_ms = None;
         }
         Write::Release(req) => {
-            r.estado = Estado::Libre;
-            r.titular = None;
-            r.en_curso_hasta_ms = None;
+            r.state = State::Free;
+            r.owner = None;
+            r.lease_until_ms = None;
             if req.kind != ReleaseKind::KeepKey {
-                r.intento = r.intento.map(|i| i + 1);
-                r.enviado_ms = None;
+                r.attempt = r.attempt.map(|i| i + 1);
+                r.sent_ms = None;
             }
             match req.kind {
-                ReleaseKind::Declined => r.rechazos = Some(r.rechazos.unwrap_or(0) + 1),
+                ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
                 ReleaseKind::NextKey {
                     reset_declines: true,
-                } => r.rechazos = None,
+                } => r.declines = None,
                 _ => {}
             }
         }
         Write::NextAttempt { now_ms, .. } => {
-            r.intento = r.intento.map(|i| i + 1);
-            r.enviado_ms = Some(*now_ms);
+            r.attempt = r.attempt.map(|i| i + 1);
+            r.sent_ms = Some(*now_ms);
         }
         Write::LeaseForResolve(req) => {
-            r.estado = Estado::EnCurso;
-            r.titular = Some(req.titular.to_owned());
-            r.en_curso_hasta_ms = Some(req.lease_until_ms);
-            r.huella = r.huella.or_else(|| Some(req.huella.to_owned()));
-            r.intento = r.intento.or(Some(1));
-            r.enviado_ms = r.enviado_ms.or(Some(req.now_ms));
-            r.creado_ms = r.creado_ms.or(Some(req.now_ms));
+            r.state = State::InProgress;
+            r.owner = Some(req.owner.to_owned());
+            r.lease_until_ms = Some(req.lease_until_ms);
+            r.fingerprint = r.fingerprint.or_else(|| Some(req.fingerprint.to_owned()));
+            r.attempt = r.attempt.or(Some(1));
+            r.sent_ms = r.sent_ms.or(Some(req.now_ms));
+            r.created_ms = r.created_ms.or(Some(req.now_ms));
         }
     }
     r
@@ -239,9 +240,9 @@ pub enum Reservation {
     /// We hold the lease; the record as written.
     Won(Record),
     /// Already charged: ack with the stored receipt.
-    Duplicate { recibo: Option<String> },
+    Duplicate { receipt: Option<String> },
     /// Same key, other payload: never charged.
-    Conflict { stored_huella: Option<String> },
+    Conflict { stored_fingerprint: Option<String> },
     /// Someone else holds a live lease.
     InProgress { until_ms: Option<i64> },
     /// The order was declined `max_declines` times: no provider call until a human
@@ -264,37 +265,39 @@ pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
 
 fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
     if old.is_card_format() {
-        return match old.estado {
-            Estado::Hecho => Reservation::Duplicate { recibo: old.recibo },
+        return match old.state {
+            State::Done => Reservation::Duplicate {
+                receipt: old.receipt,
+            },
             _ => Reservation::NeedsReconciliation {
                 cause: ReconcileCause::CardItemNotDone,
             },
         };
     }
-    if old.huella.as_deref() != Some(req.huella) {
+    if old.fingerprint.as_deref() != Some(req.fingerprint) {
         return Reservation::Conflict {
-            stored_huella: old.huella,
+            stored_fingerprint: old.fingerprint,
         };
     }
-    let lease_live = old
-        .en_curso_hasta_ms
-        .is_some_and(|until| until >= req.now_ms);
-    match old.estado {
-        Estado::Hecho => Reservation::Duplicate { recibo: old.recibo },
-        // The SDK retried a reserve that had been applied: the lease is ours.
-        Estado::EnCurso if old.titular.as_deref() == Some(req.titular) => Reservation::Won(old),
-        Estado::EnCurso if lease_live => Reservation::InProgress {
-            until_ms: old.en_curso_hasta_ms,
+    let lease_live = old.lease_until_ms.is_some_and(|until| until >= req.now_ms);
+    match old.state {
+        State::Done => Reservation::Duplicate {
+            receipt: old.receipt,
         },
-        Estado::EnCurso | Estado::Libre if old.declines() >= req.max_declines => {
+        // The SDK retried a reserve that had been applied: the lease is ours.
+        State::InProgress if old.owner.as_deref() == Some(req.owner) => Reservation::Won(old),
+        State::InProgress if lease_live => Reservation::InProgress {
+            until_ms: old.lease_until_ms,
+        },
+        State::InProgress | State::Free if old.declines() >= req.max_declines => {
             Reservation::DeclineLimit {
                 declines: old.declines(),
             }
         }
-        Estado::EnCurso | Estado::Libre => Reservation::InProgress {
-            until_ms: old.en_curso_hasta_ms,
+        State::InProgress | State::Free => Reservation::InProgress {
+            until_ms: old.lease_until_ms,
         },
-        Estado::Other(_) => Reservation::NeedsReconciliation {
+        State::Other(_) => Reservation::NeedsReconciliation {
             cause: ReconcileCause::UnknownState,
         },
     }
@@ -333,14 +336,14 @@ impl Phase {
 #[derive(Clone, Debug)]
 pub struct Start {
     pub key: Key,
-    pub huella: String,
+    pub fingerprint: String,
     /// The fresh random owner token of this attempt.
-    pub titular: String,
+    pub owner: String,
     pub now_ms: i64,
     /// The invocation deadline: the lease's end.
     pub deadline_ms: i64,
     /// `expira` written with the reservation and the completion.
-    pub expira_s: i64,
+    pub expires_s: i64,
     pub max_declines: u32,
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub key_ttl_ms: i64,
@@ -351,16 +354,16 @@ pub struct Start {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Core {
     key: Key,
-    huella: String,
-    titular: String,
+    fingerprint: String,
+    owner: String,
     started_ms: i64,
     deadline_ms: i64,
-    expira_s: i64,
+    expires_s: i64,
     max_declines: u32,
     key_ttl_ms: i64,
     rules: Rules,
     phase: Phase,
-    intento: u32,
+    attempt: u32,
     must_reconcile: bool,
     /// The charge to record, and the outcome once it is recorded.
     receipt: Option<String>,
@@ -372,16 +375,16 @@ impl Core {
     pub fn new(start: Start) -> (Self, Step) {
         let core = Self {
             key: start.key,
-            huella: start.huella,
-            titular: start.titular,
+            fingerprint: start.fingerprint,
+            owner: start.owner,
             started_ms: start.now_ms,
             deadline_ms: start.deadline_ms,
-            expira_s: start.expira_s,
+            expires_s: start.expires_s,
             max_declines: start.max_declines,
             key_ttl_ms: start.key_ttl_ms,
             rules: start.rules,
             phase: Phase::Reserving,
-            intento: 1,
+            attempt: 1,
             must_reconcile: false,
             receipt: None,
             success: None,
@@ -391,18 +394,18 @@ impl Core {
 
     /// The attempt whose key the core is on.
     pub fn attempt(&self) -> u32 {
-        self.intento
+        self.attempt
     }
 
     /// The reservation request (its time is the record's start).
     fn reserve_request(&self) -> ReserveRequest<'_> {
         ReserveRequest {
             pk: &self.key,
-            huella: &self.huella,
-            titular: &self.titular,
+            fingerprint: &self.fingerprint,
+            owner: &self.owner,
             now_ms: self.started_ms,
             lease_until_ms: self.deadline_ms,
-            expira_s: self.expira_s,
+            expires_s: self.expires_s,
             max_declines: self.max_declines,
         }
     }
@@ -411,10 +414,10 @@ impl Core {
     pub fn write(&self, kind: WriteKind, now_ms: i64) -> Write<'_> {
         let complete = CompleteRequest {
             pk: &self.key,
-            titular: &self.titular,
-            intento: self.intento,
-            recibo: self.receipt.as_deref().unwrap_or(""),
-            expira_s: self.expira_s,
+            owner: &self.owner,
+            attempt: self.attempt,
+            receipt: self.receipt.as_deref().unwrap_or(""),
+            expires_s: self.expires_s,
         };
         match kind {
             WriteKind::Reserve => Write::Reserve(self.reserve_request()),
@@ -422,12 +425,12 @@ impl Core {
             WriteKind::CompleteAttempt => Write::CompleteAttempt(complete),
             WriteKind::Release(kind) => Write::Release(ReleaseRequest {
                 pk: &self.key,
-                titular: &self.titular,
+                owner: &self.owner,
                 kind,
             }),
             WriteKind::NextAttempt => Write::NextAttempt {
                 pk: &self.key,
-                titular: &self.titular,
+                owner: &self.owner,
                 now_ms,
             },
         }
@@ -449,16 +452,16 @@ impl Core {
                 let req = self.reserve_request();
                 match judge(answer, &req) {
                     Reservation::Won(record) => {
-                        self.intento = record.attempt();
+                        self.attempt = record.attempt();
                         let age = self
                             .started_ms
-                            .saturating_sub(record.enviado_ms.unwrap_or(self.started_ms));
+                            .saturating_sub(record.sent_ms.unwrap_or(self.started_ms));
                         self.must_reconcile =
                             self.rules.reconcile_old_keys && age > self.key_ttl_ms;
                         self.charge_or_look()
                     }
-                    Reservation::Duplicate { recibo } => {
-                        Step::Done(Outcome::Duplicate { receipt: recibo })
+                    Reservation::Duplicate { receipt } => {
+                        Step::Done(Outcome::Duplicate { receipt })
                     }
                     Reservation::Conflict { .. } => Step::Done(Outcome::Conflict),
                     Reservation::InProgress { .. } => Step::Done(Outcome::InProgress),
@@ -477,7 +480,7 @@ impl Core {
             (Phase::Looking, Input::Looked(Ok(Lookup::Succeeded(receipt)))) => {
                 let success = Outcome::Reconciled {
                     receipt: receipt.id.clone(),
-                    attempt: self.intento,
+                    attempt: self.attempt,
                 };
                 self.complete(receipt, success)
             }
@@ -498,43 +501,43 @@ impl Core {
             }
             (Phase::Looking, Input::Looked(Err(Cut::NoTime))) => Step::Done(Outcome::Deadline {
                 before: Call::Lookup,
-                attempt: Some(self.intento),
+                attempt: Some(self.attempt),
             }),
             (Phase::Looking, Input::Looked(Err(Cut::TimedOut))) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::LookupTimedOut, Some(self.intento)),
+                Outcome::retryable(RetryCause::LookupTimedOut, Some(self.attempt)),
             ),
             (Phase::Looking, Input::Looked(Err(Cut::Failed(e)))) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), Some(self.intento)),
+                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), Some(self.attempt)),
             ),
 
             (Phase::MovingKey, Input::Written(Ok(WriteOutcome::Applied(record)))) => {
-                self.intento = record.attempt();
+                self.attempt = record.attempt();
                 self.phase = Phase::Charging;
                 self.charge_step()
             }
             (Phase::MovingKey, Input::Written(Ok(WriteOutcome::Refused(_)))) => Step::Done(
-                Outcome::retryable(RetryCause::LeaseLostBeforeNextAttempt, Some(self.intento)),
+                Outcome::retryable(RetryCause::LeaseLostBeforeNextAttempt, Some(self.attempt)),
             ),
             (Phase::MovingKey, Input::Written(Err(cut @ Cut::Failed(_)))) => {
-                let outcome = store_cut(Call::NextAttempt, cut, Some(self.intento));
+                let outcome = store_cut(Call::NextAttempt, cut, Some(self.attempt));
                 self.release(ReleaseKind::KeepKey, outcome)
             }
             (Phase::MovingKey, Input::Written(Err(cut))) => {
-                Step::Done(store_cut(Call::NextAttempt, cut, Some(self.intento)))
+                Step::Done(store_cut(Call::NextAttempt, cut, Some(self.attempt)))
             }
 
             (Phase::Charging, Input::Charged(Ok(receipt))) => {
                 let success = Outcome::Charged {
                     receipt: receipt.id.clone(),
-                    attempt: self.intento,
+                    attempt: self.attempt,
                 };
                 self.complete(receipt, success)
             }
             (Phase::Charging, Input::Charged(Err(Cut::NoTime))) => Step::Done(Outcome::Deadline {
                 before: Call::Charge,
-                attempt: Some(self.intento),
+                attempt: Some(self.attempt),
             }),
             (Phase::Charging, Input::Charged(Err(Cut::TimedOut))) => self.after_failed_charge(
                 PaymentError::retryable(crate::payment::FailureKind::Timeout),
@@ -568,17 +571,19 @@ impl Core {
                 WriteOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
                     cause: ReconcileCause::RecordMovedOn {
                         receipt: self.receipt.clone().unwrap_or_default(),
-                        attempt: self.intento,
-                        state: old.as_ref().map(|r| r.estado.as_str().to_owned()),
-                        record_attempt: old.as_ref().and_then(|r| r.intento),
-                        record_receipt: old.and_then(|r| r.recibo),
+                        attempt: self.attempt,
+                        state: old
+                            .as_ref()
+                            .map(|r| super::schema::state_value(&r.state).to_owned()),
+                        record_attempt: old.as_ref().and_then(|r| r.attempt),
+                        record_receipt: old.and_then(|r| r.receipt),
                     },
                 }),
             },
             // A store error fails the record: a charge whose receipt is not stored is
             // never acknowledged; the retry replays the same key.
             (Phase::Completing | Phase::CompletingByAttempt, Input::Written(Err(cut))) => {
-                Step::Done(store_cut(Call::Complete, cut, Some(self.intento)))
+                Step::Done(store_cut(Call::Complete, cut, Some(self.attempt)))
             }
 
             // A failed or skipped release is never fatal: the lease ends at the
@@ -591,7 +596,7 @@ impl Core {
                     phase: phase.name(),
                     answer: input.name(),
                 },
-                Some(self.intento),
+                Some(self.attempt),
             )),
         }
     }
@@ -611,7 +616,7 @@ impl Core {
             key: self
                 .rules
                 .provider_key
-                .then(|| self.key.provider_key(self.intento)),
+                .then(|| self.key.provider_key(self.attempt)),
         }
     }
 
@@ -633,7 +638,7 @@ impl Core {
     }
 
     fn is_done_with(&self, record: &Record) -> bool {
-        record.estado == Estado::Hecho && record.recibo.as_deref() == self.receipt.as_deref()
+        record.state == State::Done && record.receipt.as_deref() == self.receipt.as_deref()
     }
 
     fn release(&mut self, kind: ReleaseKind, then: Outcome) -> Step {
@@ -642,7 +647,7 @@ impl Core {
     }
 
     fn after_failed_charge(&mut self, e: PaymentError) -> Step {
-        let attempt = self.intento;
+        let attempt = self.attempt;
         match e {
             PaymentError::Declined { code, decline_code } => self.release(
                 ReleaseKind::Declined,
@@ -716,19 +721,19 @@ fn store_cut(call: Call, cut: Cut<StoreError>, attempt: Option<u32>) -> Outcome 
 mod tests {
     use super::*;
 
-    fn record(estado: Estado, huella: Option<&str>, titular: Option<&str>) -> Record {
+    fn record(state: State, fingerprint: Option<&str>, owner: Option<&str>) -> Record {
         Record {
-            pk: "cobro#a".into(),
-            estado,
-            creado_ms: Some(1),
-            expira_s: Some(10),
-            recibo: Some("ch_1".into()),
-            huella: huella.map(str::to_owned),
-            titular: titular.map(str::to_owned),
-            en_curso_hasta_ms: Some(5),
-            intento: Some(1),
-            enviado_ms: Some(1),
-            rechazos: None,
+            pk: Key::for_order_id("a"),
+            state,
+            created_ms: Some(1),
+            expires_s: Some(10),
+            receipt: Some("ch_1".into()),
+            fingerprint: fingerprint.map(str::to_owned),
+            owner: owner.map(str::to_owned),
+            lease_until_ms: Some(5),
+            attempt: Some(1),
+            sent_ms: Some(1),
+            declines: None,
         }
     }
 
@@ -736,11 +741,11 @@ mod tests {
         let pk = Key::for_order_id("a");
         let req = ReserveRequest {
             pk: &pk,
-            huella: "h",
-            titular: "me",
+            fingerprint: "h",
+            owner: "me",
             now_ms: 0,
             lease_until_ms: 1,
-            expira_s: 2,
+            expires_s: 2,
             max_declines: 3,
         };
         classify_lost(old, &req)
@@ -749,58 +754,58 @@ mod tests {
     #[test]
     fn lost_reserve_is_classified_per_design() {
         assert_eq!(
-            judge(record(Estado::Hecho, Some("h"), None)),
+            judge(record(State::Done, Some("h"), None)),
             Reservation::Duplicate {
-                recibo: Some("ch_1".into())
+                receipt: Some("ch_1".into())
             }
         );
         assert!(matches!(
-            judge(record(Estado::Hecho, Some("x"), None)),
+            judge(record(State::Done, Some("x"), None)),
             Reservation::Conflict { .. }
         ));
         assert!(matches!(
-            judge(record(Estado::EnCurso, Some("h"), Some("other"))),
+            judge(record(State::InProgress, Some("h"), Some("other"))),
             Reservation::InProgress { .. }
         ));
         assert!(matches!(
-            judge(record(Estado::EnCurso, Some("h"), Some("me"))),
+            judge(record(State::InProgress, Some("h"), Some("me"))),
             Reservation::Won(_)
         ));
         assert!(matches!(
-            judge(record(Estado::EnCurso, Some("x"), Some("me"))),
+            judge(record(State::InProgress, Some("x"), Some("me"))),
             Reservation::Conflict { .. }
         ));
         assert!(matches!(
-            judge(record(Estado::Hecho, None, None)),
+            judge(record(State::Done, None, None)),
             Reservation::Duplicate { .. }
         ));
         assert!(matches!(
-            judge(record(Estado::EnCurso, None, None)),
+            judge(record(State::InProgress, None, None)),
             Reservation::NeedsReconciliation { .. }
         ));
         assert!(matches!(
-            judge(record(Estado::Other("raro".into()), Some("h"), None)),
+            judge(record(State::Other("raro".into()), Some("h"), None)),
             Reservation::NeedsReconciliation { .. }
         ));
     }
 
     #[test]
     fn an_order_at_its_decline_limit_is_refused_whatever_copy_asks() {
-        let mut libre = record(Estado::Libre, Some("h"), None);
-        libre.rechazos = Some(3);
+        let mut free = record(State::Free, Some("h"), None);
+        free.declines = Some(3);
         assert_eq!(
-            judge(libre.clone()),
+            judge(free.clone()),
             Reservation::DeclineLimit { declines: 3 }
         );
-        libre.rechazos = Some(2);
-        assert!(matches!(judge(libre), Reservation::InProgress { .. }));
+        free.declines = Some(2);
+        assert!(matches!(judge(free), Reservation::InProgress { .. }));
         // A live lease is in progress whatever the count; another payload a conflict.
-        let mut live = record(Estado::EnCurso, Some("h"), Some("other"));
-        live.rechazos = Some(3);
-        live.en_curso_hasta_ms = Some(10);
+        let mut live = record(State::InProgress, Some("h"), Some("other"));
+        live.declines = Some(3);
+        live.lease_until_ms = Some(10);
         assert!(matches!(judge(live), Reservation::InProgress { .. }));
-        let mut other = record(Estado::Libre, Some("x"), None);
-        other.rechazos = Some(3);
+        let mut other = record(State::Free, Some("x"), None);
+        other.declines = Some(3);
         assert!(matches!(judge(other), Reservation::Conflict { .. }));
     }
 }

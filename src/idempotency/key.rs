@@ -17,6 +17,13 @@ impl Key {
         Self(format!("{}{order_id}", Self::PREFIX))
     }
 
+    /// A key read back from the table; `None` unless it is `cobro#<something>`.
+    pub fn from_stored(pk: &str) -> Option<Self> {
+        pk.strip_prefix(Self::PREFIX)
+            .filter(|id| !id.is_empty())
+            .map(|_| Self(pk.to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -30,8 +37,8 @@ impl Key {
     ///
     /// A replay with the same attempt gets the provider's stored outcome, so a crash
     /// between charging and `complete` cannot charge twice.
-    pub fn provider_key(&self, intento: u32) -> String {
-        format!("{}#{intento}", self.0)
+    pub fn provider_key(&self, attempt: u32) -> String {
+        format!("{}#{attempt}", self.0)
     }
 }
 

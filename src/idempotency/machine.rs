@@ -62,7 +62,7 @@ impl Settings {
     }
 
     /// `expira` of a record written at `now_ms`: now + retention, in seconds.
-    pub fn expira_s(&self, now_ms: i64) -> i64 {
+    pub fn expires_s(&self, now_ms: i64) -> i64 {
         let retention_s = i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX);
         now_ms.div_euclid(1000).saturating_add(retention_s)
     }
@@ -87,11 +87,7 @@ pub async fn perform(
         Write::Complete(req) => store.complete(req).await,
         Write::CompleteAttempt(req) => store.complete_attempt(req).await,
         Write::Release(req) => store.release(req).await,
-        Write::NextAttempt {
-            pk,
-            titular,
-            now_ms,
-        } => store.next_attempt(pk, titular, *now_ms).await,
+        Write::NextAttempt { pk, owner, now_ms } => store.next_attempt(pk, owner, *now_ms).await,
         Write::LeaseForResolve(req) => store.lease_for_resolve(req).await,
     }
 }
@@ -110,11 +106,11 @@ impl Charger<'_> {
         let now_ms = self.settings.now_ms();
         let (mut core, mut step) = Core::new(Start {
             key: order.key(),
-            huella: order.fingerprint(),
-            titular: uuid::Uuid::new_v4().to_string(),
+            fingerprint: order.fingerprint(),
+            owner: uuid::Uuid::new_v4().to_string(),
             now_ms,
             deadline_ms,
-            expira_s: self.settings.expira_s(now_ms),
+            expires_s: self.settings.expires_s(now_ms),
             max_declines: self.settings.max_declines,
             key_ttl_ms: i64::try_from(self.settings.provider_key_ttl.as_millis())
                 .unwrap_or(i64::MAX),
@@ -210,7 +206,10 @@ impl Charger<'_> {
 fn observe(kind: WriteKind, answer: &Result<WriteOutcome, Cut<StoreError>>, started_ms: i64) {
     match (kind, answer) {
         (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
-            if record.creado_ms.is_some_and(|creado| creado < started_ms) {
+            if record
+                .created_ms
+                .is_some_and(|created| created < started_ms)
+            {
                 // A retry reserved a record left `libre` or with an expired lease.
                 metrics::counter!(TAKEOVER).increment(1);
             }

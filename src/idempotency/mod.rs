@@ -9,13 +9,14 @@ mod machine;
 mod outcome;
 mod record;
 mod resolve;
+pub mod schema;
 mod store;
 
 pub use core::{Reservation, Rules};
 pub use key::Key;
 pub use machine::{Charger, Clock, DEADLINE_SAFETY, Settings, perform, reserve};
 pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
-pub use record::{Estado, Record};
+pub use record::{Record, State};
 pub use resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver, resolve,
 };

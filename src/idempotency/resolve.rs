@@ -8,8 +8,8 @@
 use super::core::Write;
 use super::machine::{Settings, perform};
 use super::{
-    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
-    ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
+    ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
 use crate::order::Order;
 use crate::payment::{Lookup, PaymentError, PaymentProvider};
@@ -18,11 +18,11 @@ use crate::payment::{Lookup, PaymentError, PaymentProvider};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
     /// The provider has the charge: the record is now `hecho` with it.
-    Completed { recibo: String, attempt: u32 },
+    Completed { receipt: String, attempt: u32 },
     /// The provider has no charge: the record is `libre` with the next attempt.
     Released { next_attempt: u32 },
     /// Already `hecho`: nothing to do.
-    AlreadyDone { recibo: Option<String> },
+    AlreadyDone { receipt: Option<String> },
 }
 
 /// Why `resolve` did nothing (or stopped).
@@ -109,14 +109,14 @@ enum Phase {
 #[derive(Debug)]
 pub struct Resolver {
     key: Key,
-    huella: String,
-    titular: String,
+    fingerprint: String,
+    owner: String,
     now_ms: i64,
     lease_until_ms: i64,
-    expira_s: i64,
+    expires_s: i64,
     confirmed: Confirmed,
     attempt: u32,
-    recibo: Option<String>,
+    receipt: Option<String>,
     phase: Phase,
 }
 
@@ -125,22 +125,22 @@ impl Resolver {
     /// ends at `lease_until_ms`; the first step is [`ResolveStep::Read`].
     pub fn new(
         order: &Order,
-        titular: String,
+        owner: String,
         now_ms: i64,
         lease_until_ms: i64,
-        expira_s: i64,
+        expires_s: i64,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
         let resolver = Self {
             key: order.key(),
-            huella: order.fingerprint(),
-            titular,
+            fingerprint: order.fingerprint(),
+            owner,
             now_ms,
             lease_until_ms,
-            expira_s,
+            expires_s,
             confirmed,
             attempt: 1,
-            recibo: None,
+            receipt: None,
             phase: Phase::Reading,
         };
         (resolver, ResolveStep::Read)
@@ -155,21 +155,21 @@ impl Resolver {
         match kind {
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk: &self.key,
-                huella: &self.huella,
-                titular: &self.titular,
+                fingerprint: &self.fingerprint,
+                owner: &self.owner,
                 now_ms: self.now_ms,
                 lease_until_ms: self.lease_until_ms,
             }),
             ResolveWrite::Complete => Write::Complete(CompleteRequest {
                 pk: &self.key,
-                titular: &self.titular,
-                intento: self.attempt,
-                recibo: self.recibo.as_deref().unwrap_or(""),
-                expira_s: self.expira_s,
+                owner: &self.owner,
+                attempt: self.attempt,
+                receipt: self.receipt.as_deref().unwrap_or(""),
+                expires_s: self.expires_s,
             }),
             ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
                 pk: &self.key,
-                titular: &self.titular,
+                owner: &self.owner,
                 kind,
             }),
         }
@@ -186,14 +186,14 @@ impl Resolver {
                 let Some(record) = record else {
                     return ResolveStep::Done(Err(ResolveError::NoRecord));
                 };
-                if record.estado == Estado::Hecho {
+                if record.state == State::Done {
                     return ResolveStep::Done(Ok(Resolution::AlreadyDone {
-                        recibo: record.recibo,
+                        receipt: record.receipt,
                     }));
                 }
                 if let Err(refused) = check(
                     &record,
-                    &self.huella,
+                    &self.fingerprint,
                     self.now_ms,
                     self.confirmed.card_format_checked,
                 ) {
@@ -215,7 +215,7 @@ impl Resolver {
                     ResolveError::Pending { charge_id, status },
                 ),
                 Ok(Lookup::Succeeded(receipt)) => {
-                    self.recibo = Some(receipt.id);
+                    self.receipt = Some(receipt.id);
                     self.phase = Phase::Completing;
                     ResolveStep::Write(ResolveWrite::Complete)
                 }
@@ -228,7 +228,7 @@ impl Resolver {
             },
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
-                    recibo: self.recibo.take().unwrap_or_default(),
+                    receipt: self.receipt.take().unwrap_or_default(),
                     attempt: self.attempt,
                 }))
             }
@@ -268,7 +268,7 @@ pub async fn resolve(
         format!("resolve-{}", uuid::Uuid::new_v4()),
         now_ms,
         lease_until_ms,
-        settings.expira_s(now_ms),
+        settings.expires_s(now_ms),
         confirmed,
     );
     loop {
@@ -293,18 +293,22 @@ pub async fn resolve(
 /// Refuses what a human must look at first.
 fn check(
     record: &Record,
-    huella: &str,
+    fingerprint: &str,
     now_ms: i64,
     card_format_checked: bool,
 ) -> Result<(), ResolveError> {
-    if record.huella.as_deref().is_some_and(|h| h != huella) {
+    if record
+        .fingerprint
+        .as_deref()
+        .is_some_and(|h| h != fingerprint)
+    {
         return Err(ResolveError::FingerprintMismatch);
     }
     if record.is_card_format() && !card_format_checked {
         return Err(ResolveError::CardFormat);
     }
-    match (&record.estado, record.en_curso_hasta_ms) {
-        (Estado::EnCurso, Some(until_ms)) if until_ms >= now_ms => {
+    match (&record.state, record.lease_until_ms) {
+        (State::InProgress, Some(until_ms)) if until_ms >= now_ms => {
             Err(ResolveError::LiveLease { until_ms })
         }
         _ => Ok(()),
@@ -316,20 +320,20 @@ mod tests {
     use super::*;
     use crate::payment::Receipt;
 
-    fn record(estado: Estado, until_ms: Option<i64>) -> Record {
+    fn record(state: State, until_ms: Option<i64>) -> Record {
         let order = order();
         Record {
-            pk: order.key().to_string(),
-            estado,
-            creado_ms: Some(1),
-            expira_s: Some(10_000),
-            recibo: None,
-            huella: Some(order.fingerprint()),
-            titular: until_ms.map(|_| "someone".to_owned()),
-            en_curso_hasta_ms: until_ms,
-            intento: Some(2),
-            enviado_ms: Some(1),
-            rechazos: Some(3),
+            pk: order.key(),
+            state,
+            created_ms: Some(1),
+            expires_s: Some(10_000),
+            receipt: None,
+            fingerprint: Some(order.fingerprint()),
+            owner: until_ms.map(|_| "someone".to_owned()),
+            lease_until_ms: until_ms,
+            attempt: Some(2),
+            sent_ms: Some(1),
+            declines: Some(3),
         }
     }
 
@@ -344,9 +348,9 @@ mod tests {
     }
 
     fn leased(resolver: &mut Resolver) {
-        let step = resolver.on(ResolveInput::Read(Ok(Some(record(Estado::Libre, None)))));
+        let step = resolver.on(ResolveInput::Read(Ok(Some(record(State::Free, None)))));
         assert!(matches!(step, ResolveStep::Write(ResolveWrite::Lease)));
-        let applied = WriteOutcome::Applied(record(Estado::EnCurso, Some(200)));
+        let applied = WriteOutcome::Applied(record(State::InProgress, Some(200)));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(applied))),
             ResolveStep::Lookup
@@ -356,7 +360,7 @@ mod tests {
     #[test]
     fn a_live_lease_is_refused_before_any_write() {
         let mut resolver = start(Confirmed::default());
-        let live = record(Estado::EnCurso, Some(150));
+        let live = record(State::InProgress, Some(150));
         assert!(matches!(
             resolver.on(ResolveInput::Read(Ok(Some(live)))),
             ResolveStep::Done(Err(ResolveError::LiveLease { until_ms: 150 }))
@@ -373,10 +377,10 @@ mod tests {
             ResolveStep::Write(ResolveWrite::Complete)
         ));
         match resolver.write(ResolveWrite::Complete) {
-            Write::Complete(req) => assert_eq!((req.intento, req.recibo), (2, "ch_r")),
+            Write::Complete(req) => assert_eq!((req.attempt, req.receipt), (2, "ch_r")),
             other => panic!("{other:?}"),
         }
-        let done = WriteOutcome::Applied(record(Estado::Hecho, None));
+        let done = WriteOutcome::Applied(record(State::Done, None));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(done))),
             ResolveStep::Done(Ok(Resolution::Completed { attempt: 2, .. }))
@@ -395,7 +399,7 @@ mod tests {
             resolver.on(ResolveInput::Looked(Ok(pending))),
             ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
         ));
-        let released = WriteOutcome::Applied(record(Estado::Libre, None));
+        let released = WriteOutcome::Applied(record(State::Free, None));
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(released))),
             ResolveStep::Done(Err(ResolveError::Pending { .. }))

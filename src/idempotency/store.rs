@@ -46,14 +46,14 @@ impl StoreError {
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
-    pub huella: &'a str,
+    pub fingerprint: &'a str,
     /// Fresh random owner token of this attempt.
-    pub titular: &'a str,
+    pub owner: &'a str,
     pub now_ms: i64,
     /// End of the lease: the invocation deadline.
     pub lease_until_ms: i64,
     /// Retention: the TTL attribute written with the reservation.
-    pub expira_s: i64,
+    pub expires_s: i64,
     /// A record with this many declines (`rechazos`) is not reserved again: the lost
     /// condition returns it, and the order fails as declined without a provider call.
     pub max_declines: u32,
@@ -69,18 +69,18 @@ impl ReserveRequest<'_> {
 #[derive(Clone, Debug)]
 pub struct CompleteRequest<'a> {
     pub pk: &'a Key,
-    pub titular: &'a str,
+    pub owner: &'a str,
     /// The attempt whose provider key produced `recibo`.
-    pub intento: u32,
-    pub recibo: &'a str,
-    pub expira_s: i64,
+    pub attempt: u32,
+    pub receipt: &'a str,
+    pub expires_s: i64,
 }
 
 /// Give a lease back (`libre`).
 #[derive(Clone, Debug)]
 pub struct ReleaseRequest<'a> {
     pub pk: &'a Key,
-    pub titular: &'a str,
+    pub owner: &'a str,
     pub kind: ReleaseKind,
 }
 
@@ -103,8 +103,8 @@ pub enum ReleaseKind {
 #[derive(Clone, Debug)]
 pub struct ResolveLeaseRequest<'a> {
     pub pk: &'a Key,
-    pub huella: &'a str,
-    pub titular: &'a str,
+    pub fingerprint: &'a str,
+    pub owner: &'a str,
     pub now_ms: i64,
     pub lease_until_ms: i64,
 }
@@ -147,7 +147,7 @@ pub trait IdempotencyStore: Send + Sync {
     async fn next_attempt(
         &self,
         pk: &Key,
-        titular: &str,
+        owner: &str,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError>;
 

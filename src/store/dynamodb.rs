@@ -15,26 +15,27 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+use crate::idempotency::schema::{self, Problem, Value, attr};
 use crate::idempotency::{
-    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
-    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 
 type Item = HashMap<String, AttributeValue>;
 
 /// Attribute names of DESIGN §4, aliased as `#<alias>` in every expression.
 const NAMES: &[(&str, &str)] = &[
-    ("#pk", "pk"),
-    ("#estado", "estado"),
-    ("#creado", "creado"),
-    ("#expira", "expira"),
-    ("#recibo", "recibo"),
-    ("#huella", "huella"),
-    ("#titular", "titular"),
-    ("#hasta", "en_curso_hasta"),
-    ("#intento", "intento"),
-    ("#enviado", "enviado"),
-    ("#rechazos", "rechazos"),
+    ("#pk", attr::PK),
+    ("#estado", attr::STATE),
+    ("#creado", attr::CREATED),
+    ("#expira", attr::EXPIRES),
+    ("#recibo", attr::RECEIPT),
+    ("#huella", attr::FINGERPRINT),
+    ("#titular", attr::OWNER),
+    ("#hasta", attr::LEASE_UNTIL),
+    ("#intento", attr::ATTEMPT),
+    ("#enviado", attr::SENT),
+    ("#rechazos", attr::DECLINES),
 ];
 
 const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
@@ -70,9 +71,9 @@ const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :n
 /// The values every expression may use: the states and the numbers 0 and 1.
 fn constants() -> [(&'static str, AttributeValue); 5] {
     [
-        (":en_curso", s(Estado::EN_CURSO)),
-        (":hecho", s(Estado::HECHO)),
-        (":libre", s(Estado::LIBRE)),
+        (":en_curso", s(schema::state::IN_PROGRESS)),
+        (":hecho", s(schema::state::DONE)),
+        (":libre", s(schema::state::FREE)),
         (":uno", n(1)),
         (":cero", n(0)),
     ]
@@ -100,7 +101,7 @@ impl DynamoStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", s(pk.as_str()))
+            .key(attr::PK, s(pk.as_str()))
             .update_expression(update)
             .condition_expression(condition)
             .return_values(ReturnValue::AllNew)
@@ -159,10 +160,10 @@ impl IdempotencyStore for DynamoStore {
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
-            .expression_attribute_values(":titular", s(req.titular))
-            .expression_attribute_values(":huella", s(req.huella))
+            .expression_attribute_values(":titular", s(req.owner))
+            .expression_attribute_values(":huella", s(req.fingerprint))
             .expression_attribute_values(":hasta", n(req.lease_until_ms))
-            .expression_attribute_values(":expira", n(req.expira_s))
+            .expression_attribute_values(":expira", n(req.expires_s))
             .expression_attribute_values(":now_ms", n(req.now_ms))
             .expression_attribute_values(":now_s", n(req.now_s()))
             .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
@@ -175,9 +176,9 @@ impl IdempotencyStore for DynamoStore {
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, FENCE)
-            .expression_attribute_values(":titular", s(req.titular))
-            .expression_attribute_values(":recibo", s(req.recibo))
-            .expression_attribute_values(":expira", n(req.expira_s));
+            .expression_attribute_values(":titular", s(req.owner))
+            .expression_attribute_values(":recibo", s(req.receipt))
+            .expression_attribute_values(":expira", n(req.expires_s));
         self.send("complete", req.pk, builder).await
     }
 
@@ -187,9 +188,9 @@ impl IdempotencyStore for DynamoStore {
     ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
-            .expression_attribute_values(":intento", n(i64::from(req.intento)))
-            .expression_attribute_values(":recibo", s(req.recibo))
-            .expression_attribute_values(":expira", n(req.expira_s));
+            .expression_attribute_values(":intento", n(i64::from(req.attempt)))
+            .expression_attribute_values(":recibo", s(req.receipt))
+            .expression_attribute_values(":expira", n(req.expires_s));
         self.send("complete_attempt", req.pk, builder).await
     }
 
@@ -206,19 +207,19 @@ impl IdempotencyStore for DynamoStore {
         };
         let builder = self
             .update(req.pk, update, FENCE)
-            .expression_attribute_values(":titular", s(req.titular));
+            .expression_attribute_values(":titular", s(req.owner));
         self.send("release", req.pk, builder).await
     }
 
     async fn next_attempt(
         &self,
         pk: &Key,
-        titular: &str,
+        owner: &str,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
-            .expression_attribute_values(":titular", s(titular))
+            .expression_attribute_values(":titular", s(owner))
             .expression_attribute_values(":now_ms", n(now_ms));
         self.send("next_attempt", pk, builder).await
     }
@@ -229,9 +230,9 @@ impl IdempotencyStore for DynamoStore {
     ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
-            .expression_attribute_values(":titular", s(req.titular))
+            .expression_attribute_values(":titular", s(req.owner))
             .expression_attribute_values(":hasta", n(req.lease_until_ms))
-            .expression_attribute_values(":huella", s(req.huella))
+            .expression_attribute_values(":huella", s(req.fingerprint))
             .expression_attribute_values(":now_ms", n(req.now_ms));
         self.send("lease_for_resolve", req.pk, builder).await
     }
@@ -241,7 +242,7 @@ impl IdempotencyStore for DynamoStore {
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", s(pk.as_str()))
+            .key(attr::PK, s(pk.as_str()))
             .consistent_read(true)
             .send()
             .await
@@ -279,62 +280,29 @@ fn n(value: i64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-/// Reads an item into a record; a wrong type is `Malformed`, never a guess.
+/// Reads an item into a record through the one schema mapping.
 pub fn record_from_item(item: &Item) -> Result<Record, StoreError> {
-    let pk = match item.get("pk") {
-        Some(AttributeValue::S(pk)) => pk.clone(),
-        _ => {
-            return Err(StoreError::Malformed {
-                pk: String::new(),
-                attribute: "pk",
-                problem: "is missing or not a string",
-            });
-        }
-    };
-    let malformed = |attribute: &'static str, problem: &'static str| StoreError::Malformed {
-        pk: pk.clone(),
-        attribute,
-        problem,
-    };
-    let string = |attribute: &'static str| -> Result<Option<String>, StoreError> {
-        match item.get(attribute) {
+    schema::read(&Attributes(item))
+}
+
+/// A DynamoDB item as the schema reads it.
+struct Attributes<'a>(&'a Item);
+
+impl schema::Item for Attributes<'_> {
+    fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem> {
+        match self.0.get(attribute) {
             None | Some(AttributeValue::Null(_)) => Ok(None),
-            Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
-            Some(_) => Err(malformed(attribute, "is not a string")),
-        }
-    };
-    let number = |attribute: &'static str| -> Result<Option<i64>, StoreError> {
-        match item.get(attribute) {
-            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(Value::S(v.clone()))),
+            // DynamoDB numbers are decimal strings; ours are integers, and a decimal
+            // one written by another tool is read as its integer part.
             Some(AttributeValue::N(v)) => v
                 .parse::<i64>()
                 .or_else(|_| v.parse::<f64>().map(|f| f as i64))
-                .map(Some)
-                .map_err(|_| malformed(attribute, "is not a number")),
-            Some(_) => Err(malformed(attribute, "is not a number")),
+                .map(|v| Some(Value::N(v)))
+                .map_err(|_| Problem::NotANumber),
+            Some(_) => Err(Problem::NotAString),
         }
-    };
-    let estado = string("estado")?.ok_or_else(|| malformed("estado", "is missing"))?;
-    let count = |attribute: &'static str| -> Result<Option<u32>, StoreError> {
-        number(attribute)?
-            .map(|i| u32::try_from(i).map_err(|_| malformed(attribute, "is out of range")))
-            .transpose()
-    };
-    let intento = count("intento")?;
-    let rechazos = count("rechazos")?;
-    Ok(Record {
-        estado: Estado::parse(&estado),
-        creado_ms: number("creado")?,
-        expira_s: number("expira")?,
-        recibo: string("recibo")?,
-        huella: string("huella")?,
-        titular: string("titular")?,
-        en_curso_hasta_ms: number("en_curso_hasta")?,
-        intento,
-        enviado_ms: number("enviado")?,
-        rechazos,
-        pk,
-    })
+    }
 }
 
 #[cfg(test)]

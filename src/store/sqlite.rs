@@ -11,11 +11,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
+use crate::idempotency::schema::{self, Problem, Value};
 use crate::idempotency::{
-    CompleteRequest, Estado, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
-    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
@@ -37,52 +39,52 @@ const ADD_RECHAZOS: &str = "ALTER TABLE idempotency ADD COLUMN rechazos INTEGER"
 
 const RESERVE: &str = "INSERT INTO idempotency
         (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
-    VALUES (:pk, 'en-curso', :titular, :hasta, :huella, :expira, :now_ms, 1, :now_ms)
+    VALUES (:pk, :en_curso, :titular, :hasta, :huella, :expira, :now_ms, 1, :now_ms)
     ON CONFLICT (pk) DO UPDATE SET
-        estado = 'en-curso', titular = :titular, en_curso_hasta = :hasta,
+        estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
         huella = :huella, expira = :expira,
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
-    WHERE (estado <> 'hecho' AND expira < :now_s AND huella IS NOT NULL)
+    WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
        OR (huella = :huella AND (rechazos IS NULL OR rechazos < :max_rechazos)
-           AND (estado = 'libre' OR (estado = 'en-curso' AND en_curso_hasta < :now_ms)))
+           AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
-    SET estado = 'hecho', recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
-    SET estado = 'hecho', recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
-    WHERE pk = :pk AND intento = :intento AND estado <> 'hecho'
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND intento = :intento AND estado <> :hecho
     RETURNING *";
 const RELEASE: &str = "UPDATE idempotency
-    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const RELEASE_DECLINED: &str = "UPDATE idempotency
-    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
         rechazos = COALESCE(rechazos, 0) + 1
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const RELEASE_NEXT: &str = "UPDATE idempotency
-    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const RELEASE_NEXT_RESET: &str = "UPDATE idempotency
-    SET estado = 'libre', titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
         rechazos = NULL
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const NEXT_ATTEMPT: &str = "UPDATE idempotency
     SET intento = intento + 1, enviado = :now_ms
-    WHERE pk = :pk AND estado = 'en-curso' AND titular = :titular
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const RESOLVE: &str = "UPDATE idempotency
-    SET estado = 'en-curso', titular = :titular, en_curso_hasta = :hasta,
+    SET estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
         huella = COALESCE(huella, :huella), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
-    WHERE pk = :pk AND estado <> 'hecho'
-      AND (estado <> 'en-curso' OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
+    WHERE pk = :pk AND estado <> :hecho
+      AND (estado <> :en_curso OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
       AND (huella IS NULL OR huella = :huella)
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
@@ -193,6 +195,13 @@ impl SqliteStore {
             for (name, value) in &params {
                 bound.push((name, value));
             }
+            // SQLite refuses a parameter its statement does not name: bind only the
+            // state values this one uses.
+            for (name, value) in &STATES {
+                if sql.contains(name) {
+                    bound.push((name, value));
+                }
+            }
             let written = tx
                 .query_row(sql, bound.as_slice(), row_to_record)
                 .optional()?;
@@ -209,27 +218,58 @@ impl SqliteStore {
         self.conn
             .call(run)
             .await
-            .map_err(|e| StoreError::backend(operation, pk.as_str(), e))
+            .map_err(|e| store_error(operation, pk, e))
+    }
+}
+
+/// The `estado` values the statements bind (never SQL literals): one mapping, the
+/// schema's.
+const STATES: [(&str, &str); 3] = [
+    (":en_curso", schema::state::IN_PROGRESS),
+    (":hecho", schema::state::DONE),
+    (":libre", schema::state::FREE),
+];
+
+/// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
+/// failed in SQLite.
+fn store_error(operation: &'static str, pk: &Key, error: CallError) -> StoreError {
+    match error {
+        CallError::Sqlite(rusqlite::Error::FromSqlConversionFailure(_, _, inner)) => {
+            match inner.downcast::<StoreError>() {
+                Ok(malformed) => *malformed,
+                Err(other) => StoreError::Backend {
+                    operation,
+                    target: pk.to_string(),
+                    source: other,
+                },
+            }
+        }
+        other => StoreError::backend(operation, pk.as_str(), other),
     }
 }
 
 fn row_to_record(row: &Row<'_>) -> Result<Record, rusqlite::Error> {
-    let estado: String = row.get("estado")?;
-    let intento: Option<i64> = row.get("intento")?;
-    let rechazos: Option<i64> = row.get("rechazos")?;
-    Ok(Record {
-        pk: row.get("pk")?,
-        estado: Estado::parse(&estado),
-        creado_ms: row.get("creado")?,
-        expira_s: row.get("expira")?,
-        recibo: row.get("recibo")?,
-        huella: row.get("huella")?,
-        titular: row.get("titular")?,
-        en_curso_hasta_ms: row.get("en_curso_hasta")?,
-        intento: intento.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
-        enviado_ms: row.get("enviado")?,
-        rechazos: rechazos.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
-    })
+    // A malformed row is reported as DynamoDB reports a malformed item; the error
+    // crosses rusqlite's row callback whole and is unwrapped in `conditional`/`get`.
+    schema::read(&Columns(row))
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, Type::Null, Box::new(e)))
+}
+
+/// A row as the schema reads it.
+struct Columns<'a, 'r>(&'a Row<'r>);
+
+impl schema::Item for Columns<'_, '_> {
+    fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem> {
+        match self.0.get_ref(attribute) {
+            Ok(ValueRef::Null) => Ok(None),
+            Ok(ValueRef::Text(bytes)) => std::str::from_utf8(bytes)
+                .map(|text| Some(Value::S(text.to_owned())))
+                .map_err(|_| Problem::NotAString),
+            Ok(ValueRef::Integer(n)) => Ok(Some(Value::N(n))),
+            // A column of the table is always there; any other answer is a bad value.
+            Ok(ValueRef::Real(_) | ValueRef::Blob(_)) | Err(_) => Err(Problem::NotAString),
+        }
+    }
 }
 
 fn text(value: &str) -> rusqlite::types::Value {
@@ -244,10 +284,10 @@ fn int(value: i64) -> rusqlite::types::Value {
 impl IdempotencyStore for SqliteStore {
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let params = vec![
-            (":titular", text(req.titular)),
+            (":titular", text(req.owner)),
             (":hasta", int(req.lease_until_ms)),
-            (":huella", text(req.huella)),
-            (":expira", int(req.expira_s)),
+            (":huella", text(req.fingerprint)),
+            (":expira", int(req.expires_s)),
             (":now_ms", int(req.now_ms)),
             (":now_s", int(req.now_s())),
             (":max_rechazos", int(i64::from(req.max_declines))),
@@ -262,9 +302,9 @@ impl IdempotencyStore for SqliteStore {
 
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let params = vec![
-            (":titular", text(req.titular)),
-            (":recibo", text(req.recibo)),
-            (":expira", int(req.expira_s)),
+            (":titular", text(req.owner)),
+            (":recibo", text(req.receipt)),
+            (":expira", int(req.expires_s)),
         ];
         self.conditional("complete", req.pk, COMPLETE, params).await
     }
@@ -274,9 +314,9 @@ impl IdempotencyStore for SqliteStore {
         req: &CompleteRequest<'_>,
     ) -> Result<WriteOutcome, StoreError> {
         let params = vec![
-            (":intento", int(i64::from(req.intento))),
-            (":recibo", text(req.recibo)),
-            (":expira", int(req.expira_s)),
+            (":intento", int(i64::from(req.attempt))),
+            (":recibo", text(req.receipt)),
+            (":expira", int(req.expires_s)),
         ];
         self.conditional("complete_attempt", req.pk, COMPLETE_ATTEMPT, params)
             .await
@@ -293,22 +333,17 @@ impl IdempotencyStore for SqliteStore {
                 reset_declines: true,
             } => RELEASE_NEXT_RESET,
         };
-        self.conditional(
-            "release",
-            req.pk,
-            sql,
-            vec![(":titular", text(req.titular))],
-        )
-        .await
+        self.conditional("release", req.pk, sql, vec![(":titular", text(req.owner))])
+            .await
     }
 
     async fn next_attempt(
         &self,
         pk: &Key,
-        titular: &str,
+        owner: &str,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
-        let params = vec![(":titular", text(titular)), (":now_ms", int(now_ms))];
+        let params = vec![(":titular", text(owner)), (":now_ms", int(now_ms))];
         self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
             .await
     }
@@ -318,9 +353,9 @@ impl IdempotencyStore for SqliteStore {
         req: &ResolveLeaseRequest<'_>,
     ) -> Result<WriteOutcome, StoreError> {
         let params = vec![
-            (":titular", text(req.titular)),
+            (":titular", text(req.owner)),
             (":hasta", int(req.lease_until_ms)),
-            (":huella", text(req.huella)),
+            (":huella", text(req.fingerprint)),
             (":now_ms", int(req.now_ms)),
         ];
         self.conditional("lease_for_resolve", req.pk, RESOLVE, params)
@@ -335,6 +370,6 @@ impl IdempotencyStore for SqliteStore {
                     .optional()
             })
             .await
-            .map_err(|e| StoreError::backend("get", pk.as_str(), e))
+            .map_err(|e| store_error("get", pk, e))
     }
 }
