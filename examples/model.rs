@@ -39,7 +39,9 @@ use std::time::Instant;
 
 use charge_once::idempotency::Outcome;
 use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
-use charge_once::idempotency::{Record, Rules, State as RecordState, StoreError, WriteOutcome};
+use charge_once::idempotency::{
+    Key, Record, Rules, State as RecordState, StoreError, WriteOutcome,
+};
 use charge_once::order::Order;
 use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -324,7 +326,7 @@ impl ChargeModel {
         // Unique per delivery, as a fresh random token would be.
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
         let (core, step) = Core::new(Start {
-            key: order.key(),
+            key: Key::for_order(&order),
             fingerprint: order.fingerprint(),
             owner: name.clone(),
             now_ms: i64::from(s.now) * TICK_MS,

@@ -13,6 +13,7 @@ use futures::{FutureExt, StreamExt};
 use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, info_span, warn};
 
+use crate::config::Config;
 use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
 use crate::order::{Order, OrderError};
 use crate::payment::PaymentProvider;
@@ -34,6 +35,16 @@ pub struct Limits {
     /// The deadline given to a batch whose invocation has none usable (outside
     /// Lambda, or an emulator that sends no epoch deadline).
     pub invoke_deadline: Duration,
+}
+
+impl From<&Config> for Limits {
+    fn from(config: &Config) -> Self {
+        Self {
+            max_concurrency: config.max_concurrency,
+            deadline_margin: config.deadline_margin,
+            invoke_deadline: config.invoke_deadline,
+        }
+    }
 }
 
 /// The consumer: clients and settings built once at cold start, shared by every
@@ -139,10 +150,10 @@ impl RecordOutcome<'_> {
     }
 }
 
-/// One record after parsing.
+/// One record after parsing: a valid order comes with its key, built once.
 struct Parsed<'a> {
     message_id: &'a str,
-    order: Result<Order, InvalidRecord>,
+    order: Result<(Order, Key), InvalidRecord>,
 }
 
 impl Consumer {
@@ -244,8 +255,8 @@ impl Consumer {
         for (i, record) in parsed.iter().enumerate() {
             match &record.order {
                 Err(invalid) => out[i] = Some(rejected(record.message_id, invalid)),
-                Ok(order) => {
-                    let g = *group_of.entry(order.key()).or_insert_with(|| {
+                Ok((_, key)) => {
+                    let g = *group_of.entry(key.clone()).or_insert_with(|| {
                         groups.push(Vec::new());
                         groups.len() - 1
                     });
@@ -288,11 +299,10 @@ impl Consumer {
 
     /// One record inside its span, with one log line for its outcome.
     async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline_ms: i64) -> RecordOutcome<'a> {
-        let order = match &record.order {
-            Ok(order) => order,
+        let (order, key) = match &record.order {
+            Ok(valid) => valid,
             Err(invalid) => return rejected(record.message_id, invalid),
         };
-        let key = order.key();
         let span = info_span!("record", message_id = record.message_id, key = key.as_str());
         async move {
             let started = Instant::now();
@@ -307,7 +317,7 @@ impl Consumer {
                 };
                 // Release builds keep `panic = "unwind"`, so a panic in one record is
                 // caught here and fails that record only.
-                match AssertUnwindSafe(charger.process(order, deadline_ms))
+                match AssertUnwindSafe(charger.process(order, key, deadline_ms))
                     .catch_unwind()
                     .await
                 {
@@ -341,9 +351,9 @@ fn skip<'a>(record: &Parsed<'_>, why: Skip) -> RecordOutcome<'a> {
     let key = record
         .order
         .as_ref()
-        .map(|o| o.key().to_string())
+        .map(|(_, key)| key.as_str())
         .unwrap_or_default();
-    let span = info_span!("record", message_id = record.message_id, key = key.as_str());
+    let span = info_span!("record", message_id = record.message_id, key);
     let _entered = span.enter();
     let outcome = RecordOutcome::Skipped(why);
     log_outcome(&outcome, Duration::ZERO);
@@ -406,7 +416,12 @@ fn parse_records(records: &[SqsMessage]) -> Result<Vec<Parsed<'_>>, BatchError> 
                 .ok_or(BatchError::MissingMessageId { index })?;
             let order = match message.body.as_deref() {
                 None => Err(InvalidRecord::NoBody),
-                Some(body) => Order::parse(body).map_err(InvalidRecord::from),
+                Some(body) => Order::parse(body)
+                    .map(|order| {
+                        let key = Key::for_order(&order);
+                        (order, key)
+                    })
+                    .map_err(InvalidRecord::from),
             };
             Ok(Parsed { message_id, order })
         })

@@ -4,25 +4,16 @@
 //! stdout carries only the command's JSON; logs go to stderr.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::idempotency::{
-    self, Confirmed, IdempotencyStore, Key, Record, Resolution, schema,
-};
+use charge_once::idempotency::{self, Confirmed, Key, Record, Resolution, Settings, schema};
 use charge_once::order::{Order, validate_id};
-use charge_once::payment::PaymentProvider;
-use charge_once::payment::simulated::SimulatedProvider;
-use charge_once::store::dynamodb::DynamoStore;
-use charge_once::store::sqlite::SqliteStore;
 use charge_once::telemetry;
+use charge_once::wiring::{self, StoreChoice};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
-
-use crate::{http_provider, sdk_config};
 
 #[derive(Parser)]
 #[command(
@@ -120,37 +111,13 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
     }
 }
 
-async fn store(config: &Config, backing: &Backing) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
-    Ok(match backing.store {
-        StoreKind::Sqlite => {
-            Arc::new(SqliteStore::open(&backing.db).with_context(|| {
-                format!("--db {}: opening the SQLite store", backing.db.display())
-            })?)
+impl Backing {
+    fn store(&self) -> StoreChoice {
+        match self.store {
+            StoreKind::Sqlite => StoreChoice::Sqlite(self.db.clone()),
+            StoreKind::Dynamodb => StoreChoice::Dynamodb,
         }
-        StoreKind::Dynamodb => {
-            let table = config.require_table()?.to_owned();
-            let sdk = sdk_config().await;
-            Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table))
-        }
-    })
-}
-
-/// The simulator's ledger, when the simulator is the provider.
-fn simulator(config: &Config, db: &Path) -> anyhow::Result<Option<SimulatedProvider>> {
-    if config.payment_api_url.is_some() {
-        return Ok(None);
     }
-    let provider = SimulatedProvider::open(db)
-        .with_context(|| format!("--db {}: opening the simulator's ledger", db.display()))?;
-    Ok(Some(provider))
-}
-
-/// The provider: the HTTP client when PAYMENT_API_URL is set, else the simulator.
-async fn provider(config: &Config, backing: &Backing) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    Ok(match simulator(config, &backing.db)? {
-        Some(simulated) => Arc::new(simulated),
-        None => http_provider(config, &sdk_config().await).await?,
-    })
 }
 
 async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Result<()> {
@@ -158,10 +125,10 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let event: SqsEvent = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an SQS event", path.display()))?;
-    let store = store(config, backing).await?;
-    let provider = provider(config, backing).await?;
+    let store = wiring::store(config, &backing.store()).await?;
+    let provider = wiring::provider(config, &backing.db).await?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
-    let consumer = Consumer::new(store, provider, config.settings(), config.limits());
+    let consumer = wiring::consumer(config, store, provider);
     let deadline_ms = consumer.default_deadline_ms();
     let response = consumer.handle(&event, deadline_ms).await?;
     // stdout is only the response; the EMF document joins the logs on stderr.
@@ -172,10 +139,10 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
 
 async fn inspect(config: &Config, order_id: &str, backing: &Backing) -> anyhow::Result<()> {
     validate_id(order_id).context("order id")?;
-    let store = store(config, backing).await?;
+    let store = wiring::store(config, &backing.store()).await?;
     let record = store.get(&Key::for_order_id(order_id)).await?;
     let mut out = json!({ "record": record.as_ref().map(record_json) });
-    if let Some(simulated) = simulator(config, &backing.db)? {
+    if let Some(simulated) = wiring::simulator(config, &backing.db)? {
         out["ledger"] = serde_json::to_value(simulated.ledger(order_id)?)?;
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
@@ -188,9 +155,9 @@ async fn resolve(
     confirmed: Confirmed,
     backing: &Backing,
 ) -> anyhow::Result<()> {
-    let store = store(config, backing).await?;
-    let provider = provider(config, backing).await?;
-    let settings = config.settings();
+    let store = wiring::store(config, &backing.store()).await?;
+    let provider = wiring::provider(config, &backing.db).await?;
+    let settings = Settings::from(config);
     let done = idempotency::resolve(
         store.as_ref(),
         provider.as_ref(),

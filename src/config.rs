@@ -5,8 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::idempotency::{DEADLINE_SAFETY, Settings};
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{var} is required{context}")]
@@ -74,6 +72,10 @@ const KEY_TTL_HEADROOM: Duration = Duration::from_secs(3600);
 /// Every store call of the consumer is bounded by this (and by the SDK's own
 /// operation timeout, the same value, in the binary).
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Time kept free before the invocation deadline for answering: no call may still be
+/// running then.
+pub const DEADLINE_SAFETY: Duration = Duration::from_millis(500);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
 
@@ -233,27 +235,6 @@ impl Config {
             var: "PAYMENT_API_URL",
             context: " (the Stripe-compatible provider base URL)",
         })
-    }
-
-    /// How batches are run.
-    pub fn limits(&self) -> crate::batch::Limits {
-        crate::batch::Limits {
-            max_concurrency: self.max_concurrency,
-            deadline_margin: self.deadline_margin,
-            invoke_deadline: self.invoke_deadline,
-        }
-    }
-
-    /// What the state machine needs, on the wall clock.
-    pub fn settings(&self) -> Settings {
-        Settings {
-            retention: self.retention,
-            payment_timeout: self.payment_timeout,
-            provider_key_ttl: self.provider_key_ttl,
-            store_timeout: STORE_TIMEOUT,
-            max_declines: self.max_declines,
-            clock: Settings::system_clock(),
-        }
     }
 }
 

@@ -9,25 +9,31 @@
 //!
 //! | module | owns |
 //! | --- | --- |
+//! | [`clock`] | "now": the clock type and the wall clock |
 //! | [`config`] | every setting, typed and validated once at cold start |
 //! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
 //! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
 //! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
 //! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
+//! | [`wiring`] | the clients and parts both entry points build at start |
+//! | [`sqlite_file`] | the SQLite file of local runs, shared by the local store and the simulator |
 //! | [`telemetry`] | JSON logs, EMF metrics |
 //! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |
 //!
-//! The binary (`main.rs`, `cli.rs`) only wires these together.
+//! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`].
 
 pub mod batch;
+pub mod clock;
 pub mod config;
 pub mod crash_points;
 pub mod idempotency;
 pub mod order;
 pub mod payment;
+pub mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+pub mod wiring;
 
 /// A boxed source error of an adapter, kept whole (never stringified).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

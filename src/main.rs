@@ -5,16 +5,11 @@
 mod cli;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::batch::Consumer;
 use charge_once::config::Config;
-use charge_once::payment::PaymentProvider;
-use charge_once::payment::{api_key, http::HttpProvider};
-use charge_once::store::dynamodb::DynamoStore;
-use charge_once::telemetry;
+use charge_once::{telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
 
@@ -37,48 +32,15 @@ async fn main() {
     }
 }
 
-/// The AWS SDK settings, with bounded calls: a hung connection must fail the record
-/// (and release the lease) well before the invocation deadline, not hang it.
-async fn sdk_config() -> aws_config::SdkConfig {
-    let timeouts = aws_config::timeout::TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(1))
-        .operation_attempt_timeout(Duration::from_secs(2))
-        .operation_timeout(charge_once::config::STORE_TIMEOUT)
-        .build();
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(timeouts)
-        .load()
-        .await
-}
-
-/// The Stripe-compatible provider at PAYMENT_API_URL, its key read once.
-async fn http_provider(
-    config: &Config,
-    sdk: &aws_config::SdkConfig,
-) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    let url = config.require_payment_api_url()?;
-    let key = api_key::load(config, sdk).await?;
-    Ok(Arc::new(HttpProvider::new(
-        url,
-        &key,
-        config.payment_timeout,
-    )?))
-}
-
 async fn run_lambda() -> anyhow::Result<()> {
     let config = Config::from_env()?;
-    let table = config.require_table()?.to_owned();
+    config.require_table()?;
     config.require_payment_api_url()?;
-    let sdk = sdk_config().await;
-    let provider = http_provider(&config, &sdk).await?;
-    let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
+    let sdk = wiring::sdk_config().await;
+    let provider = wiring::http_provider(&config, &sdk).await?;
+    let store = wiring::dynamo_store(&config, &sdk)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
-    let consumer = Arc::new(Consumer::new(
-        store,
-        provider,
-        config.settings(),
-        config.limits(),
-    ));
+    let consumer = Arc::new(wiring::consumer(&config, store, provider));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = Arc::clone(&consumer);
         async move {

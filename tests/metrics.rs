@@ -38,7 +38,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m").unwrap();
     let reserve_as = |id: &'static str, at_ms: i64, until_ms: i64| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
-        let pk = o.key();
+        let pk = Key::for_order(&o);
         let fingerprint = o.fingerprint();
         let req = ReserveRequest {
             pk: &pk,

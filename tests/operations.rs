@@ -179,18 +179,12 @@ fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap()
+    charge_once::clock::wall_ms()
 }
 
 /// A reservation by an invocation that died, with its lease ending at `until_ms`.
 async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
-    let pk = order.key();
+    let pk = Key::for_order(&order);
     let fingerprint = order.fingerprint();
     let req = ReserveRequest {
         pk: &pk,
@@ -226,7 +220,7 @@ async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
     abandoned(&table, &order, now_ms() - 1_000).await;
     // The dead invocation had charged under its key before dying.
     let charged = http_provider()
-        .charge(&order, &order.key().provider_key(1))
+        .charge(&order, &Key::for_order(&order).provider_key(1))
         .await
         .unwrap();
 
@@ -271,7 +265,7 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
     let order = Order::new(&unique("res-card"), 900, "EUR", &customer).unwrap();
     table
         .put_card_item(
-            &order.key(),
+            &Key::for_order(&order),
             State::InProgress,
             None,
             now_ms() / 1000 + 3600,

@@ -48,7 +48,7 @@ fn body(order: &Order) -> String {
 async fn a_charge_returns_its_id_and_the_same_key_twice_returns_the_same_id() {
     let customer = stripe::customer("tok_visa").await;
     let order = order(&unique_id(), 5000, &customer);
-    let key = order.key().provider_key(1);
+    let key = Key::for_order(&order).provider_key(1);
     let first = provider().charge(&order, &key).await.unwrap();
     assert!(first.id.starts_with("ch_"), "{first:?}");
     let again = provider().charge(&order, &key).await.unwrap();
@@ -69,7 +69,7 @@ async fn the_declining_customer_is_declined_with_its_code() {
     let customer = stripe::customer("tok_chargeCustomerFail").await;
     let order = order(&unique_id(), 700, &customer);
     match provider()
-        .charge(&order, &order.key().provider_key(1))
+        .charge(&order, &Key::for_order(&order).provider_key(1))
         .await
     {
         Err(PaymentError::Declined { code, decline_code }) => {
@@ -296,7 +296,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     let order = order(&unique_id(), 1234, &customer);
     let h = Harness::new(provider()).await;
     // A reservation made a day ago whose invocation died before sending anything.
-    let pk = order.key();
+    let pk = Key::for_order(&order);
     let then = h.clock.now_ms();
     let owner = "died-before-sending";
     let req = ReserveRequest {

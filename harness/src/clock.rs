@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use charge_once::idempotency::Clock;
+use charge_once::clock::Clock;
 
 /// A clock the test moves by hand; starts at a fixed instant.
 #[derive(Clone)]

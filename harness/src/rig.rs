@@ -138,7 +138,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
         let provider = Arc::new(provider);
         let clock = TestClock::new();
         let now = if options.wall_clock {
-            Settings::system_clock()
+            charge_once::clock::system()
         } else {
             clock.clock()
         };

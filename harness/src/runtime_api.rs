@@ -51,13 +51,7 @@ pub struct RuntimeApi {
 }
 
 fn now_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap()
+    u64::try_from(charge_once::clock::wall_ms()).unwrap()
 }
 
 async fn next(State(state): State<RuntimeState>) -> Response {

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::order::Order;
+
 /// Partition key of the idempotency table: `cobro#<order id>`.
 ///
 /// Built from the business fact (the order id), never from the SQS message id: an
@@ -11,6 +13,11 @@ pub struct Key(String);
 
 impl Key {
     pub const PREFIX: &'static str = "cobro#";
+
+    /// The key of an order: built once per record and carried from there.
+    pub fn for_order(order: &Order) -> Self {
+        Self::for_order_id(order.id())
+    }
 
     /// The key of an order id. Validation of the id (no `#`) is `Order`'s job.
     pub fn for_order_id(order_id: &str) -> Self {

@@ -7,24 +7,20 @@
 //! late loses its whole partial response, charged records included.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::warn;
 
 use super::core::{Core, Cut, Input, Rules, Start, Step, Write, WriteKind, judge};
-use super::{IdempotencyStore, Outcome, Reservation, ReserveRequest, StoreError, WriteOutcome};
+use super::{
+    IdempotencyStore, Key, Outcome, Reservation, ReserveRequest, StoreError, WriteOutcome,
+};
+pub use crate::clock::Clock;
+use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
 use crate::order::Order;
 use crate::payment::{PaymentError, PaymentProvider};
 use crate::telemetry::{PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
 use crate::{crash_points, error_chain};
-
-/// The current time as ms since the Unix epoch. Injected so tests can move time.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-/// Time kept free before the invocation deadline for answering: no call may still be
-/// running then.
-pub const DEADLINE_SAFETY: Duration = Duration::from_millis(500);
 
 /// A store call is started with less than its full timeout left, but not with less
 /// than this: a healthy store answers in milliseconds, and `complete` is worth trying.
@@ -46,17 +42,21 @@ pub struct Settings {
     pub clock: Clock,
 }
 
-impl Settings {
-    /// The wall clock.
-    pub fn system_clock() -> Clock {
-        Arc::new(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .unwrap_or(0)
-        })
+impl From<&Config> for Settings {
+    /// What the state machine needs from the configuration, on the wall clock.
+    fn from(config: &Config) -> Self {
+        Self {
+            retention: config.retention,
+            payment_timeout: config.payment_timeout,
+            provider_key_ttl: config.provider_key_ttl,
+            store_timeout: STORE_TIMEOUT,
+            max_declines: config.max_declines,
+            clock: crate::clock::system(),
+        }
     }
+}
 
+impl Settings {
     pub fn now_ms(&self) -> i64 {
         (self.clock)()
     }
@@ -102,10 +102,10 @@ pub struct Charger<'a> {
 impl Charger<'_> {
     /// Processes one valid order. `deadline_ms` is the invocation deadline; the lease
     /// ends there and no call runs past it.
-    pub async fn process(&self, order: &Order, deadline_ms: i64) -> Outcome {
+    pub async fn process(&self, order: &Order, key: &Key, deadline_ms: i64) -> Outcome {
         let now_ms = self.settings.now_ms();
         let (mut core, mut step) = Core::new(Start {
-            key: order.key(),
+            key: key.clone(),
             fingerprint: order.fingerprint(),
             owner: uuid::Uuid::new_v4().to_string(),
             now_ms,

@@ -14,7 +14,7 @@ mod store;
 
 pub use core::{Reservation, Rules};
 pub use key::Key;
-pub use machine::{Charger, Clock, DEADLINE_SAFETY, Settings, perform, reserve};
+pub use machine::{Charger, Clock, Settings, perform, reserve};
 pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
 pub use record::{Record, State};
 pub use resolve::{

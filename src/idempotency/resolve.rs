@@ -132,7 +132,7 @@ impl Resolver {
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
         let resolver = Self {
-            key: order.key(),
+            key: Key::for_order(order),
             fingerprint: order.fingerprint(),
             owner,
             now_ms,
@@ -323,7 +323,7 @@ mod tests {
     fn record(state: State, until_ms: Option<i64>) -> Record {
         let order = order();
         Record {
-            pk: order.key(),
+            pk: Key::for_order(&order),
             state,
             created_ms: Some(1),
             expires_s: Some(10_000),

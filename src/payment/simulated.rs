@@ -17,9 +17,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
 use super::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
-use crate::idempotency::StoreError;
 use crate::order::Order;
-use crate::store::sqlite::SharedConnection;
+use crate::sqlite_file::{OpenError, SharedConnection};
 
 pub const DECLINED_CUSTOMER: &str = "cus_declined";
 pub const TIMEOUT_AFTER_CHARGE_CUSTOMER: &str = "cus_timeout_after_charge";
@@ -69,7 +68,7 @@ impl std::fmt::Debug for SimulatedProvider {
 
 impl SimulatedProvider {
     /// Opens the ledger in `path` (creating the `charges` table if missing).
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    pub fn open(path: &Path) -> Result<Self, OpenError> {
         Ok(Self {
             conn: SharedConnection::open(path, SCHEMA, "charges")?,
         })
@@ -132,7 +131,7 @@ fn charge_blocking(
                 "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer, status, charge_id, charged)
                  VALUES (:at, :key, :order, :amount, :currency, :customer, :status, :charge_id, :charged)",
                 named_params! {
-                    ":at": now_ms(), ":key": key, ":order": order.id(), ":amount": amount,
+                    ":at": crate::clock::wall_ms(), ":key": key, ":order": order.id(), ":amount": amount,
                     ":currency": order.currency(), ":customer": order.customer(),
                     ":status": status, ":charge_id": charge_id, ":charged": i64::from(charged),
                 },
@@ -190,13 +189,6 @@ fn declined() -> PaymentError {
         code: "card_declined".to_owned(),
         decline_code: Some("generic_decline".to_owned()),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn ledger_error(e: impl std::error::Error + Send + Sync + 'static) -> PaymentError {

@@ -8,7 +8,6 @@
 //! comparisons with missing attributes are in DynamoDB condition expressions.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::types::{Type, ValueRef};
@@ -19,6 +18,7 @@ use crate::idempotency::{
     CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, StoreError, WriteOutcome,
 };
+use crate::sqlite_file::{CallError, SharedConnection};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     pk             TEXT PRIMARY KEY NOT NULL,
@@ -89,55 +89,6 @@ const RESOLVE: &str = "UPDATE idempotency
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 
-/// Why a call on a [`SharedConnection`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    #[error("SQLite")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("the blocking task failed")]
-    Join(#[from] tokio::task::JoinError),
-}
-
-/// One SQLite connection shared by async callers (the store and the simulator):
-/// every use holds the lock on the blocking pool, never on the async runtime.
-#[derive(Clone)]
-pub struct SharedConnection(Arc<Mutex<Connection>>);
-
-impl SharedConnection {
-    /// Opens `path` (see [`open`]) and runs `schema` (idempotent DDL) on it.
-    pub fn open(path: &Path, schema: &str, table: &str) -> Result<Self, StoreError> {
-        let conn = open(path)?;
-        conn.execute_batch(schema)
-            .map_err(|e| StoreError::backend("create table", table, e))?;
-        Ok(Self(Arc::new(Mutex::new(conn))))
-    }
-
-    /// Runs `f` with the connection on the blocking pool.
-    pub async fn call<T, F>(&self, f: F) -> Result<T, CallError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let conn = Arc::clone(&self.0);
-        Ok(tokio::task::spawn_blocking(move || f(&mut lock(&conn))).await??)
-    }
-
-    /// Runs `f` with the connection on this thread (for synchronous callers).
-    pub fn call_here<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T> {
-        f(&mut lock(&self.0))
-    }
-}
-
-fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
-    // A panic while holding the lock leaves no half-done write: every use is one
-    // transaction, rolled back when its guard dropped.
-    conn.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// The idempotency table in a SQLite file. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -150,25 +101,12 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// Opens (creating if needed) a SQLite file shared by the store and the simulator:
-/// WAL, and a busy timeout so two connections wait for each other instead of failing.
-pub fn open(path: &Path) -> Result<Connection, StoreError> {
-    let target = path.display().to_string();
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::backend("open", &target, e))?;
-    }
-    let conn = Connection::open(path).map_err(|e| StoreError::backend("open", &target, e))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
-        .map_err(|e| StoreError::backend("open", &target, e))?;
-    Ok(conn)
-}
-
 impl SqliteStore {
     /// Opens the file and creates the `idempotency` table if missing (adding columns
     /// a file from an older version lacks).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = SharedConnection::open(path, SCHEMA, "idempotency")?;
+        let conn = SharedConnection::open(path, SCHEMA, "idempotency")
+            .map_err(|e| StoreError::backend("open", &path.display().to_string(), e))?;
         conn.call_here(|c| {
             if c.prepare(HAS_RECHAZOS).is_err() {
                 c.execute_batch(ADD_RECHAZOS)?;

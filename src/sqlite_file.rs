@@ -1,0 +1,102 @@
+//! One SQLite file shared by the local store and the simulator's ledger: opened once
+//! (WAL, and a busy timeout so two connections wait for each other instead of
+//! failing), one connection used from async code on the blocking pool.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+/// The file could not be opened or given its table.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{path}: creating its directory")]
+    Dir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: opening the database")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path}: creating table {table}")]
+    Schema {
+        path: String,
+        table: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+/// Why a call on a [`SharedConnection`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("SQLite")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("the blocking task failed")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// One SQLite connection shared by async callers (the store and the simulator):
+/// every use holds the lock on the blocking pool, never on the async runtime.
+#[derive(Clone)]
+pub struct SharedConnection(Arc<Mutex<Connection>>);
+
+impl SharedConnection {
+    /// Opens (creating if needed) the file at `path` and runs `schema` (idempotent
+    /// DDL for `table`) on it.
+    pub fn open(path: &Path, schema: &str, table: &'static str) -> Result<Self, OpenError> {
+        let shown = || path.display().to_string();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
+                path: shown(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path)
+            .and_then(|conn| {
+                conn.busy_timeout(std::time::Duration::from_secs(5))?;
+                conn.pragma_update(None, "journal_mode", "WAL")?;
+                Ok(conn)
+            })
+            .map_err(|source| OpenError::Open {
+                path: shown(),
+                source,
+            })?;
+        conn.execute_batch(schema)
+            .map_err(|source| OpenError::Schema {
+                path: shown(),
+                table,
+                source,
+            })?;
+        Ok(Self(Arc::new(Mutex::new(conn))))
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    pub async fn call<T, F>(&self, f: F) -> Result<T, CallError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.0);
+        Ok(tokio::task::spawn_blocking(move || f(&mut lock(&conn))).await??)
+    }
+
+    /// Runs `f` with the connection on this thread (for synchronous callers).
+    pub fn call_here<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        f(&mut lock(&self.0))
+    }
+}
+
+fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    // A panic while holding the lock leaves no half-done write: every use is one
+    // transaction, rolled back when its guard dropped.
+    conn.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
