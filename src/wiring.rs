@@ -38,7 +38,7 @@ pub enum WiringError {
     Simulator {
         path: String,
         #[source]
-        source: OpenError,
+        source: Box<OpenError>,
     },
 }
 
@@ -121,7 +121,7 @@ pub fn simulator(config: &Config, db: &Path) -> Result<Option<SimulatedProvider>
     }
     let simulated = SimulatedProvider::open(db).map_err(|source| WiringError::Simulator {
         path: db.display().to_string(),
-        source,
+        source: Box::new(source),
     })?;
     Ok(Some(simulated))
 }
