@@ -265,7 +265,10 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     for i in 0..CALLS {
         let order =
             charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
-        let (pk, fingerprint) = (Key::for_order(&order), order.fingerprint());
+        let (pk, fingerprint) = (
+            charge_once::idempotency::Key::for_order(&order),
+            order.fingerprint(),
+        );
         let req = ReserveRequest {
             pk: &pk,
             fingerprint: &fingerprint,
