@@ -184,7 +184,7 @@ fn now_ms() -> i64 {
 
 /// A reservation by an invocation that died, with its lease ending at `until_ms`.
 async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
-    let pk = Key::for_order(&order);
+    let pk = Key::for_order(order);
     let fingerprint = order.fingerprint();
     let req = ReserveRequest {
         pk: &pk,
