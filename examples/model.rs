@@ -40,7 +40,7 @@ use std::time::Instant;
 use charge_once::idempotency::Outcome;
 use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
 use charge_once::idempotency::{
-    Key, Record, Rules, State as RecordState, StoreError, WriteOutcome,
+    Fingerprint, Key, Owner, Record, Rules, State as RecordState, StoreError, WriteOutcome,
 };
 use charge_once::order::Order;
 use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
@@ -327,8 +327,8 @@ impl ChargeModel {
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
         let (core, step) = Core::new(Start {
             key: Key::for_order(&order),
-            fingerprint: order.fingerprint(),
-            owner: name.clone(),
+            fingerprint: Fingerprint::of(&order),
+            owner: Owner::new(name.clone()),
             now_ms: i64::from(s.now) * TICK_MS,
             deadline_ms: i64::from(s.now + p.lease) * TICK_MS,
             expires_s: now_s(s.now) + now_s(p.retention),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use charge_once::idempotency::{Key, ReserveRequest, State, reserve};
+use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use harness::provider::{Fault, TestProvider};
@@ -39,11 +39,11 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let reserve_as = |id: &'static str, at_ms: i64, until_ms: i64| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
         let pk = Key::for_order(&o);
-        let fingerprint = o.fingerprint();
+        let (fingerprint, owner) = (Fingerprint::of(&o), Owner::new("someone-else"));
         let req = ReserveRequest {
             pk: &pk,
             fingerprint: &fingerprint,
-            owner: "someone-else",
+            owner: &owner,
             now_ms: at_ms,
             lease_until_ms: until_ms,
             expires_s: at_ms / 1000 + 3600 * 24 * 400,

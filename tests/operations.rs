@@ -6,7 +6,9 @@
 use std::process::{Command, Output};
 
 use charge_once::config::Secret;
-use charge_once::idempotency::{IdempotencyStore, Key, ReserveRequest, State, reserve};
+use charge_once::idempotency::{
+    Fingerprint, IdempotencyStore, Key, Owner, ReserveRequest, State, reserve,
+};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
@@ -185,11 +187,11 @@ fn now_ms() -> i64 {
 /// A reservation by an invocation that died, with its lease ending at `until_ms`.
 async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
     let pk = Key::for_order(order);
-    let fingerprint = order.fingerprint();
+    let (fingerprint, owner) = (Fingerprint::of(order), Owner::new("died"));
     let req = ReserveRequest {
         pk: &pk,
         fingerprint: &fingerprint,
-        owner: "died",
+        owner: &owner,
         now_ms: until_ms - 60_000,
         lease_until_ms: until_ms,
         expires_s: now_ms() / 1000 + 3600 * 24 * 400,
@@ -285,7 +287,7 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
         .unwrap();
     assert_eq!(
         record.fingerprint,
-        Some(order.fingerprint()),
+        Some(Fingerprint::of(&order)),
         "the record now has a fingerprint"
     );
 }

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use charge_once::config::{Config, Secret};
-use charge_once::idempotency::{Key, ReserveRequest, State, reserve};
+use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
@@ -298,11 +298,11 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     // A reservation made a day ago whose invocation died before sending anything.
     let pk = Key::for_order(&order);
     let then = h.clock.now_ms();
-    let owner = "died-before-sending";
+    let owner = Owner::new("died-before-sending");
     let req = ReserveRequest {
         pk: &pk,
-        fingerprint: &order.fingerprint(),
-        owner,
+        fingerprint: &Fingerprint::of(&order),
+        owner: &owner,
         now_ms: then,
         lease_until_ms: then + 60_000,
         expires_s: then / 1000 + 400 * 24 * 3600,

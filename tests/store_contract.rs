@@ -6,8 +6,9 @@
 
 use charge_once::idempotency::schema::{Value, attr};
 use charge_once::idempotency::{
-    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, Reservation,
-    ReserveRequest, ResolveLeaseRequest, State, StoreError, WriteOutcome, reserve,
+    CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
+    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, State, StoreError,
+    WriteOutcome, reserve,
 };
 use charge_once::store::sqlite::SqliteStore;
 use harness::servers::{Backend, Table, card_item};
@@ -82,12 +83,22 @@ const DAY_MS: i64 = 24 * 3600 * 1000;
 const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";
 const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
 
-/// A reservation by `titular` at `now_ms`, lease of one minute, retention 400 days.
-fn req<'a>(pk: &'a Key, fingerprint: &'a str, owner: &'a str, now_ms: i64) -> ReserveRequest<'a> {
+/// A test's owner token, kept for the life of the test binary (requests borrow it).
+fn tok(name: &str) -> &'static Owner {
+    Box::leak(Box::new(Owner::new(name)))
+}
+
+/// A test's fingerprint, kept likewise.
+fn fp(value: &str) -> &'static Fingerprint {
+    Box::leak(Box::new(Fingerprint::new(value)))
+}
+
+/// A reservation by `owner` at `now_ms`, lease of one minute, retention 400 days.
+fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now_ms: i64) -> ReserveRequest<'a> {
     ReserveRequest {
         pk,
-        fingerprint,
-        owner,
+        fingerprint: fp(fingerprint),
+        owner: tok(owner),
         now_ms,
         lease_until_ms: now_ms + MINUTE,
         expires_s: now_ms / 1000 + 400 * 24 * 3600,
@@ -97,15 +108,10 @@ fn req<'a>(pk: &'a Key, fingerprint: &'a str, owner: &'a str, now_ms: i64) -> Re
 
 const MAX_DECLINES: u32 = 3;
 
-fn complete<'a>(
-    pk: &'a Key,
-    owner: &'a str,
-    attempt: u32,
-    receipt: &'a str,
-) -> CompleteRequest<'a> {
+fn complete<'a>(pk: &'a Key, owner: &str, attempt: u32, receipt: &'a str) -> CompleteRequest<'a> {
     CompleteRequest {
         pk,
-        owner,
+        owner: tok(owner),
         attempt,
         receipt,
         expires_s: T / 1000 + 400 * 24 * 3600,
@@ -113,13 +119,17 @@ fn complete<'a>(
 }
 
 /// A release by `titular`; `declined`: after a 402 (next key, one more decline).
-fn release<'a>(pk: &'a Key, owner: &'a str, declined: bool) -> ReleaseRequest<'a> {
+fn release<'a>(pk: &'a Key, owner: &str, declined: bool) -> ReleaseRequest<'a> {
     let kind = if declined {
         ReleaseKind::Declined
     } else {
         ReleaseKind::KeepKey
     };
-    ReleaseRequest { pk, owner, kind }
+    ReleaseRequest {
+        pk,
+        owner: tok(owner),
+        kind,
+    }
 }
 
 async fn won(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Record {
@@ -211,7 +221,7 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H2, "b", T + 1)).await,
-        Reservation::Conflict { stored_fingerprint: Some(h) } if h == H1
+        Reservation::Conflict { stored_fingerprint: Some(h) } if &*h == H1
     ));
     // Also when the first one is done, released, or its lease expired.
     applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
@@ -297,7 +307,7 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let refused = t
         .store
-        .next_attempt(&pk, "a", T + 3 * MINUTE)
+        .next_attempt(&pk, tok("a"), T + 3 * MINUTE)
         .await
         .unwrap();
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
@@ -397,15 +407,15 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     // `resolve` may lease it; without --retry-declined the count stays.
     let lease = |owner| ResolveLeaseRequest {
         pk: &pk,
-        fingerprint: H1,
-        owner,
+        fingerprint: fp(H1),
+        owner: tok(owner),
         now_ms: T + 20,
         lease_until_ms: T + 20 + MINUTE,
     };
     applied(t.store.lease_for_resolve(&lease("r1")).await.unwrap());
     let kept = ReleaseRequest {
         pk: &pk,
-        owner: "r1",
+        owner: tok("r1"),
         kind: ReleaseKind::NextKey {
             reset_declines: false,
         },
@@ -417,7 +427,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     applied(t.store.lease_for_resolve(&lease("r2")).await.unwrap());
     let reset = ReleaseRequest {
         pk: &pk,
-        owner: "r2",
+        owner: tok("r2"),
         kind: ReleaseKind::NextKey {
             reset_declines: true,
         },
@@ -450,8 +460,8 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         let pk = &keys[current];
         let now_ms = T + rng.random_range(0..6) * MINUTE + step;
         // Mostly one owner, so leases are taken, released and declined in turn.
-        let owner = ["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)];
-        let fingerprint = if rng.random_bool(0.85) { H1 } else { H2 };
+        let owner = tok(["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)]);
+        let fingerprint = fp(if rng.random_bool(0.85) { H1 } else { H2 });
         // Short retention now and then, so "past expira" is exercised.
         let expires_s = now_ms / 1000
             + if rng.random_bool(0.3) {
@@ -528,7 +538,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
 async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    let moved = applied(t.store.next_attempt(&pk, "a", T + 5).await.unwrap());
+    let moved = applied(t.store.next_attempt(&pk, tok("a"), T + 5).await.unwrap());
     assert_eq!(moved.attempt, Some(2));
     assert_eq!(moved.sent_ms, Some(T + 5));
     assert_eq!(moved.owner.as_deref(), Some("a"), "the lease is kept");

@@ -267,12 +267,12 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
             charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
         let (pk, fingerprint) = (
             charge_once::idempotency::Key::for_order(&order),
-            order.fingerprint(),
+            charge_once::idempotency::Fingerprint::of(&order),
         );
         let req = ReserveRequest {
             pk: &pk,
             fingerprint: &fingerprint,
-            owner: "bench",
+            owner: &charge_once::idempotency::Owner::new("bench"),
             now_ms,
             lease_until_ms: now_ms + 60_000,
             expires_s: now_ms / 1000 + 86_400,

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
 use charge_once::idempotency::{
-    Clock, CompleteRequest, IdempotencyStore, Key, Record, ReleaseRequest, ReserveRequest,
+    Clock, CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
 };
 use charge_once::payment::PaymentProvider;
@@ -73,7 +73,7 @@ impl IdempotencyStore for FlakyStore {
     async fn next_attempt(
         &self,
         pk: &Key,
-        owner: &str,
+        owner: &Owner,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
         self.inner.next_attempt(pk, owner, now_ms).await

@@ -14,8 +14,8 @@
 
 use super::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use super::{
-    CompleteRequest, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest, ResolveLeaseRequest,
-    State, StoreError, WriteOutcome,
+    CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
 use crate::payment::{Lookup, PaymentError, Receipt};
 
@@ -64,7 +64,7 @@ pub enum Write<'a> {
     Release(ReleaseRequest<'a>),
     NextAttempt {
         pk: &'a Key,
-        owner: &'a str,
+        owner: &'a Owner,
         now_ms: i64,
     },
     LeaseForResolve(ResolveLeaseRequest<'a>),
@@ -76,15 +76,15 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
     let Some(r) = stored else {
         return matches!(write, Write::Reserve(_));
     };
-    let fenced = |owner: &str| {
-        r.state == State::InProgress && (!rules.fenced || r.owner.as_deref() == Some(owner))
+    let fenced = |owner: &Owner| {
+        r.state == State::InProgress && (!rules.fenced || r.owner.as_ref() == Some(owner))
     };
     match write {
         Write::Reserve(req) => {
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
                 && r.expires_s.is_some_and(|e| e < req.now_s())
                 && r.fingerprint.is_some();
-            let same_payload = r.fingerprint.as_deref() == Some(req.fingerprint);
+            let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint);
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
             let free = r.state == State::Free
                 || (r.state == State::InProgress
@@ -98,9 +98,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::LeaseForResolve(req) => {
             r.state != State::Done
                 && (r.state != State::InProgress || r.lease_until_ms.is_none_or(|h| h < req.now_ms))
-                && r.fingerprint
-                    .as_deref()
-                    .is_none_or(|h| h == req.fingerprint)
+                && r.fingerprint.as_ref().is_none_or(|h| h == req.fingerprint)
         }
     }
 }
@@ -123,9 +121,9 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
     match write {
         Write::Reserve(req) => {
             r.state = State::InProgress;
-            r.owner = Some(req.owner.to_owned());
+            r.owner = Some(req.owner.clone());
             r.lease_until_ms = Some(req.lease_until_ms);
-            r.fingerprint = Some(req.fingerprint.to_owned());
+            r.fingerprint = Some(req.fingerprint.clone());
             r.expires_s = Some(req.expires_s);
             r.created_ms = r.created_ms.or(Some(req.now_ms));
             r.attempt = r.attempt.or(Some(1));
@@ -160,9 +158,9 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
         }
         Write::LeaseForResolve(req) => {
             r.state = State::InProgress;
-            r.owner = Some(req.owner.to_owned());
+            r.owner = Some(req.owner.clone());
             r.lease_until_ms = Some(req.lease_until_ms);
-            r.fingerprint = r.fingerprint.or_else(|| Some(req.fingerprint.to_owned()));
+            r.fingerprint = r.fingerprint.or_else(|| Some(req.fingerprint.clone()));
             r.attempt = r.attempt.or(Some(1));
             r.sent_ms = r.sent_ms.or(Some(req.now_ms));
             r.created_ms = r.created_ms.or(Some(req.now_ms));
@@ -242,7 +240,9 @@ pub enum Reservation {
     /// Already charged: ack with the stored receipt.
     Duplicate { receipt: Option<String> },
     /// Same key, other payload: never charged.
-    Conflict { stored_fingerprint: Option<String> },
+    Conflict {
+        stored_fingerprint: Option<Fingerprint>,
+    },
     /// Someone else holds a live lease.
     InProgress { until_ms: Option<i64> },
     /// The order was declined `max_declines` times: no provider call until a human
@@ -274,7 +274,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             },
         };
     }
-    if old.fingerprint.as_deref() != Some(req.fingerprint) {
+    if old.fingerprint.as_ref() != Some(req.fingerprint) {
         return Reservation::Conflict {
             stored_fingerprint: old.fingerprint,
         };
@@ -285,7 +285,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             receipt: old.receipt,
         },
         // The SDK retried a reserve that had been applied: the lease is ours.
-        State::InProgress if old.owner.as_deref() == Some(req.owner) => Reservation::Won(old),
+        State::InProgress if old.owner.as_ref() == Some(req.owner) => Reservation::Won(old),
         State::InProgress if lease_live => Reservation::InProgress {
             until_ms: old.lease_until_ms,
         },
@@ -336,9 +336,9 @@ impl Phase {
 #[derive(Clone, Debug)]
 pub struct Start {
     pub key: Key,
-    pub fingerprint: String,
+    pub fingerprint: Fingerprint,
     /// The fresh random owner token of this attempt.
-    pub owner: String,
+    pub owner: Owner,
     pub now_ms: i64,
     /// The invocation deadline: the lease's end.
     pub deadline_ms: i64,
@@ -354,8 +354,8 @@ pub struct Start {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Core {
     key: Key,
-    fingerprint: String,
-    owner: String,
+    fingerprint: Fingerprint,
+    owner: Owner,
     started_ms: i64,
     deadline_ms: i64,
     expires_s: i64,
@@ -728,8 +728,8 @@ mod tests {
             created_ms: Some(1),
             expires_s: Some(10),
             receipt: Some("ch_1".into()),
-            fingerprint: fingerprint.map(str::to_owned),
-            owner: owner.map(str::to_owned),
+            fingerprint: fingerprint.map(Fingerprint::new),
+            owner: owner.map(Owner::new),
             lease_until_ms: Some(5),
             attempt: Some(1),
             sent_ms: Some(1),
@@ -738,11 +738,15 @@ mod tests {
     }
 
     fn judge(old: Record) -> Reservation {
-        let pk = Key::for_order_id("a");
+        let (pk, fingerprint, owner) = (
+            Key::for_order_id("a"),
+            Fingerprint::new("h"),
+            Owner::new("me"),
+        );
         let req = ReserveRequest {
             pk: &pk,
-            fingerprint: "h",
-            owner: "me",
+            fingerprint: &fingerprint,
+            owner: &owner,
             now_ms: 0,
             lease_until_ms: 1,
             expires_s: 2,

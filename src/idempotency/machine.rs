@@ -13,7 +13,8 @@ use tracing::warn;
 
 use super::core::{Core, Cut, Input, Rules, Start, Step, Write, WriteKind, judge};
 use super::{
-    IdempotencyStore, Key, Outcome, Reservation, ReserveRequest, StoreError, WriteOutcome,
+    Fingerprint, IdempotencyStore, Key, Outcome, Owner, Reservation, ReserveRequest, StoreError,
+    WriteOutcome,
 };
 pub use crate::clock::Clock;
 use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
@@ -106,8 +107,8 @@ impl Charger<'_> {
         let now_ms = self.settings.now_ms();
         let (mut core, mut step) = Core::new(Start {
             key: key.clone(),
-            fingerprint: order.fingerprint(),
-            owner: uuid::Uuid::new_v4().to_string(),
+            fingerprint: Fingerprint::of(order),
+            owner: Owner::fresh(),
             now_ms,
             deadline_ms,
             expires_s: self.settings.expires_s(now_ms),

@@ -16,7 +16,7 @@ pub use core::{Reservation, Rules};
 pub use key::Key;
 pub use machine::{Charger, Clock, Settings, perform, reserve};
 pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
-pub use record::{Record, State};
+pub use record::{Fingerprint, Owner, Record, State};
 pub use resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver, resolve,
 };

@@ -1,7 +1,61 @@
 //! The stored idempotency record (DESIGN §4), as the policy sees it. Its storage
 //! names are in [`super::schema`].
 
+use std::fmt;
+use std::ops::Deref;
+
 use super::Key;
+use crate::order::Order;
+
+/// `huella`: an order's fingerprint (DESIGN §3), never confused with an owner token.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    pub fn of(order: &Order) -> Self {
+        Self(order.fingerprint())
+    }
+
+    /// A fingerprint as stored (or made up by a test).
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+}
+
+/// `titular`: the random token of one attempt's lease, the fence of its writes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// A fresh random token (UUID v4): one per attempt.
+    pub fn fresh() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A token as stored (or made up by a test).
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+}
+
+macro_rules! reads_as_str {
+    ($($name:ident),*) => {$(
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )*};
+}
+
+reads_as_str!(Fingerprint, Owner);
 
 /// `estado` of a record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -27,8 +81,8 @@ pub struct Record {
     /// s epoch; TTL attribute, retention only.
     pub expires_s: Option<i64>,
     pub receipt: Option<String>,
-    pub fingerprint: Option<String>,
-    pub owner: Option<String>,
+    pub fingerprint: Option<Fingerprint>,
+    pub owner: Option<Owner>,
     /// ms epoch when the current lease ends.
     pub lease_until_ms: Option<i64>,
     pub attempt: Option<u32>,

@@ -8,8 +8,8 @@
 use super::core::Write;
 use super::machine::{Settings, perform};
 use super::{
-    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest,
-    ResolveLeaseRequest, State, StoreError, WriteOutcome,
+    CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
+    ReleaseRequest, ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
 use crate::order::Order;
 use crate::payment::{Lookup, PaymentError, PaymentProvider};
@@ -109,8 +109,8 @@ enum Phase {
 #[derive(Debug)]
 pub struct Resolver {
     key: Key,
-    fingerprint: String,
-    owner: String,
+    fingerprint: Fingerprint,
+    owner: Owner,
     now_ms: i64,
     lease_until_ms: i64,
     expires_s: i64,
@@ -125,7 +125,7 @@ impl Resolver {
     /// ends at `lease_until_ms`; the first step is [`ResolveStep::Read`].
     pub fn new(
         order: &Order,
-        owner: String,
+        owner: Owner,
         now_ms: i64,
         lease_until_ms: i64,
         expires_s: i64,
@@ -133,7 +133,7 @@ impl Resolver {
     ) -> (Self, ResolveStep) {
         let resolver = Self {
             key: Key::for_order(order),
-            fingerprint: order.fingerprint(),
+            fingerprint: Fingerprint::of(order),
             owner,
             now_ms,
             lease_until_ms,
@@ -265,7 +265,7 @@ pub async fn resolve(
     );
     let (mut resolver, mut step) = Resolver::new(
         order,
-        format!("resolve-{}", uuid::Uuid::new_v4()),
+        Owner::new(format!("resolve-{}", Owner::fresh())),
         now_ms,
         lease_until_ms,
         settings.expires_s(now_ms),
@@ -293,13 +293,13 @@ pub async fn resolve(
 /// Refuses what a human must look at first.
 fn check(
     record: &Record,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     now_ms: i64,
     card_format_checked: bool,
 ) -> Result<(), ResolveError> {
     if record
         .fingerprint
-        .as_deref()
+        .as_ref()
         .is_some_and(|h| h != fingerprint)
     {
         return Err(ResolveError::FingerprintMismatch);
@@ -328,8 +328,8 @@ mod tests {
             created_ms: Some(1),
             expires_s: Some(10_000),
             receipt: None,
-            fingerprint: Some(order.fingerprint()),
-            owner: until_ms.map(|_| "someone".to_owned()),
+            fingerprint: Some(Fingerprint::of(&order)),
+            owner: until_ms.map(|_| Owner::new("someone")),
             lease_until_ms: until_ms,
             attempt: Some(2),
             sent_ms: Some(1),
@@ -342,7 +342,8 @@ mod tests {
     }
 
     fn start(confirmed: Confirmed) -> Resolver {
-        let (resolver, step) = Resolver::new(&order(), "resolve-t".into(), 100, 200, 5, confirmed);
+        let (resolver, step) =
+            Resolver::new(&order(), Owner::new("resolve-t"), 100, 200, 5, confirmed);
         assert!(matches!(step, ResolveStep::Read));
         resolver
     }

@@ -5,7 +5,7 @@
 //! `receipt`, `fingerprint`…). The DynamoDB and SQLite adapters, `inspect`'s JSON and
 //! the tests' card-format items all map between the two here.
 
-use super::{Key, Record, State, StoreError};
+use super::{Fingerprint, Key, Owner, Record, State, StoreError};
 
 /// Attribute (and SQLite column) names.
 pub mod attr {
@@ -108,8 +108,8 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
         created_ms: number(attr::CREATED)?,
         expires_s: number(attr::EXPIRES)?,
         receipt: string(attr::RECEIPT)?,
-        fingerprint: string(attr::FINGERPRINT)?,
-        owner: string(attr::OWNER)?,
+        fingerprint: string(attr::FINGERPRINT)?.map(Fingerprint::new),
+        owner: string(attr::OWNER)?.map(Owner::new),
         lease_until_ms: number(attr::LEASE_UNTIL)?,
         attempt: count(attr::ATTEMPT)?,
         sent_ms: number(attr::SENT)?,
@@ -163,7 +163,7 @@ mod tests {
             created_ms: Some(1_000),
             expires_s: Some(2),
             receipt: Some("ch_1".into()),
-            fingerprint: Some("f".into()),
+            fingerprint: Some(Fingerprint::new("f")),
             owner: None,
             lease_until_ms: None,
             attempt: Some(2),

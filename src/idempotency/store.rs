@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{Key, Record};
+use super::{Fingerprint, Key, Owner, Record};
 use crate::BoxError;
 
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +46,9 @@ impl StoreError {
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
-    pub fingerprint: &'a str,
+    pub fingerprint: &'a Fingerprint,
     /// Fresh random owner token of this attempt.
-    pub owner: &'a str,
+    pub owner: &'a Owner,
     pub now_ms: i64,
     /// End of the lease: the invocation deadline.
     pub lease_until_ms: i64,
@@ -69,7 +69,7 @@ impl ReserveRequest<'_> {
 #[derive(Clone, Debug)]
 pub struct CompleteRequest<'a> {
     pub pk: &'a Key,
-    pub owner: &'a str,
+    pub owner: &'a Owner,
     /// The attempt whose provider key produced `recibo`.
     pub attempt: u32,
     pub receipt: &'a str,
@@ -80,7 +80,7 @@ pub struct CompleteRequest<'a> {
 #[derive(Clone, Debug)]
 pub struct ReleaseRequest<'a> {
     pub pk: &'a Key,
-    pub owner: &'a str,
+    pub owner: &'a Owner,
     pub kind: ReleaseKind,
 }
 
@@ -103,8 +103,8 @@ pub enum ReleaseKind {
 #[derive(Clone, Debug)]
 pub struct ResolveLeaseRequest<'a> {
     pub pk: &'a Key,
-    pub fingerprint: &'a str,
-    pub owner: &'a str,
+    pub fingerprint: &'a Fingerprint,
+    pub owner: &'a Owner,
     pub now_ms: i64,
     pub lease_until_ms: i64,
 }
@@ -147,7 +147,7 @@ pub trait IdempotencyStore: Send + Sync {
     async fn next_attempt(
         &self,
         pk: &Key,
-        owner: &str,
+        owner: &Owner,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError>;
 

@@ -17,8 +17,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use crate::idempotency::schema::{self, Problem, Value, attr};
 use crate::idempotency::{
-    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
+    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -214,7 +214,7 @@ impl IdempotencyStore for DynamoStore {
     async fn next_attempt(
         &self,
         pk: &Key,
-        owner: &str,
+        owner: &Owner,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
         let builder = self

@@ -15,8 +15,8 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_pa
 
 use crate::idempotency::schema::{self, Problem, Value};
 use crate::idempotency::{
-    CompleteRequest, IdempotencyStore, Key, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, StoreError, WriteOutcome,
+    CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
+    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
 };
 use crate::sqlite_file::{CallError, SharedConnection};
 
@@ -278,7 +278,7 @@ impl IdempotencyStore for SqliteStore {
     async fn next_attempt(
         &self,
         pk: &Key,
-        owner: &str,
+        owner: &Owner,
         now_ms: i64,
     ) -> Result<WriteOutcome, StoreError> {
         let params = vec![(":titular", text(owner)), (":now_ms", int(now_ms))];
