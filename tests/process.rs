@@ -1,0 +1,287 @@
+//! The state machine's branches, fast: `Charger::process` on the SQLite store (a fresh
+//! file per test) and the in-process provider, on a clock the test moves. No server
+//! starts, so these run in well under a second each; the same branches against
+//! DynamoDB-compatible servers are in `handler.rs` and `store_contract.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use charge_once::idempotency::{
+    Call, Charger, Fingerprint, IdempotencyStore, Key, Outcome, Owner, ReconcileCause, Record,
+    ReserveRequest, RetryCause, Settings, State, reserve,
+};
+use charge_once::order::Order;
+use charge_once::store::sqlite::SqliteStore;
+use harness::clock::TestClock;
+use harness::provider::{Fault, TestProvider};
+
+const PAYMENT_TIMEOUT: Duration = Duration::from_millis(300);
+const KEY_TTL: Duration = Duration::from_secs(23 * 3600);
+const MAX_DECLINES: u32 = 2;
+
+struct Bench {
+    store: SqliteStore,
+    provider: TestProvider,
+    settings: Settings,
+    clock: TestClock,
+    _dir: tempfile::TempDir,
+}
+
+fn bench() -> Bench {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
+    Bench {
+        store: SqliteStore::open(&dir.path().join("process.sqlite3")).unwrap(),
+        provider: TestProvider::new(),
+        settings: Settings {
+            retention: Duration::from_secs(400 * 24 * 3600),
+            payment_timeout: PAYMENT_TIMEOUT,
+            provider_key_ttl: KEY_TTL,
+            store_timeout: Duration::from_secs(5),
+            max_declines: MAX_DECLINES,
+            clock: clock.clock(),
+        },
+        clock,
+        _dir: dir,
+    }
+}
+
+fn order(id: &str, amount: u64) -> Order {
+    Order::new(id, amount, "EUR", "cus_1").unwrap()
+}
+
+impl Bench {
+    /// One delivery of `order` with a minute left before its invocation deadline.
+    async fn deliver(&self, order: &Order) -> Outcome {
+        self.deliver_with(order, Duration::from_secs(60)).await
+    }
+
+    async fn deliver_with(&self, order: &Order, time_left: Duration) -> Outcome {
+        let deadline_ms = self.clock.now_ms() + i64::try_from(time_left.as_millis()).unwrap();
+        let charger = Charger {
+            store: &self.store,
+            provider: &self.provider,
+            settings: &self.settings,
+        };
+        charger
+            .process(order, &Key::for_order(order), deadline_ms)
+            .await
+    }
+
+    async fn record(&self, order: &Order) -> Record {
+        self.store
+            .get(&Key::for_order(order))
+            .await
+            .unwrap()
+            .expect("a record")
+    }
+
+    /// The next delivery comes after this one's lease ended.
+    fn later(&self) {
+        self.clock.advance(Duration::from_secs(120));
+    }
+}
+
+fn charged(outcome: &Outcome) -> (&str, u32) {
+    match outcome {
+        Outcome::Charged { receipt, attempt } => (receipt, *attempt),
+        other => panic!("expected charged, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_order_is_charged_once_and_recorded_done() {
+    let b = bench();
+    let o = order("p-1", 500);
+    let outcome = b.deliver(&o).await;
+    let (receipt, attempt) = charged(&outcome);
+    let record = b.record(&o).await;
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt.as_deref(), Some(receipt));
+    assert_eq!((attempt, record.owner), (1, None));
+    assert_eq!(b.provider.keys_for("p-1"), ["cobro#p-1#1"]);
+}
+
+#[tokio::test]
+async fn a_second_delivery_is_a_duplicate_with_the_stored_receipt() {
+    let b = bench();
+    let o = order("p-2", 500);
+    let first = b.deliver(&o).await;
+    b.later();
+    let second = b.deliver(&o).await;
+    assert_eq!(
+        second,
+        Outcome::Duplicate {
+            receipt: Some(charged(&first).0.to_owned())
+        }
+    );
+    assert_eq!(b.provider.calls_for("p-2").len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_id_with_another_payload_is_a_conflict_and_never_charged() {
+    let b = bench();
+    b.deliver(&order("p-3", 500)).await;
+    b.later();
+    assert_eq!(b.deliver(&order("p-3", 999)).await, Outcome::Conflict);
+    assert_eq!(b.provider.charges_for("p-3").len(), 1);
+}
+
+#[tokio::test]
+async fn a_live_lease_of_another_delivery_is_in_progress_and_nothing_is_sent() {
+    let b = bench();
+    let o = order("p-4", 500);
+    let (pk, fingerprint, other) = (Key::for_order(&o), Fingerprint::of(&o), Owner::new("other"));
+    let now = b.clock.now_ms();
+    let req = ReserveRequest {
+        pk: &pk,
+        fingerprint: &fingerprint,
+        owner: &other,
+        now_ms: now,
+        lease_until_ms: now + 60_000,
+        expires_s: now / 1000 + 3600,
+        max_declines: MAX_DECLINES,
+    };
+    reserve(&b.store, &req).await.unwrap();
+    assert_eq!(b.deliver(&o).await, Outcome::InProgress);
+    assert!(b.provider.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_decline_frees_the_record_under_the_next_key_and_the_limit_stops_the_card() {
+    let b = bench();
+    let o = order("p-5", 500);
+    b.provider
+        .script("p-5", &[Fault::Decline, Fault::Decline, Fault::Decline]);
+    for attempt in 1..=MAX_DECLINES {
+        assert!(
+            matches!(b.deliver(&o).await, Outcome::Declined { attempt: a, .. } if a == attempt)
+        );
+        let record = b.record(&o).await;
+        assert_eq!(record.state, State::Free);
+        assert_eq!(record.attempt, Some(attempt + 1), "the next key");
+        assert_eq!(record.declines, Some(attempt));
+        b.later();
+    }
+    assert_eq!(
+        b.deliver(&o).await,
+        Outcome::DeclineLimit {
+            declines: MAX_DECLINES
+        }
+    );
+    assert_eq!(
+        b.provider.calls_for("p-5").len(),
+        2,
+        "no third try of the card"
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_keeps_the_key_and_the_retry_replays_it_charging_once() {
+    let b = bench();
+    let o = order("p-6", 500);
+    b.provider.script("p-6", &[Fault::ChargeThenTimeout]);
+    let first = b.deliver(&o).await;
+    assert!(
+        matches!(
+            first,
+            Outcome::FailedRetryable {
+                cause: RetryCause::Charge(_),
+                attempt: Some(1)
+            }
+        ),
+        "{first:?}"
+    );
+    let record = b.record(&o).await;
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    b.later();
+    let (_, attempt) = charged(&b.deliver(&o).await);
+    assert_eq!(attempt, 1);
+    assert_eq!(b.provider.keys_for("p-6"), ["cobro#p-6#1", "cobro#p-6#1"]);
+    b.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_replayed_server_error_is_reconciled_then_charged_under_the_next_key() {
+    let b = bench();
+    let o = order("p-7", 500);
+    b.provider.script("p-7", &[Fault::StoredServerError]);
+    assert!(matches!(
+        b.deliver(&o).await,
+        Outcome::FailedRetryable { .. }
+    ));
+    b.later();
+    let (_, attempt) = charged(&b.deliver(&o).await);
+    assert_eq!(attempt, 2);
+    assert_eq!(b.provider.lookups(), ["p-7"]);
+    assert_eq!(
+        b.provider.keys_for("p-7"),
+        ["cobro#p-7#1", "cobro#p-7#1", "cobro#p-7#2"]
+    );
+}
+
+#[tokio::test]
+async fn an_old_key_is_reconciled_and_a_charge_found_completes_the_record() {
+    let b = bench();
+    let o = order("p-8", 500);
+    b.provider.script("p-8", &[Fault::ChargeThenTimeout]);
+    b.deliver(&o).await;
+    // Past the provider's key TTL, and the provider forgot the key.
+    b.clock.advance(KEY_TTL + Duration::from_secs(3600));
+    b.provider.forget_keys();
+    let outcome = b.deliver(&o).await;
+    assert!(
+        matches!(outcome, Outcome::Reconciled { attempt: 1, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(b.record(&o).await.state, State::Done);
+    assert_eq!(b.provider.calls_for("p-8").len(), 1, "nothing sent again");
+    b.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_pending_charge_found_by_reconciliation_is_left_to_a_human() {
+    let b = bench();
+    let o = order("p-9", 500);
+    b.provider.script("p-9", &[Fault::Timeout]);
+    b.deliver(&o).await;
+    let pending = b.provider.add_pending_charge("p-9", 500);
+    b.clock.advance(KEY_TTL + Duration::from_secs(3600));
+    let outcome = b.deliver(&o).await;
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::PendingAtProvider { charge_id, .. }
+            } if *charge_id == pending
+        ),
+        "{outcome:?}"
+    );
+    let record = b.record(&o).await;
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    assert_eq!(b.provider.calls_for("p-9").len(), 1, "no new key was sent");
+}
+
+#[tokio::test]
+async fn too_little_time_for_the_provider_call_sends_nothing_and_keeps_the_lease() {
+    let b = bench();
+    let o = order("p-10", 500);
+    // 280 ms before the deadline less 500 ms: a store call may start (250 ms), the
+    // provider call may not (it needs its whole 300 ms). The test clock stands still.
+    let outcome = b.deliver_with(&o, Duration::from_millis(780)).await;
+    assert_eq!(
+        outcome,
+        Outcome::Deadline {
+            before: Call::Charge,
+            attempt: Some(1)
+        }
+    );
+    let record = b.record(&o).await;
+    assert_eq!(
+        record.state,
+        State::InProgress,
+        "the lease ends at the deadline"
+    );
+    assert!(b.provider.calls().is_empty());
+}
