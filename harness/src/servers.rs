@@ -96,17 +96,10 @@ pub fn card_item(
     expires_s: i64,
 ) -> Vec<(&'static str, Value)> {
     schema::attributes(&Record {
-        pk: pk.clone(),
-        state,
         created_ms: Some(1_700_000_000_000),
         expires_s: Some(expires_s),
         receipt: receipt.map(str::to_owned),
-        fingerprint: None,
-        owner: None,
-        lease_until_ms: None,
-        attempt: None,
-        sent_ms: None,
-        declines: None,
+        ..Record::new(pk.clone(), state)
     })
 }
 

@@ -105,19 +105,9 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
 
 /// The item `write` leaves when its condition holds on `stored`.
 pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
-    let mut r = stored.cloned().unwrap_or_else(|| Record {
-        pk: pk_of(write).clone(),
-        state: State::Free,
-        created_ms: None,
-        expires_s: None,
-        receipt: None,
-        fingerprint: None,
-        owner: None,
-        lease_until_ms: None,
-        attempt: None,
-        sent_ms: None,
-        declines: None,
-    });
+    let mut r = stored
+        .cloned()
+        .unwrap_or_else(|| Record::new(pk_of(write).clone(), State::Free));
     match write {
         Write::Reserve(req) => {
             r.state = State::InProgress;

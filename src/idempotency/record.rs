@@ -93,6 +93,23 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record with only its key and state: what a first write starts from.
+    pub fn new(pk: Key, state: State) -> Self {
+        Self {
+            pk,
+            state,
+            created_ms: None,
+            expires_s: None,
+            receipt: None,
+            fingerprint: None,
+            owner: None,
+            lease_until_ms: None,
+            attempt: None,
+            sent_ms: None,
+            declines: None,
+        }
+    }
+
     /// Written by the card's consumer: no fingerprint, so no lease and no provider key.
     pub fn is_card_format(&self) -> bool {
         self.fingerprint.is_none()
