@@ -10,8 +10,11 @@ use serde_json::{Value, json};
 
 use crate::chart::draw_bars;
 use crate::rig::{CONTENDERS, Contender, PEERS};
-use crate::scenarios::{Calls, Cell, Scenario, calls_per_record, per_record};
-use crate::statistics::{CellFigures, batch_p50, fmt_spread, median, percentile, spread};
+use crate::scenarios::{Cell, Scenario};
+use crate::statistics::{
+    Calls, CellFigures, batch_p50, calls_per_record, fmt_spread, median, per_record, percentile,
+    spread,
+};
 use crate::{COLD_STARTS, root};
 
 // --- Versions -----------------------------------------------------------------------

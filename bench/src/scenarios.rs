@@ -8,7 +8,7 @@ use harness::runtime_api::RuntimeApi;
 use harness::servers::Backend;
 
 use crate::rig::{CONTENDERS, Contender, Lane, REFUSED, Rig, event, payment_stub};
-use crate::statistics::{CellFigures, RoundFigures};
+use crate::statistics::{Calls, CellFigures, RoundFigures};
 use crate::{COLD_STARTS, SEEDS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,8 +320,6 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     ])
 }
 
-pub type Calls = BTreeMap<String, u64>;
-
 /// Store calls for 10 fresh, 10 duplicate and 10 failed records, on moto.
 pub async fn store_calls() -> BTreeMap<Contender, [Calls; 3]> {
     let payment = payment_stub(Duration::ZERO).await;
@@ -349,21 +347,4 @@ pub async fn store_calls() -> BTreeMap<Contender, [Calls; 3]> {
         out.insert(contender, counted.try_into().unwrap());
     }
     out
-}
-
-pub fn calls_per_record(calls: &Calls, records: usize) -> BTreeMap<String, f64> {
-    calls
-        .iter()
-        .map(|(op, n)| (op.clone(), *n as f64 / records as f64))
-        .collect()
-}
-
-pub fn per_record(calls: &Calls) -> String {
-    let total: u64 = calls.values().sum();
-    let ops = calls
-        .iter()
-        .map(|(op, n)| format!("{op} {}", *n as f64 / 10.0))
-        .collect::<Vec<_>>()
-        .join(" + ");
-    format!("**{}** ({ops})", total as f64 / 10.0)
 }

@@ -5,9 +5,6 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::rig::Contender;
-use crate::scenarios::Calls;
-
-// --- Statistics ---------------------------------------------------------------------
 
 pub fn sorted(v: &[f64]) -> Vec<f64> {
     let mut v = v.to_vec();
@@ -89,4 +86,24 @@ impl CellFigures {
 
 pub fn batch_p50(r: &RoundFigures) -> f64 {
     median(&r.batches_ms)
+}
+
+/// Store calls by operation (`X-Amz-Target`), as a proxy counted them.
+pub type Calls = BTreeMap<String, u64>;
+
+pub fn calls_per_record(calls: &Calls, records: usize) -> BTreeMap<String, f64> {
+    calls
+        .iter()
+        .map(|(op, n)| (op.clone(), *n as f64 / records as f64))
+        .collect()
+}
+
+pub fn per_record(calls: &Calls) -> String {
+    let total: u64 = calls.values().sum();
+    let ops = calls
+        .iter()
+        .map(|(op, n)| format!("{op} {}", *n as f64 / 10.0))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    format!("**{}** ({ops})", total as f64 / 10.0)
 }
