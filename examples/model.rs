@@ -35,7 +35,9 @@
 
 use std::fmt;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use charge_once::clock::Time;
 
 use charge_once::idempotency::Outcome;
 use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
@@ -287,8 +289,18 @@ struct ChargeModel {
     p: Params,
 }
 
+/// The instant of a tick.
+fn at(tick: u8) -> Time {
+    Time::from_ms(i64::from(tick) * TICK_MS)
+}
+
+/// The length of some ticks.
+fn span(ticks: u8) -> Duration {
+    at(0).until(at(ticks))
+}
+
 fn now_s(tick: u8) -> i64 {
-    i64::from(tick) * TICK_MS / 1000
+    at(tick).as_secs()
 }
 
 fn receipt_index(receipt: &str) -> Option<usize> {
@@ -329,11 +341,11 @@ impl ChargeModel {
             key: Key::for_order(&order),
             fingerprint: Fingerprint::of(&order),
             owner: Owner::new(name.clone()),
-            now_ms: i64::from(s.now) * TICK_MS,
-            deadline_ms: i64::from(s.now + p.lease) * TICK_MS,
-            expires_s: now_s(s.now) + now_s(p.retention),
+            now: at(s.now),
+            deadline: at(s.now + p.lease),
+            expires: Time::from_secs(now_s(s.now) + now_s(p.retention)),
             max_declines: u32::from(p.max_receive),
-            key_ttl_ms: i64::from(p.key_ttl) * TICK_MS,
+            key_ttl: span(p.key_ttl),
             rules: p.rules,
         });
         s.consumers.push(Consumer {
@@ -609,7 +621,8 @@ impl Model for ChargeModel {
             actions.push(Action::Tick);
         }
         if let (Some(lag), Some(r)) = (p.sweep_lag, &s.table)
-            && r.expires_s.is_some_and(|e| e + now_s(lag) < now_s(s.now))
+            && r.expires
+                .is_some_and(|e| e.as_secs() + now_s(lag) < now_s(s.now))
         {
             actions.push(Action::Sweep);
         }
@@ -659,7 +672,7 @@ impl Model for ChargeModel {
                     Step::Write(kind) => {
                         let mut core = s.consumers[c].core.clone();
                         let answer = {
-                            let write = core.write(kind, i64::from(s.now) * TICK_MS);
+                            let write = core.write(kind, at(s.now));
                             self.write(&mut s, &write, env)
                         };
                         let next = core.on(Input::Written(answer));
@@ -709,11 +722,11 @@ impl Model for ChargeModel {
                     s.crashes < m.p.crashes
                         && s.table.as_ref().is_some_and(|r| {
                             r.state == RecordState::InProgress
-                                && r.created_ms.zip(r.lease_until_ms).is_some_and(
-                                    |(created, hasta)| {
-                                        created < hasta - i64::from(m.p.lease) * TICK_MS
-                                    },
-                                )
+                                && r.created
+                                    .zip(r.lease_until)
+                                    .is_some_and(|(created, hasta)| {
+                                        created < hasta - span(m.p.lease)
+                                    })
                         })
                 },
             ),
@@ -761,8 +774,8 @@ impl fmt::Display for State {
                 r.attempt.map_or("-".into(), |i| i.to_string()),
                 r.receipt.as_deref().unwrap_or("-"),
                 r.owner.as_deref().unwrap_or("-"),
-                r.lease_until_ms
-                    .map_or("-".into(), |h| (h / TICK_MS).to_string()),
+                r.lease_until
+                    .map_or("-".into(), |h| (h.as_ms() / TICK_MS).to_string()),
                 r.declines.map_or("-".into(), |n| n.to_string()),
             ),
         };

@@ -13,6 +13,7 @@ use futures::{FutureExt, StreamExt};
 use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, info_span, warn};
 
+use crate::clock::Time;
 use crate::config::Config;
 use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
 use crate::order::{Order, OrderError};
@@ -181,39 +182,38 @@ impl Consumer {
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, BatchError> {
         let sent = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
-        let deadline_ms = if sent < PLAUSIBLE_DEADLINE_MS {
-            let fallback = self.default_deadline_ms();
+        let deadline = if sent < PLAUSIBLE_DEADLINE_MS {
+            let fallback = self.default_deadline();
             warn!(
                 sent,
-                fallback,
+                fallback = fallback.as_ms(),
                 "the invocation deadline is not an epoch time (an emulator?); using INVOKE_DEADLINE"
             );
             fallback
         } else {
-            sent
+            Time::from_ms(sent)
         };
-        self.handle(&event.payload, deadline_ms).await
+        self.handle(&event.payload, deadline).await
     }
 
     /// Now + `invoke_deadline`: the deadline of a batch run outside Lambda.
-    pub fn default_deadline_ms(&self) -> i64 {
-        let span = i64::try_from(self.limits.invoke_deadline.as_millis()).unwrap_or(i64::MAX);
-        self.settings.now_ms().saturating_add(span)
+    pub fn default_deadline(&self) -> Time {
+        self.settings.now() + self.limits.invoke_deadline
     }
 
-    /// Processes a batch whose invocation ends at `deadline_ms` (ms epoch).
+    /// Processes a batch whose invocation ends at `deadline`.
     pub async fn handle(
         &self,
         event: &SqsEvent,
-        deadline_ms: i64,
+        deadline: Time,
     ) -> Result<SqsBatchResponse, BatchError> {
         let parsed = parse_records(&event.records)?;
         let fifo = event.records.iter().any(is_fifo);
         let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
         if fifo {
-            self.run_fifo(&parsed, deadline_ms, &mut outcomes).await;
+            self.run_fifo(&parsed, deadline, &mut outcomes).await;
         } else {
-            self.run_grouped(&parsed, deadline_ms, &mut outcomes).await;
+            self.run_grouped(&parsed, deadline, &mut outcomes).await;
         }
         let mut response = SqsBatchResponse::default();
         let mut listed = HashSet::new();
@@ -231,11 +231,11 @@ impl Consumer {
     async fn run_fifo<'a>(
         &self,
         parsed: &'a [Parsed<'a>],
-        deadline_ms: i64,
+        deadline: Time,
         out: &mut [Option<RecordOutcome<'a>>],
     ) {
         for (i, outcome) in self
-            .run_in_order(parsed, 0..parsed.len(), deadline_ms, Skip::Fifo)
+            .run_in_order(parsed, 0..parsed.len(), deadline, Skip::Fifo)
             .await
         {
             out[i] = Some(outcome);
@@ -247,7 +247,7 @@ impl Consumer {
     async fn run_grouped<'a>(
         &self,
         parsed: &'a [Parsed<'a>],
-        deadline_ms: i64,
+        deadline: Time,
         out: &mut [Option<RecordOutcome<'a>>],
     ) {
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -265,7 +265,7 @@ impl Consumer {
             }
         }
         let results: Vec<Vec<(usize, RecordOutcome<'a>)>> = futures::stream::iter(groups)
-            .map(|members| self.run_in_order(parsed, members, deadline_ms, Skip::SameOrder))
+            .map(|members| self.run_in_order(parsed, members, deadline, Skip::SameOrder))
             .buffer_unordered(self.limits.max_concurrency)
             .collect()
             .await;
@@ -280,7 +280,7 @@ impl Consumer {
         &self,
         parsed: &'a [Parsed<'a>],
         members: impl IntoIterator<Item = usize>,
-        deadline_ms: i64,
+        deadline: Time,
         why_skipped: Skip,
     ) -> Vec<(usize, RecordOutcome<'a>)> {
         let mut results = Vec::new();
@@ -289,7 +289,7 @@ impl Consumer {
             let outcome = if stopped {
                 skip(&parsed[i], why_skipped)
             } else {
-                self.run_record(&parsed[i], deadline_ms).await
+                self.run_record(&parsed[i], deadline).await
             };
             stopped = !outcome.is_ack();
             results.push((i, outcome));
@@ -298,7 +298,7 @@ impl Consumer {
     }
 
     /// One record inside its span, with one log line for its outcome.
-    async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline_ms: i64) -> RecordOutcome<'a> {
+    async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline: Time) -> RecordOutcome<'a> {
         let (order, key) = match &record.order {
             Ok(valid) => valid,
             Err(invalid) => return rejected(record.message_id, invalid),
@@ -306,7 +306,7 @@ impl Consumer {
         let span = info_span!("record", message_id = record.message_id, key = key.as_str());
         async move {
             let started = Instant::now();
-            let time_left = self.time_left(deadline_ms);
+            let time_left = self.time_left(deadline);
             let outcome = if time_left < self.limits.deadline_margin {
                 RecordOutcome::Unstarted { time_left }
             } else {
@@ -317,7 +317,7 @@ impl Consumer {
                 };
                 // Release builds keep `panic = "unwind"`, so a panic in one record is
                 // caught here and fails that record only.
-                match AssertUnwindSafe(charger.process(order, key, deadline_ms))
+                match AssertUnwindSafe(charger.process(order, key, deadline))
                     .catch_unwind()
                     .await
                 {
@@ -332,9 +332,8 @@ impl Consumer {
         .await
     }
 
-    fn time_left(&self, deadline_ms: i64) -> Duration {
-        let left = deadline_ms.saturating_sub(self.settings.now_ms());
-        Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    fn time_left(&self, deadline: Time) -> Duration {
+        self.settings.now().until(deadline)
     }
 }
 

@@ -129,8 +129,8 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
     let provider = wiring::provider(config, &backing.db).await?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = wiring::consumer(config, store, provider);
-    let deadline_ms = consumer.default_deadline_ms();
-    let response = consumer.handle(&event, deadline_ms).await?;
+    let deadline = consumer.default_deadline();
+    let response = consumer.handle(&event, deadline).await?;
     // stdout is only the response; the EMF document joins the logs on stderr.
     metrics.flush(std::io::stderr())?;
     println!("{}", serde_json::to_string(&response)?);

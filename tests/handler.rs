@@ -322,7 +322,10 @@ async fn a_record_without_a_message_id_fails_the_whole_batch() {
     let h = harness().await;
     let mut event = event("sqs-single.json");
     event.records[0].message_id = None;
-    let result = h.consumer.handle(&event, h.clock.now_ms() + 60_000).await;
+    let result = h
+        .consumer
+        .handle(&event, h.clock.now() + Duration::from_millis(60_000))
+        .await;
     let err = result.expect_err("the batch cannot be judged");
     assert!(err.to_string().contains("messageId"), "{err}");
     assert!(h.provider.calls().is_empty());

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use charge_once::clock::Time;
 use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
@@ -34,9 +35,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let collector = charge_once::telemetry::init_metrics("charge-once-test").unwrap();
     let h = Harness::new(TestProvider::new()).await;
     let store = h.table.store.as_ref();
-    let now = h.clock.now_ms();
+    let now = h.clock.now();
     let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m").unwrap();
-    let reserve_as = |id: &'static str, at_ms: i64, until_ms: i64| async move {
+    let reserve_as = |id: &'static str, at: Time, until: Time| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
         let pk = Key::for_order(&o);
         let (fingerprint, owner) = (Fingerprint::of(&o), Owner::new("someone-else"));
@@ -44,9 +45,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
             pk: &pk,
             fingerprint: &fingerprint,
             owner: &owner,
-            now_ms: at_ms,
-            lease_until_ms: until_ms,
-            expires_s: at_ms / 1000 + 3600 * 24 * 400,
+            now: at,
+            lease_until: until,
+            expires: at + Duration::from_secs(3600 * 24 * 400),
             max_declines: 3,
         };
         reserve(store, &req).await.unwrap();
@@ -55,10 +56,15 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     // lease, an old key the provider charged, a card-format item.
     h.invoke_event_with(batch_of(&[body("m-conflict", 100)]), INVOCATION)
         .await;
-    reserve_as("m-busy", now, now + 600_000).await;
-    reserve_as("m-expired", now - 120_000, now - 60_000).await;
-    let old = now - i64::try_from(PROVIDER_KEY_TTL.as_millis()).unwrap() - 3_600_000;
-    reserve_as("m-old", old, old + 60_000).await;
+    reserve_as("m-busy", now, now + Duration::from_millis(600_000)).await;
+    reserve_as(
+        "m-expired",
+        now - Duration::from_millis(120_000),
+        now - Duration::from_millis(60_000),
+    )
+    .await;
+    let old = now - PROVIDER_KEY_TTL - Duration::from_secs(3600);
+    reserve_as("m-old", old, old + Duration::from_millis(60_000)).await;
     h.provider
         .charge(
             &order("m-old", 100),
@@ -71,7 +77,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
             &Key::for_order_id("m-card"),
             State::InProgress,
             None,
-            now / 1000 + 3600,
+            now + Duration::from_secs(3600),
         )
         .await;
     h.provider.script("m-declined", &[Fault::Decline]);

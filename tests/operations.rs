@@ -5,6 +5,9 @@
 
 use std::process::{Command, Output};
 
+use std::time::Duration;
+
+use charge_once::clock::Time;
 use charge_once::config::Secret;
 use charge_once::idempotency::{
     Fingerprint, IdempotencyStore, Key, Owner, ReserveRequest, State, reserve,
@@ -180,21 +183,21 @@ fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
     charge_once(table, &args)
 }
 
-fn now_ms() -> i64 {
-    charge_once::clock::wall_ms()
+fn now() -> Time {
+    Time::from_ms(charge_once::clock::wall_ms())
 }
 
-/// A reservation by an invocation that died, with its lease ending at `until_ms`.
-async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
+/// A reservation by an invocation that died, with its lease ending at `until`.
+async fn abandoned(table: &Table, order: &Order, until: Time) {
     let pk = Key::for_order(order);
     let (fingerprint, owner) = (Fingerprint::of(order), Owner::new("died"));
     let req = ReserveRequest {
         pk: &pk,
         fingerprint: &fingerprint,
         owner: &owner,
-        now_ms: until_ms - 60_000,
-        lease_until_ms: until_ms,
-        expires_s: now_ms() / 1000 + 3600 * 24 * 400,
+        now: until - Duration::from_secs(60),
+        lease_until: until,
+        expires: now() + Duration::from_secs(3600 * 24 * 400),
         max_declines: 3,
     };
     reserve(table.store.as_ref(), &req).await.unwrap();
@@ -204,7 +207,7 @@ async fn abandoned(table: &Table, order: &Order, until_ms: i64) {
 async fn resolve_refuses_while_a_live_lease_is_held() {
     let table = Backend::Moto.fresh_table().await;
     let order = Order::new(&unique("res-live"), 500, "EUR", "cus_x").unwrap();
-    abandoned(&table, &order, now_ms() + 600_000).await;
+    abandoned(&table, &order, now() + Duration::from_secs(600)).await;
     let out = resolve(&table, &order, &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -219,7 +222,7 @@ async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
     let table = Backend::Moto.fresh_table().await;
     let customer = stripe::customer("tok_visa").await;
     let order = Order::new(&unique("res-found"), 1500, "EUR", &customer).unwrap();
-    abandoned(&table, &order, now_ms() - 1_000).await;
+    abandoned(&table, &order, now() - Duration::from_secs(1)).await;
     // The dead invocation had charged under its key before dying.
     let charged = http_provider()
         .charge(&order, &Key::for_order(&order).provider_key(1))
@@ -249,7 +252,7 @@ async fn resolve_releases_with_the_next_attempt_when_the_provider_has_no_charge(
     let table = Backend::Moto.fresh_table().await;
     let customer = stripe::customer("tok_visa").await;
     let order = Order::new(&unique("res-none"), 700, "EUR", &customer).unwrap();
-    abandoned(&table, &order, now_ms() - 1_000).await;
+    abandoned(&table, &order, now() - Duration::from_secs(1)).await;
 
     let done = json_out(&resolve(&table, &order, &[]));
     assert_eq!(done["resolution"], "released");
@@ -270,7 +273,7 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
             &Key::for_order(&order),
             State::InProgress,
             None,
-            now_ms() / 1000 + 3600,
+            now() + Duration::from_secs(3600),
         )
         .await;
     let out = resolve(&table, &order, &[]);
@@ -296,7 +299,7 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
 async fn resolve_refuses_an_order_that_does_not_match_the_record() {
     let table = Backend::Moto.fresh_table().await;
     let order = Order::new(&unique("res-mismatch"), 900, "EUR", "cus_x").unwrap();
-    abandoned(&table, &order, now_ms() - 1_000).await;
+    abandoned(&table, &order, now() - Duration::from_secs(1)).await;
     let other = Order::new(order.id(), 901, "EUR", "cus_x").unwrap();
     let out = resolve(&table, &other, &[]);
     assert_eq!(out.status.code(), Some(1));

@@ -297,15 +297,15 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     let h = Harness::new(provider()).await;
     // A reservation made a day ago whose invocation died before sending anything.
     let pk = Key::for_order(&order);
-    let then = h.clock.now_ms();
+    let then = h.clock.now();
     let owner = Owner::new("died-before-sending");
     let req = ReserveRequest {
         pk: &pk,
         fingerprint: &Fingerprint::of(&order),
         owner: &owner,
-        now_ms: then,
-        lease_until_ms: then + 60_000,
-        expires_s: then / 1000 + 400 * 24 * 3600,
+        now: then,
+        lease_until: then + Duration::from_millis(60_000),
+        expires: then + Duration::from_secs(400 * 24 * 3600),
         max_declines: harness::rig::MAX_DECLINES,
     };
     reserve(h.table.store.as_ref(), &req).await.unwrap();

@@ -58,14 +58,14 @@ impl Bench {
     }
 
     async fn deliver_with(&self, order: &Order, time_left: Duration) -> Outcome {
-        let deadline_ms = self.clock.now_ms() + i64::try_from(time_left.as_millis()).unwrap();
+        let deadline = self.clock.now() + time_left;
         let charger = Charger {
             store: &self.store,
             provider: &self.provider,
             settings: &self.settings,
         };
         charger
-            .process(order, &Key::for_order(order), deadline_ms)
+            .process(order, &Key::for_order(order), deadline)
             .await
     }
 
@@ -133,14 +133,14 @@ async fn a_live_lease_of_another_delivery_is_in_progress_and_nothing_is_sent() {
     let b = bench();
     let o = order("p-4", 500);
     let (pk, fingerprint, other) = (Key::for_order(&o), Fingerprint::of(&o), Owner::new("other"));
-    let now = b.clock.now_ms();
+    let now = b.clock.now();
     let req = ReserveRequest {
         pk: &pk,
         fingerprint: &fingerprint,
         owner: &other,
-        now_ms: now,
-        lease_until_ms: now + 60_000,
-        expires_s: now / 1000 + 3600,
+        now,
+        lease_until: now + Duration::from_secs(60),
+        expires: now + Duration::from_secs(3600),
         max_declines: MAX_DECLINES,
     };
     reserve(&b.store, &req).await.unwrap();

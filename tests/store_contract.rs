@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use std::time::Duration;
+
+use charge_once::clock::Time;
 use charge_once::idempotency::schema::{Value, attr};
 use charge_once::idempotency::{
     CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
@@ -45,9 +48,8 @@ impl Fixture {
 
     /// An item as the pattern card's TypeScript consumer writes it: no fingerprint,
     /// no lease, no attempt.
-    async fn put_card_item(&self, pk: &Key, state: State, receipt: Option<&str>, expires_s: i64) {
-        self.put_item(card_item(pk, state, receipt, expires_s))
-            .await;
+    async fn put_card_item(&self, pk: &Key, state: State, receipt: Option<&str>, expires: Time) {
+        self.put_item(card_item(pk, state, receipt, expires)).await;
     }
 
     /// Writes an item as another program would, attribute by attribute.
@@ -77,9 +79,13 @@ impl Fixture {
     }
 }
 
-const T: i64 = harness::clock::TestClock::START_MS;
-const MINUTE: i64 = 60_000;
-const DAY_MS: i64 = 24 * 3600 * 1000;
+const T: Time = harness::clock::TestClock::START;
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";
 const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
 
@@ -93,15 +99,15 @@ fn fp(value: &str) -> &'static Fingerprint {
     Box::leak(Box::new(Fingerprint::new(value)))
 }
 
-/// A reservation by `owner` at `now_ms`, lease of one minute, retention 400 days.
-fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now_ms: i64) -> ReserveRequest<'a> {
+/// A reservation by `owner` at `now`, lease of one minute, retention 400 days.
+fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now: Time) -> ReserveRequest<'a> {
     ReserveRequest {
         pk,
         fingerprint: fp(fingerprint),
         owner: tok(owner),
-        now_ms,
-        lease_until_ms: now_ms + MINUTE,
-        expires_s: now_ms / 1000 + 400 * 24 * 3600,
+        now,
+        lease_until: now + MINUTE,
+        expires: now + Duration::from_secs(400 * 24 * 3600),
         max_declines: MAX_DECLINES,
     }
 }
@@ -114,7 +120,7 @@ fn complete<'a>(pk: &'a Key, owner: &str, attempt: u32, receipt: &'a str) -> Com
         owner: tok(owner),
         attempt,
         receipt,
-        expires_s: T / 1000 + 400 * 24 * 3600,
+        expires: Time::from_secs(T.as_secs() + 400 * 24 * 3600),
     }
 }
 
@@ -161,9 +167,9 @@ async fn fresh_reserve_wins_with_a_new_lease(t: Fixture) {
     assert_eq!(record.owner.as_deref(), Some("a"));
     assert_eq!(record.fingerprint.as_deref(), Some(H1));
     assert_eq!(record.attempt, Some(1));
-    assert_eq!(record.created_ms, Some(T));
-    assert_eq!(record.sent_ms, Some(T));
-    assert_eq!(record.lease_until_ms, Some(T + MINUTE));
+    assert_eq!(record.created, Some(T));
+    assert_eq!(record.sent, Some(T));
+    assert_eq!(record.lease_until, Some(T + MINUTE));
     assert_eq!(t.store.get(&pk).await.unwrap(), Some(record));
 }
 
@@ -178,9 +184,9 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
     );
     assert_eq!(done.state, State::Done);
     assert_eq!(done.owner, None, "the lease is removed on complete");
-    assert_eq!(done.lease_until_ms, None);
+    assert_eq!(done.lease_until, None);
     assert_eq!(
-        judged(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await,
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await,
         Reservation::Duplicate {
             receipt: Some("ch_1".into())
         }
@@ -190,14 +196,14 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
 async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
-    first.expires_s = T / 1000 + 1;
+    first.expires = Time::from_secs(T.as_secs() + 1);
     won(t.store.as_ref(), &first).await;
     let mut done = complete(&pk, "a", 1, "ch_1");
-    done.expires_s = T / 1000 + 1;
+    done.expires = Time::from_secs(T.as_secs() + 1);
     applied(t.store.complete(&done).await.unwrap());
     // Ten days later TTL has not swept it yet: it is still final.
     assert_eq!(
-        judged(t.store.as_ref(), &req(&pk, H1, "b", T + 10 * DAY_MS)).await,
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + 10 * DAY)).await,
         Reservation::Duplicate {
             receipt: Some("ch_1".into())
         }
@@ -207,11 +213,11 @@ async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
 async fn non_hecho_past_expira_counts_as_absent(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
-    first.expires_s = T / 1000 + 1;
-    first.lease_until_ms = T + 30 * DAY_MS;
+    first.expires = Time::from_secs(T.as_secs() + 1);
+    first.lease_until = T + 30 * DAY;
     won(t.store.as_ref(), &first).await;
     // Past `expira`, even a live lease and another payload do not stop a reservation.
-    let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY_MS)).await;
+    let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY)).await;
     assert_eq!(record.owner.as_deref(), Some("b"));
     assert_eq!(record.fingerprint.as_deref(), Some(H2));
 }
@@ -220,7 +226,7 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert!(matches!(
-        judged(t.store.as_ref(), &req(&pk, H2, "b", T + 1)).await,
+        judged(t.store.as_ref(), &req(&pk, H2, "b", T + ms(1))).await,
         Reservation::Conflict { stored_fingerprint: Some(h) } if &*h == H1
     ));
     // Also when the first one is done, released, or its lease expired.
@@ -246,9 +252,9 @@ async fn live_lease_is_in_progress(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert_eq!(
-        judged(t.store.as_ref(), &req(&pk, H1, "b", T + MINUTE - 1)).await,
+        judged(t.store.as_ref(), &req(&pk, H1, "b", T + MINUTE - ms(1))).await,
         Reservation::InProgress {
-            until_ms: Some(T + MINUTE)
+            until: Some(T + MINUTE)
         }
     );
 }
@@ -266,18 +272,22 @@ async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     applied(t.store.release(&release(&pk, "a", true)).await.unwrap());
-    won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
-    let taken = won(t.store.as_ref(), &req(&pk, H1, "c", T + 1 + MINUTE + 1)).await;
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
+    let taken = won(
+        t.store.as_ref(),
+        &req(&pk, H1, "c", T + ms(1) + MINUTE + ms(1)),
+    )
+    .await;
     assert_eq!(taken.owner.as_deref(), Some("c"));
     assert_eq!(
         taken.attempt,
         Some(2),
         "takeover keeps the attempt (and its provider key)"
     );
-    assert_eq!(taken.created_ms, Some(T), "creado is the first reservation");
+    assert_eq!(taken.created, Some(T), "creado is the first reservation");
     assert_eq!(
-        taken.sent_ms,
-        Some(T + 1),
+        taken.sent,
+        Some(T + ms(1)),
         "enviado is when attempt 2 was first sent"
     );
 }
@@ -288,7 +298,7 @@ async fn libre_is_reserved_again(t: Fixture) {
     let released = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
     assert_eq!(released.state, State::Free);
     assert_eq!(released.owner, None);
-    let again = won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    let again = won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
     assert_eq!(again.owner.as_deref(), Some("b"));
     assert_eq!(again.attempt, Some(1));
 }
@@ -372,33 +382,30 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     let kept = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
     assert_eq!(kept.attempt, Some(1));
     assert_eq!(
-        kept.sent_ms,
+        kept.sent,
         Some(T),
         "the same key is still the one sent at T"
     );
-    won(t.store.as_ref(), &req(&pk, H1, "b", T + 1)).await;
+    won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
     assert_eq!(kept.declines, None, "only a decline is counted");
     let bumped = applied(t.store.release(&release(&pk, "b", true)).await.unwrap());
     assert_eq!(bumped.attempt, Some(2));
     assert_eq!(bumped.declines, Some(1));
-    assert_eq!(
-        bumped.sent_ms, None,
-        "attempt 2's key has not been sent yet"
-    );
-    let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + 2)).await;
+    assert_eq!(bumped.sent, None, "attempt 2's key has not been sent yet");
+    let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + ms(2))).await;
     assert_eq!(next.attempt, Some(2));
-    assert_eq!(next.sent_ms, Some(T + 2));
+    assert_eq!(next.sent, Some(T + ms(2)));
 }
 
 async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: Fixture) {
     let pk = key();
     for (i, owner) in ["a", "b", "c"].into_iter().enumerate() {
-        let now = T + i64::try_from(i).unwrap();
+        let now = T + ms(u64::try_from(i).unwrap());
         won(t.store.as_ref(), &req(&pk, H1, owner, now)).await;
         applied(t.store.release(&release(&pk, owner, true)).await.unwrap());
     }
     assert_eq!(
-        judged(t.store.as_ref(), &req(&pk, H1, "d", T + 10)).await,
+        judged(t.store.as_ref(), &req(&pk, H1, "d", T + ms(10))).await,
         Reservation::DeclineLimit { declines: 3 }
     );
     let stored = t.store.get(&pk).await.unwrap().unwrap();
@@ -409,8 +416,8 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
         pk: &pk,
         fingerprint: fp(H1),
         owner: tok(owner),
-        now_ms: T + 20,
-        lease_until_ms: T + 20 + MINUTE,
+        now: T + ms(20),
+        lease_until: T + ms(20) + MINUTE,
     };
     applied(t.store.lease_for_resolve(&lease("r1")).await.unwrap());
     let kept = ReleaseRequest {
@@ -434,7 +441,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     };
     let after = applied(t.store.release(&reset).await.unwrap());
     assert_eq!((after.declines, after.attempt), (None, Some(6)));
-    won(t.store.as_ref(), &req(&pk, H1, "e", T + 30)).await;
+    won(t.store.as_ref(), &req(&pk, H1, "e", T + ms(30))).await;
 }
 
 /// Every adapter implements the core's pure conditions and effects exactly: a seeded
@@ -458,17 +465,19 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             model = None;
         }
         let pk = &keys[current];
-        let now_ms = T + rng.random_range(0..6) * MINUTE + step;
+        let now = T + MINUTE * rng.random_range(0..6u32) + ms(u64::try_from(step).unwrap());
         // Mostly one owner, so leases are taken, released and declined in turn.
         let owner = tok(["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)]);
         let fingerprint = fp(if rng.random_bool(0.85) { H1 } else { H2 });
         // Short retention now and then, so "past expira" is exercised.
-        let expires_s = now_ms / 1000
-            + if rng.random_bool(0.3) {
-                90
-            } else {
-                400 * 86_400
-            };
+        let expires = Time::from_secs(
+            now.as_secs()
+                + if rng.random_bool(0.3) {
+                    90
+                } else {
+                    400 * 86_400
+                },
+        );
         let receipt = ["ch_1", "ch_2"][rng.random_range(0..2)];
         let attempt = rng.random_range(1..4);
         let complete = CompleteRequest {
@@ -476,7 +485,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             owner,
             attempt,
             receipt,
-            expires_s,
+            expires,
         };
         let kind = [
             ReleaseKind::KeepKey,
@@ -493,21 +502,21 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 pk,
                 fingerprint,
                 owner,
-                now_ms,
-                lease_until_ms: now_ms + MINUTE,
-                expires_s,
+                now,
+                lease_until: now + MINUTE,
+                expires,
                 max_declines: 2,
             }),
             2 => Write::Complete(complete),
             3 => Write::CompleteAttempt(complete),
             4 => Write::Release(ReleaseRequest { pk, owner, kind }),
-            5 => Write::NextAttempt { pk, owner, now_ms },
+            5 => Write::NextAttempt { pk, owner, now },
             _ => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk,
                 fingerprint,
                 owner,
-                now_ms,
-                lease_until_ms: now_ms + MINUTE,
+                now,
+                lease_until: now + MINUTE,
             }),
         };
         let expected = holds(&write, model.as_ref(), Rules::ALL);
@@ -538,15 +547,20 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
 async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    let moved = applied(t.store.next_attempt(&pk, tok("a"), T + 5).await.unwrap());
+    let moved = applied(
+        t.store
+            .next_attempt(&pk, tok("a"), T + ms(5))
+            .await
+            .unwrap(),
+    );
     assert_eq!(moved.attempt, Some(2));
-    assert_eq!(moved.sent_ms, Some(T + 5));
+    assert_eq!(moved.sent, Some(T + ms(5)));
     assert_eq!(moved.owner.as_deref(), Some("a"), "the lease is kept");
 }
 
 async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
     let pk = key();
-    let mut item = card_item(&pk, State::Free, None, T / 1000 + 3600);
+    let mut item = card_item(&pk, State::Free, None, Time::from_secs(T.as_secs() + 3600));
     item.push((attr::ATTEMPT, Value::N(-1)));
     t.put_item(item).await;
     let malformed = |result: Result<_, StoreError>| match result {
@@ -565,8 +579,13 @@ async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
 
 async fn card_format_hecho_is_a_duplicate(t: Fixture) {
     let pk = key();
-    t.put_card_item(&pk, State::Done, Some("ch_card"), T / 1000 + 3600)
-        .await;
+    t.put_card_item(
+        &pk,
+        State::Done,
+        Some("ch_card"),
+        Time::from_secs(T.as_secs() + 3600),
+    )
+    .await;
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
         Reservation::Duplicate {
@@ -577,15 +596,20 @@ async fn card_format_hecho_is_a_duplicate(t: Fixture) {
 
 async fn card_format_en_curso_needs_reconciliation(t: Fixture) {
     let pk = key();
-    t.put_card_item(&pk, State::InProgress, None, T / 1000 + 3600)
-        .await;
+    t.put_card_item(
+        &pk,
+        State::InProgress,
+        None,
+        Time::from_secs(T.as_secs() + 3600),
+    )
+    .await;
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
         Reservation::NeedsReconciliation { .. }
     ));
     // Never taken over, even past its `expira`.
     assert!(matches!(
-        judged(t.store.as_ref(), &req(&pk, H1, "a", T + 30 * DAY_MS)).await,
+        judged(t.store.as_ref(), &req(&pk, H1, "a", T + 30 * DAY)).await,
         Reservation::NeedsReconciliation { .. }
     ));
     assert_eq!(

@@ -192,13 +192,7 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
         "the DLQ holds exactly the bad messages"
     );
 
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
+    let now = charge_once::clock::Time::from_ms(charge_once::clock::wall_ms());
     let scan = table
         .client
         .scan()
@@ -212,7 +206,7 @@ async fn run(orders: usize, consumers: usize, drain_limit: Duration) -> Summary 
         .iter()
         .map(|item| record_from_item(item).unwrap())
         .filter(|record| record.state == State::InProgress)
-        .filter(|record| record.lease_until_ms.is_none_or(|until| until > now_ms))
+        .filter(|record| record.lease_until.is_none_or(|until| until > now))
         .collect();
     assert!(
         live.is_empty(),

@@ -260,7 +260,7 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     use charge_once::idempotency::{IdempotencyStore, ReserveRequest};
     pub const CALLS: u32 = 200;
     let table = Backend::Dynalite.fresh_table().await;
-    let now_ms = 1_764_460_800_000_i64;
+    let now = charge_once::clock::Time::from_ms(1_764_460_800_000);
     let started = Instant::now();
     for i in 0..CALLS {
         let order =
@@ -273,9 +273,9 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
             pk: &pk,
             fingerprint: &fingerprint,
             owner: &charge_once::idempotency::Owner::new("bench"),
-            now_ms,
-            lease_until_ms: now_ms + 60_000,
-            expires_s: now_ms / 1000 + 86_400,
+            now,
+            lease_until: now + Duration::from_secs(60),
+            expires: now + Duration::from_secs(86_400),
             max_declines: 3,
         };
         table.store.reserve(&req).await.unwrap();

@@ -4,21 +4,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use charge_once::clock::Clock;
+use charge_once::clock::{Clock, Time};
 
 /// A clock the test moves by hand; starts at a fixed instant.
 #[derive(Clone)]
 pub struct TestClock(Arc<AtomicI64>);
 
 impl TestClock {
-    pub const START_MS: i64 = 1_800_000_000_000;
+    pub const START: Time = Time::from_ms(1_800_000_000_000);
 
     pub fn new() -> Self {
-        Self(Arc::new(AtomicI64::new(Self::START_MS)))
+        Self(Arc::new(AtomicI64::new(Self::START.as_ms())))
     }
 
-    pub fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
+    pub fn now(&self) -> Time {
+        Time::from_ms(self.0.load(Ordering::SeqCst))
     }
 
     pub fn advance(&self, by: Duration) {
@@ -28,7 +28,7 @@ impl TestClock {
 
     pub fn clock(&self) -> Clock {
         let inner = self.0.clone();
-        Arc::new(move || inner.load(Ordering::SeqCst))
+        Arc::new(move || Time::from_ms(inner.load(Ordering::SeqCst)))
     }
 }
 

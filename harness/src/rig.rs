@@ -17,6 +17,8 @@ use charge_once::payment::PaymentProvider;
 use charge_once::store::dynamodb::DynamoStore;
 use lambda_runtime::{Context, LambdaEvent};
 
+use charge_once::clock::Time;
+
 use crate::clock::TestClock;
 use crate::proxy::{Faults, Target, start_proxy};
 use crate::servers::{Backend, Table};
@@ -74,9 +76,9 @@ impl IdempotencyStore for FlakyStore {
         &self,
         pk: &Key,
         owner: &Owner,
-        now_ms: i64,
+        now: Time,
     ) -> Result<WriteOutcome, StoreError> {
-        self.inner.next_attempt(pk, owner, now_ms).await
+        self.inner.next_attempt(pk, owner, now).await
     }
     async fn lease_for_resolve(
         &self,
@@ -168,7 +170,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
     }
 
     /// Now, on the clock the consumer reads.
-    pub fn now_ms(&self) -> i64 {
+    pub fn now(&self) -> Time {
         (self.now)()
     }
 
@@ -177,8 +179,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
     pub async fn invoke_event_with(&self, event: SqsEvent, time_left: Duration) -> Vec<String> {
         let mut context = Context::default();
         context.request_id = format!("req-{}", uuid::Uuid::new_v4());
-        context.deadline =
-            u64::try_from(self.now_ms()).unwrap() + u64::try_from(time_left.as_millis()).unwrap();
+        context.deadline = u64::try_from((self.now() + time_left).as_ms()).unwrap();
         let response = self
             .consumer
             .handle_lambda_event(LambdaEvent::new(event, context))

@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
+use charge_once::clock::Time;
 use charge_once::idempotency::schema::{self, Value};
 use charge_once::idempotency::{IdempotencyStore, Key, Record, State};
 use charge_once::store::dynamodb::DynamoStore;
@@ -93,11 +94,11 @@ pub fn card_item(
     pk: &Key,
     state: State,
     receipt: Option<&str>,
-    expires_s: i64,
+    expires: Time,
 ) -> Vec<(&'static str, Value)> {
     schema::attributes(&Record {
-        created_ms: Some(1_700_000_000_000),
-        expires_s: Some(expires_s),
+        created: Some(Time::from_ms(1_700_000_000_000)),
+        expires: Some(expires),
         receipt: receipt.map(str::to_owned),
         ..Record::new(pk.clone(), state)
     })
@@ -161,10 +162,9 @@ impl Table {
         pk: &Key,
         state: State,
         receipt: Option<&str>,
-        expires_s: i64,
+        expires: Time,
     ) {
-        self.put_item(card_item(pk, state, receipt, expires_s))
-            .await;
+        self.put_item(card_item(pk, state, receipt, expires)).await;
     }
 
     /// Writes an item as another program would, attribute by attribute.

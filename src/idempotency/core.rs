@@ -17,6 +17,9 @@ use super::{
     CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
+use std::time::Duration;
+
+use crate::clock::Time;
 use crate::payment::{Lookup, PaymentError, Receipt};
 
 /// The safety rules of DESIGN §4–5. Each exists because switching it off lets the
@@ -65,7 +68,7 @@ pub enum Write<'a> {
     NextAttempt {
         pk: &'a Key,
         owner: &'a Owner,
-        now_ms: i64,
+        now: Time,
     },
     LeaseForResolve(ResolveLeaseRequest<'a>),
 }
@@ -82,13 +85,12 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
     match write {
         Write::Reserve(req) => {
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
-                && r.expires_s.is_some_and(|e| e < req.now_s())
+                && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
             let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint);
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
             let free = r.state == State::Free
-                || (r.state == State::InProgress
-                    && r.lease_until_ms.is_some_and(|h| h < req.now_ms));
+                || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
             counts_as_absent || (same_payload && below_limit && free)
         }
         Write::Complete(req) => fenced(req.owner),
@@ -97,7 +99,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::NextAttempt { owner, .. } => fenced(owner),
         Write::LeaseForResolve(req) => {
             r.state != State::Done
-                && (r.state != State::InProgress || r.lease_until_ms.is_none_or(|h| h < req.now_ms))
+                && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
                 && r.fingerprint.as_ref().is_none_or(|h| h == req.fingerprint)
         }
     }
@@ -112,27 +114,27 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
         Write::Reserve(req) => {
             r.state = State::InProgress;
             r.owner = Some(req.owner.clone());
-            r.lease_until_ms = Some(req.lease_until_ms);
+            r.lease_until = Some(req.lease_until);
             r.fingerprint = Some(req.fingerprint.clone());
-            r.expires_s = Some(req.expires_s);
-            r.created_ms = r.created_ms.or(Some(req.now_ms));
+            r.expires = Some(req.expires);
+            r.created = r.created.or(Some(req.now));
             r.attempt = r.attempt.or(Some(1));
-            r.sent_ms = r.sent_ms.or(Some(req.now_ms));
+            r.sent = r.sent.or(Some(req.now));
         }
         Write::Complete(req) | Write::CompleteAttempt(req) => {
             r.state = State::Done;
             r.receipt = Some(req.receipt.to_owned());
-            r.expires_s = Some(req.expires_s);
+            r.expires = Some(req.expires);
             r.owner = None;
-            r.lease_until_ms = None;
+            r.lease_until = None;
         }
         Write::Release(req) => {
             r.state = State::Free;
             r.owner = None;
-            r.lease_until_ms = None;
+            r.lease_until = None;
             if req.kind != ReleaseKind::KeepKey {
                 r.attempt = r.attempt.map(|i| i + 1);
-                r.sent_ms = None;
+                r.sent = None;
             }
             match req.kind {
                 ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
@@ -142,18 +144,18 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
                 _ => {}
             }
         }
-        Write::NextAttempt { now_ms, .. } => {
+        Write::NextAttempt { now, .. } => {
             r.attempt = r.attempt.map(|i| i + 1);
-            r.sent_ms = Some(*now_ms);
+            r.sent = Some(*now);
         }
         Write::LeaseForResolve(req) => {
             r.state = State::InProgress;
             r.owner = Some(req.owner.clone());
-            r.lease_until_ms = Some(req.lease_until_ms);
+            r.lease_until = Some(req.lease_until);
             r.fingerprint = r.fingerprint.or_else(|| Some(req.fingerprint.clone()));
             r.attempt = r.attempt.or(Some(1));
-            r.sent_ms = r.sent_ms.or(Some(req.now_ms));
-            r.created_ms = r.created_ms.or(Some(req.now_ms));
+            r.sent = r.sent.or(Some(req.now));
+            r.created = r.created.or(Some(req.now));
         }
     }
     r
@@ -234,7 +236,7 @@ pub enum Reservation {
         stored_fingerprint: Option<Fingerprint>,
     },
     /// Someone else holds a live lease.
-    InProgress { until_ms: Option<i64> },
+    InProgress { until: Option<Time> },
     /// The order was declined `max_declines` times: no provider call until a human
     /// resets the count (`resolve --retry-declined`).
     DeclineLimit { declines: u32 },
@@ -249,7 +251,7 @@ pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
         WriteOutcome::Refused(Some(old)) => classify_lost(old, req),
         // The item that failed the condition is gone (TTL swept it between the write
         // and the read): nothing is known, so retry later rather than guess.
-        WriteOutcome::Refused(None) => Reservation::InProgress { until_ms: None },
+        WriteOutcome::Refused(None) => Reservation::InProgress { until: None },
     }
 }
 
@@ -269,7 +271,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             stored_fingerprint: old.fingerprint,
         };
     }
-    let lease_live = old.lease_until_ms.is_some_and(|until| until >= req.now_ms);
+    let lease_live = old.lease_until.is_some_and(|until| until >= req.now);
     match old.state {
         State::Done => Reservation::Duplicate {
             receipt: old.receipt,
@@ -277,7 +279,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         // The SDK retried a reserve that had been applied: the lease is ours.
         State::InProgress if old.owner.as_ref() == Some(req.owner) => Reservation::Won(old),
         State::InProgress if lease_live => Reservation::InProgress {
-            until_ms: old.lease_until_ms,
+            until: old.lease_until,
         },
         State::InProgress | State::Free if old.declines() >= req.max_declines => {
             Reservation::DeclineLimit {
@@ -285,7 +287,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             }
         }
         State::InProgress | State::Free => Reservation::InProgress {
-            until_ms: old.lease_until_ms,
+            until: old.lease_until,
         },
         State::Other(_) => Reservation::NeedsReconciliation {
             cause: ReconcileCause::UnknownState,
@@ -329,14 +331,14 @@ pub struct Start {
     pub fingerprint: Fingerprint,
     /// The fresh random owner token of this attempt.
     pub owner: Owner,
-    pub now_ms: i64,
+    pub now: Time,
     /// The invocation deadline: the lease's end.
-    pub deadline_ms: i64,
+    pub deadline: Time,
     /// `expira` written with the reservation and the completion.
-    pub expires_s: i64,
+    pub expires: Time,
     pub max_declines: u32,
     /// Keys first sent longer ago than this are reconciled before reuse.
-    pub key_ttl_ms: i64,
+    pub key_ttl: Duration,
     pub rules: Rules,
 }
 
@@ -346,11 +348,11 @@ pub struct Core {
     key: Key,
     fingerprint: Fingerprint,
     owner: Owner,
-    started_ms: i64,
-    deadline_ms: i64,
-    expires_s: i64,
+    started_at: Time,
+    deadline: Time,
+    expires: Time,
     max_declines: u32,
-    key_ttl_ms: i64,
+    key_ttl: Duration,
     rules: Rules,
     phase: Phase,
     attempt: u32,
@@ -367,11 +369,11 @@ impl Core {
             key: start.key,
             fingerprint: start.fingerprint,
             owner: start.owner,
-            started_ms: start.now_ms,
-            deadline_ms: start.deadline_ms,
-            expires_s: start.expires_s,
+            started_at: start.now,
+            deadline: start.deadline,
+            expires: start.expires,
             max_declines: start.max_declines,
-            key_ttl_ms: start.key_ttl_ms,
+            key_ttl: start.key_ttl,
             rules: start.rules,
             phase: Phase::Reserving,
             attempt: 1,
@@ -393,21 +395,21 @@ impl Core {
             pk: &self.key,
             fingerprint: &self.fingerprint,
             owner: &self.owner,
-            now_ms: self.started_ms,
-            lease_until_ms: self.deadline_ms,
-            expires_s: self.expires_s,
+            now: self.started_at,
+            lease_until: self.deadline,
+            expires: self.expires,
             max_declines: self.max_declines,
         }
     }
 
     /// The request of a write step; `now_ms` is the time it is sent.
-    pub fn write(&self, kind: WriteKind, now_ms: i64) -> Write<'_> {
+    pub fn write(&self, kind: WriteKind, now: Time) -> Write<'_> {
         let complete = CompleteRequest {
             pk: &self.key,
             owner: &self.owner,
             attempt: self.attempt,
             receipt: self.receipt.as_deref().unwrap_or(""),
-            expires_s: self.expires_s,
+            expires: self.expires,
         };
         match kind {
             WriteKind::Reserve => Write::Reserve(self.reserve_request()),
@@ -421,7 +423,7 @@ impl Core {
             WriteKind::NextAttempt => Write::NextAttempt {
                 pk: &self.key,
                 owner: &self.owner,
-                now_ms,
+                now,
             },
         }
     }
@@ -443,11 +445,11 @@ impl Core {
                 match judge(answer, &req) {
                     Reservation::Won(record) => {
                         self.attempt = record.attempt();
-                        let age = self
-                            .started_ms
-                            .saturating_sub(record.sent_ms.unwrap_or(self.started_ms));
-                        self.must_reconcile =
-                            self.rules.reconcile_old_keys && age > self.key_ttl_ms;
+                        let age = record
+                            .sent
+                            .unwrap_or(self.started_at)
+                            .until(self.started_at);
+                        self.must_reconcile = self.rules.reconcile_old_keys && age > self.key_ttl;
                         self.charge_or_look()
                     }
                     Reservation::Duplicate { receipt } => {
@@ -715,14 +717,14 @@ mod tests {
         Record {
             pk: Key::for_order_id("a"),
             state,
-            created_ms: Some(1),
-            expires_s: Some(10),
+            created: Some(Time::from_ms(1)),
+            expires: Some(Time::from_secs(10)),
             receipt: Some("ch_1".into()),
             fingerprint: fingerprint.map(Fingerprint::new),
             owner: owner.map(Owner::new),
-            lease_until_ms: Some(5),
+            lease_until: Some(Time::from_ms(5)),
             attempt: Some(1),
-            sent_ms: Some(1),
+            sent: Some(Time::from_ms(1)),
             declines: None,
         }
     }
@@ -737,9 +739,9 @@ mod tests {
             pk: &pk,
             fingerprint: &fingerprint,
             owner: &owner,
-            now_ms: 0,
-            lease_until_ms: 1,
-            expires_s: 2,
+            now: Time::from_ms(0),
+            lease_until: Time::from_ms(1),
+            expires: Time::from_secs(2),
             max_declines: 3,
         };
         classify_lost(old, &req)
@@ -796,7 +798,7 @@ mod tests {
         // A live lease is in progress whatever the count; another payload a conflict.
         let mut live = record(State::InProgress, Some("h"), Some("other"));
         live.declines = Some(3);
-        live.lease_until_ms = Some(10);
+        live.lease_until = Some(Time::from_ms(10));
         assert!(matches!(judge(live), Reservation::InProgress { .. }));
         let mut other = record(State::Free, Some("x"), None);
         other.declines = Some(3);

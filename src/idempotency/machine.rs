@@ -17,6 +17,7 @@ use super::{
     WriteOutcome,
 };
 pub use crate::clock::Clock;
+use crate::clock::Time;
 use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
 use crate::order::Order;
 use crate::payment::{PaymentError, PaymentProvider};
@@ -58,14 +59,14 @@ impl From<&Config> for Settings {
 }
 
 impl Settings {
-    pub fn now_ms(&self) -> i64 {
+    pub fn now(&self) -> Time {
         (self.clock)()
     }
 
-    /// `expira` of a record written at `now_ms`: now + retention, in seconds.
-    pub fn expires_s(&self, now_ms: i64) -> i64 {
-        let retention_s = i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX);
-        now_ms.div_euclid(1000).saturating_add(retention_s)
+    /// `expira` of a record written at `now`: now + retention, in whole seconds (the
+    /// TTL attribute's unit). The one place it is computed.
+    pub fn expires(&self, now: Time) -> Time {
+        Time::from_secs((now + self.retention).as_secs())
     }
 }
 
@@ -88,7 +89,7 @@ pub async fn perform(
         Write::Complete(req) => store.complete(req).await,
         Write::CompleteAttempt(req) => store.complete_attempt(req).await,
         Write::Release(req) => store.release(req).await,
-        Write::NextAttempt { pk, owner, now_ms } => store.next_attempt(pk, owner, *now_ms).await,
+        Write::NextAttempt { pk, owner, now } => store.next_attempt(pk, owner, *now).await,
         Write::LeaseForResolve(req) => store.lease_for_resolve(req).await,
     }
 }
@@ -101,20 +102,19 @@ pub struct Charger<'a> {
 }
 
 impl Charger<'_> {
-    /// Processes one valid order. `deadline_ms` is the invocation deadline; the lease
+    /// Processes one valid order. `deadline` is the invocation deadline; the lease
     /// ends there and no call runs past it.
-    pub async fn process(&self, order: &Order, key: &Key, deadline_ms: i64) -> Outcome {
-        let now_ms = self.settings.now_ms();
+    pub async fn process(&self, order: &Order, key: &Key, deadline: Time) -> Outcome {
+        let now = self.settings.now();
         let (mut core, mut step) = Core::new(Start {
             key: key.clone(),
             fingerprint: Fingerprint::of(order),
             owner: Owner::fresh(),
-            now_ms,
-            deadline_ms,
-            expires_s: self.settings.expires_s(now_ms),
+            now,
+            deadline,
+            expires: self.settings.expires(now),
             max_declines: self.settings.max_declines,
-            key_ttl_ms: i64::try_from(self.settings.provider_key_ttl.as_millis())
-                .unwrap_or(i64::MAX),
+            key_ttl: self.settings.provider_key_ttl,
             rules: Rules::ALL,
         });
         loop {
@@ -122,11 +122,10 @@ impl Charger<'_> {
                 Step::Done(outcome) => return outcome,
                 Step::Write(kind) => {
                     let answer = {
-                        let write = core.write(kind, self.settings.now_ms());
-                        self.store_call(deadline_ms, perform(self.store, &write))
-                            .await
+                        let write = core.write(kind, self.settings.now());
+                        self.store_call(deadline, perform(self.store, &write)).await
                     };
-                    observe(kind, &answer, now_ms);
+                    observe(kind, &answer, now);
                     let next = core.on(Input::Written(answer));
                     if next == Step::Write(WriteKind::CompleteAttempt) {
                         warn!(
@@ -139,7 +138,7 @@ impl Charger<'_> {
                 Step::Charge { key } => {
                     let key = key.unwrap_or_default();
                     let answer = self
-                        .provider_call(deadline_ms, self.provider.charge(order, &key))
+                        .provider_call(deadline, self.provider.charge(order, &key))
                         .await;
                     if let Err(Cut::Failed(PaymentError::ReplayedServerError { status })) = &answer
                     {
@@ -156,7 +155,7 @@ impl Charger<'_> {
                 }
                 Step::Lookup => {
                     let answer = self
-                        .provider_call(deadline_ms, self.provider.find_charge(order))
+                        .provider_call(deadline, self.provider.find_charge(order))
                         .await;
                     core.on(Input::Looked(answer))
                 }
@@ -164,24 +163,20 @@ impl Charger<'_> {
         }
     }
 
-    /// Time left for a call before `deadline_ms` less the safety margin.
-    fn time_left(&self, deadline_ms: i64) -> Duration {
-        let safety_ms = i64::try_from(DEADLINE_SAFETY.as_millis()).unwrap_or(i64::MAX);
-        let left = deadline_ms
-            .saturating_sub(safety_ms)
-            .saturating_sub(self.settings.now_ms());
-        Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    /// Time left for a call before `deadline` less the safety margin.
+    fn time_left(&self, deadline: Time) -> Duration {
+        self.settings.now().until(deadline - DEADLINE_SAFETY)
     }
 
     /// A provider call, only with its full timeout left: one cut short would leave a
     /// charge's outcome unknown for nothing.
     async fn provider_call<T>(
         &self,
-        deadline_ms: i64,
+        deadline: Time,
         call: impl Future<Output = Result<T, PaymentError>>,
     ) -> Result<T, Cut<PaymentError>> {
         let timeout = self.settings.payment_timeout;
-        if self.time_left(deadline_ms) < timeout {
+        if self.time_left(deadline) < timeout {
             return Err(Cut::NoTime);
         }
         bounded(timeout, PAYMENT_LATENCY, call).await
@@ -191,10 +186,10 @@ impl Charger<'_> {
     /// milliseconds; recording a charge is worth a short try).
     async fn store_call<T>(
         &self,
-        deadline_ms: i64,
+        deadline: Time,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, Cut<StoreError>> {
-        let timeout = self.settings.store_timeout.min(self.time_left(deadline_ms));
+        let timeout = self.settings.store_timeout.min(self.time_left(deadline));
         if timeout < MIN_STORE_BUDGET {
             return Err(Cut::NoTime);
         }
@@ -204,13 +199,10 @@ impl Charger<'_> {
 
 /// Metrics, warnings and crash points on a write's answer; what the answer means is
 /// the core's to decide.
-fn observe(kind: WriteKind, answer: &Result<WriteOutcome, Cut<StoreError>>, started_ms: i64) {
+fn observe(kind: WriteKind, answer: &Result<WriteOutcome, Cut<StoreError>>, started_at: Time) {
     match (kind, answer) {
         (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
-            if record
-                .created_ms
-                .is_some_and(|created| created < started_ms)
-            {
+            if record.created.is_some_and(|created| created < started_at) {
                 // A retry reserved a record left `libre` or with an expired lease.
                 metrics::counter!(TAKEOVER).increment(1);
             }

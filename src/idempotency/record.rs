@@ -5,6 +5,7 @@ use std::fmt;
 use std::ops::Deref;
 
 use super::Key;
+use crate::clock::Time;
 use crate::order::Order;
 
 /// `huella`: an order's fingerprint (DESIGN §3), never confused with an owner token.
@@ -77,17 +78,17 @@ pub struct Record {
     pub pk: Key,
     pub state: State,
     /// ms epoch of the first reservation.
-    pub created_ms: Option<i64>,
+    pub created: Option<Time>,
     /// s epoch; TTL attribute, retention only.
-    pub expires_s: Option<i64>,
+    pub expires: Option<Time>,
     pub receipt: Option<String>,
     pub fingerprint: Option<Fingerprint>,
     pub owner: Option<Owner>,
     /// ms epoch when the current lease ends.
-    pub lease_until_ms: Option<i64>,
+    pub lease_until: Option<Time>,
     pub attempt: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
-    pub sent_ms: Option<i64>,
+    pub sent: Option<Time>,
     /// `rechazos`: how many times the provider declined this order (DESIGN §5).
     pub declines: Option<u32>,
 }
@@ -98,14 +99,14 @@ impl Record {
         Self {
             pk,
             state,
-            created_ms: None,
-            expires_s: None,
+            created: None,
+            expires: None,
             receipt: None,
             fingerprint: None,
             owner: None,
-            lease_until_ms: None,
+            lease_until: None,
             attempt: None,
-            sent_ms: None,
+            sent: None,
             declines: None,
         }
     }

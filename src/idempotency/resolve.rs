@@ -11,6 +11,7 @@ use super::{
     CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
     ReleaseRequest, ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
+use crate::clock::Time;
 use crate::order::Order;
 use crate::payment::{Lookup, PaymentError, PaymentProvider};
 
@@ -30,8 +31,8 @@ pub enum Resolution {
 pub enum ResolveError {
     #[error("no record for this order: nothing to resolve")]
     NoRecord,
-    #[error("a live lease is held until {until_ms} ms epoch: wait for it to end")]
-    LiveLease { until_ms: i64 },
+    #[error("a live lease is held until {} ms epoch: wait for it to end", until.as_ms())]
+    LiveLease { until: Time },
     #[error("the order given does not match the recorded fingerprint (a conflicting payload?)")]
     FingerprintMismatch,
     #[error(
@@ -111,9 +112,9 @@ pub struct Resolver {
     key: Key,
     fingerprint: Fingerprint,
     owner: Owner,
-    now_ms: i64,
-    lease_until_ms: i64,
-    expires_s: i64,
+    now: Time,
+    lease_until: Time,
+    expires: Time,
     confirmed: Confirmed,
     attempt: u32,
     receipt: Option<String>,
@@ -121,23 +122,23 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// A resolution of `order` started at `now_ms` by owner `titular`, whose lease
-    /// ends at `lease_until_ms`; the first step is [`ResolveStep::Read`].
+    /// A resolution of `order` started at `now` by `owner`, whose lease ends at
+    /// `lease_until`; the first step is [`ResolveStep::Read`].
     pub fn new(
         order: &Order,
         owner: Owner,
-        now_ms: i64,
-        lease_until_ms: i64,
-        expires_s: i64,
+        now: Time,
+        lease_until: Time,
+        expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
         let resolver = Self {
             key: Key::for_order(order),
             fingerprint: Fingerprint::of(order),
             owner,
-            now_ms,
-            lease_until_ms,
-            expires_s,
+            now,
+            lease_until,
+            expires,
             confirmed,
             attempt: 1,
             receipt: None,
@@ -157,15 +158,15 @@ impl Resolver {
                 pk: &self.key,
                 fingerprint: &self.fingerprint,
                 owner: &self.owner,
-                now_ms: self.now_ms,
-                lease_until_ms: self.lease_until_ms,
+                now: self.now,
+                lease_until: self.lease_until,
             }),
             ResolveWrite::Complete => Write::Complete(CompleteRequest {
                 pk: &self.key,
                 owner: &self.owner,
                 attempt: self.attempt,
                 receipt: self.receipt.as_deref().unwrap_or(""),
-                expires_s: self.expires_s,
+                expires: self.expires,
             }),
             ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
                 pk: &self.key,
@@ -194,7 +195,7 @@ impl Resolver {
                 if let Err(refused) = check(
                     &record,
                     &self.fingerprint,
-                    self.now_ms,
+                    self.now,
                     self.confirmed.card_format_checked,
                 ) {
                     return ResolveStep::Done(Err(refused));
@@ -259,16 +260,14 @@ pub async fn resolve(
     order: &Order,
     confirmed: Confirmed,
 ) -> Result<Resolution, ResolveError> {
-    let now_ms = settings.now_ms();
-    let lease_until_ms = now_ms.saturating_add(
-        i64::try_from((settings.payment_timeout * 3).as_millis()).unwrap_or(i64::MAX),
-    );
+    let now = settings.now();
+    let lease_until = now + settings.payment_timeout * 3;
     let (mut resolver, mut step) = Resolver::new(
         order,
         Owner::new(format!("resolve-{}", Owner::fresh())),
-        now_ms,
-        lease_until_ms,
-        settings.expires_s(now_ms),
+        now,
+        lease_until,
+        settings.expires(now),
         confirmed,
     );
     loop {
@@ -294,7 +293,7 @@ pub async fn resolve(
 fn check(
     record: &Record,
     fingerprint: &Fingerprint,
-    now_ms: i64,
+    now: Time,
     card_format_checked: bool,
 ) -> Result<(), ResolveError> {
     if record
@@ -307,10 +306,8 @@ fn check(
     if record.is_card_format() && !card_format_checked {
         return Err(ResolveError::CardFormat);
     }
-    match (&record.state, record.lease_until_ms) {
-        (State::InProgress, Some(until_ms)) if until_ms >= now_ms => {
-            Err(ResolveError::LiveLease { until_ms })
-        }
+    match (&record.state, record.lease_until) {
+        (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),
         _ => Ok(()),
     }
 }
@@ -320,19 +317,20 @@ mod tests {
     use super::*;
     use crate::payment::Receipt;
 
-    fn record(state: State, until_ms: Option<i64>) -> Record {
+    fn record(state: State, until: Option<i64>) -> Record {
+        let until = until.map(Time::from_ms);
         let order = order();
         Record {
             pk: Key::for_order(&order),
             state,
-            created_ms: Some(1),
-            expires_s: Some(10_000),
+            created: Some(Time::from_ms(1)),
+            expires: Some(Time::from_secs(10_000)),
             receipt: None,
             fingerprint: Some(Fingerprint::of(&order)),
-            owner: until_ms.map(|_| Owner::new("someone")),
-            lease_until_ms: until_ms,
+            owner: until.map(|_| Owner::new("someone")),
+            lease_until: until,
             attempt: Some(2),
-            sent_ms: Some(1),
+            sent: Some(Time::from_ms(1)),
             declines: Some(3),
         }
     }
@@ -342,8 +340,14 @@ mod tests {
     }
 
     fn start(confirmed: Confirmed) -> Resolver {
-        let (resolver, step) =
-            Resolver::new(&order(), Owner::new("resolve-t"), 100, 200, 5, confirmed);
+        let (resolver, step) = Resolver::new(
+            &order(),
+            Owner::new("resolve-t"),
+            Time::from_ms(100),
+            Time::from_ms(200),
+            Time::from_secs(5),
+            confirmed,
+        );
         assert!(matches!(step, ResolveStep::Read));
         resolver
     }
@@ -364,7 +368,7 @@ mod tests {
         let live = record(State::InProgress, Some(150));
         assert!(matches!(
             resolver.on(ResolveInput::Read(Ok(Some(live)))),
-            ResolveStep::Done(Err(ResolveError::LiveLease { until_ms: 150 }))
+            ResolveStep::Done(Err(ResolveError::LiveLease { until })) if until == Time::from_ms(150)
         ));
     }
 

@@ -6,6 +6,7 @@
 //! the tests' card-format items all map between the two here.
 
 use super::{Fingerprint, Key, Owner, Record, State, StoreError};
+use crate::clock::Time;
 
 /// Attribute (and SQLite column) names.
 pub mod attr {
@@ -105,14 +106,14 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
     let state = string(attr::STATE)?.ok_or_else(|| malformed(&pk, attr::STATE, "is missing"))?;
     let record = Record {
         state: parse_state(&state),
-        created_ms: number(attr::CREATED)?,
-        expires_s: number(attr::EXPIRES)?,
+        created: number(attr::CREATED)?.map(Time::from_ms),
+        expires: number(attr::EXPIRES)?.map(Time::from_secs),
         receipt: string(attr::RECEIPT)?,
         fingerprint: string(attr::FINGERPRINT)?.map(Fingerprint::new),
         owner: string(attr::OWNER)?.map(Owner::new),
-        lease_until_ms: number(attr::LEASE_UNTIL)?,
+        lease_until: number(attr::LEASE_UNTIL)?.map(Time::from_ms),
         attempt: count(attr::ATTEMPT)?,
-        sent_ms: number(attr::SENT)?,
+        sent: number(attr::SENT)?.map(Time::from_ms),
         declines: count(attr::DECLINES)?,
         pk: Key::from_stored(&pk)
             .ok_or_else(|| malformed(&pk, attr::PK, "is not `cobro#<order id>`"))?,
@@ -128,14 +129,14 @@ pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
     let fields = [
         (attr::PK, s(record.pk.as_str())),
         (attr::STATE, s(state_value(&record.state))),
-        (attr::CREATED, n(record.created_ms)),
-        (attr::EXPIRES, n(record.expires_s)),
+        (attr::CREATED, n(record.created.map(Time::as_ms))),
+        (attr::EXPIRES, n(record.expires.map(Time::as_secs))),
         (attr::RECEIPT, record.receipt.as_deref().and_then(s)),
         (attr::FINGERPRINT, record.fingerprint.as_deref().and_then(s)),
         (attr::OWNER, record.owner.as_deref().and_then(s)),
-        (attr::LEASE_UNTIL, n(record.lease_until_ms)),
+        (attr::LEASE_UNTIL, n(record.lease_until.map(Time::as_ms))),
         (attr::ATTEMPT, n(record.attempt.map(i64::from))),
-        (attr::SENT, n(record.sent_ms)),
+        (attr::SENT, n(record.sent.map(Time::as_ms))),
         (attr::DECLINES, n(record.declines.map(i64::from))),
     ];
     fields
@@ -160,14 +161,14 @@ mod tests {
         Record {
             pk: Key::for_order_id("A-1"),
             state: State::Done,
-            created_ms: Some(1_000),
-            expires_s: Some(2),
+            created: Some(Time::from_ms(1_000)),
+            expires: Some(Time::from_secs(2)),
             receipt: Some("ch_1".into()),
             fingerprint: Some(Fingerprint::new("f")),
             owner: None,
-            lease_until_ms: None,
+            lease_until: None,
             attempt: Some(2),
-            sent_ms: Some(1_500),
+            sent: Some(Time::from_ms(1_500)),
             declines: Some(1),
         }
     }

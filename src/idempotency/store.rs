@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use super::{Fingerprint, Key, Owner, Record};
 use crate::BoxError;
+use crate::clock::Time;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,20 +50,14 @@ pub struct ReserveRequest<'a> {
     pub fingerprint: &'a Fingerprint,
     /// Fresh random owner token of this attempt.
     pub owner: &'a Owner,
-    pub now_ms: i64,
+    pub now: Time,
     /// End of the lease: the invocation deadline.
-    pub lease_until_ms: i64,
+    pub lease_until: Time,
     /// Retention: the TTL attribute written with the reservation.
-    pub expires_s: i64,
+    pub expires: Time,
     /// A record with this many declines (`rechazos`) is not reserved again: the lost
     /// condition returns it, and the order fails as declined without a provider call.
     pub max_declines: u32,
-}
-
-impl ReserveRequest<'_> {
-    pub fn now_s(&self) -> i64 {
-        self.now_ms.div_euclid(1000)
-    }
 }
 
 /// Mark `pk` `hecho` with `recibo`.
@@ -73,7 +68,7 @@ pub struct CompleteRequest<'a> {
     /// The attempt whose provider key produced `recibo`.
     pub attempt: u32,
     pub receipt: &'a str,
-    pub expires_s: i64,
+    pub expires: Time,
 }
 
 /// Give a lease back (`libre`).
@@ -105,8 +100,8 @@ pub struct ResolveLeaseRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
     pub owner: &'a Owner,
-    pub now_ms: i64,
-    pub lease_until_ms: i64,
+    pub now: Time,
+    pub lease_until: Time,
 }
 
 /// The answer to every conditional write (a reservation included).
@@ -148,7 +143,7 @@ pub trait IdempotencyStore: Send + Sync {
         &self,
         pk: &Key,
         owner: &Owner,
-        now_ms: i64,
+        now: Time,
     ) -> Result<WriteOutcome, StoreError>;
 
     /// For `resolve`: leases a record that exists, is not `hecho`, has no live lease

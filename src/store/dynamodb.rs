@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+use crate::clock::Time;
 use crate::idempotency::schema::{self, Problem, Value, attr};
 use crate::idempotency::{
     CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
@@ -162,10 +163,10 @@ impl IdempotencyStore for DynamoStore {
             .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
             .expression_attribute_values(":titular", s(req.owner))
             .expression_attribute_values(":huella", s(req.fingerprint))
-            .expression_attribute_values(":hasta", n(req.lease_until_ms))
-            .expression_attribute_values(":expira", n(req.expires_s))
-            .expression_attribute_values(":now_ms", n(req.now_ms))
-            .expression_attribute_values(":now_s", n(req.now_s()))
+            .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
+            .expression_attribute_values(":expira", n(req.expires.as_secs()))
+            .expression_attribute_values(":now_ms", n(req.now.as_ms()))
+            .expression_attribute_values(":now_s", n(req.now.as_secs()))
             .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
         Ok(match self.send("reserve", req.pk, builder).await? {
             WriteOutcome::Applied(record) => WriteOutcome::Applied(record),
@@ -178,7 +179,7 @@ impl IdempotencyStore for DynamoStore {
             .update(req.pk, COMPLETE_UPDATE, FENCE)
             .expression_attribute_values(":titular", s(req.owner))
             .expression_attribute_values(":recibo", s(req.receipt))
-            .expression_attribute_values(":expira", n(req.expires_s));
+            .expression_attribute_values(":expira", n(req.expires.as_secs()));
         self.send("complete", req.pk, builder).await
     }
 
@@ -190,7 +191,7 @@ impl IdempotencyStore for DynamoStore {
             .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
             .expression_attribute_values(":intento", n(i64::from(req.attempt)))
             .expression_attribute_values(":recibo", s(req.receipt))
-            .expression_attribute_values(":expira", n(req.expires_s));
+            .expression_attribute_values(":expira", n(req.expires.as_secs()));
         self.send("complete_attempt", req.pk, builder).await
     }
 
@@ -215,12 +216,12 @@ impl IdempotencyStore for DynamoStore {
         &self,
         pk: &Key,
         owner: &Owner,
-        now_ms: i64,
+        now: Time,
     ) -> Result<WriteOutcome, StoreError> {
         let builder = self
             .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
             .expression_attribute_values(":titular", s(owner))
-            .expression_attribute_values(":now_ms", n(now_ms));
+            .expression_attribute_values(":now_ms", n(now.as_ms()));
         self.send("next_attempt", pk, builder).await
     }
 
@@ -231,9 +232,9 @@ impl IdempotencyStore for DynamoStore {
         let builder = self
             .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
             .expression_attribute_values(":titular", s(req.owner))
-            .expression_attribute_values(":hasta", n(req.lease_until_ms))
+            .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
             .expression_attribute_values(":huella", s(req.fingerprint))
-            .expression_attribute_values(":now_ms", n(req.now_ms));
+            .expression_attribute_values(":now_ms", n(req.now.as_ms()));
         self.send("lease_for_resolve", req.pk, builder).await
     }
 

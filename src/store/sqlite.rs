@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
+use crate::clock::Time;
 use crate::idempotency::schema::{self, Problem, Value};
 use crate::idempotency::{
     CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
@@ -223,11 +224,11 @@ impl IdempotencyStore for SqliteStore {
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":titular", text(req.owner)),
-            (":hasta", int(req.lease_until_ms)),
+            (":hasta", int(req.lease_until.as_ms())),
             (":huella", text(req.fingerprint)),
-            (":expira", int(req.expires_s)),
-            (":now_ms", int(req.now_ms)),
-            (":now_s", int(req.now_s())),
+            (":expira", int(req.expires.as_secs())),
+            (":now_ms", int(req.now.as_ms())),
+            (":now_s", int(req.now.as_secs())),
             (":max_rechazos", int(i64::from(req.max_declines))),
         ];
         Ok(
@@ -242,7 +243,7 @@ impl IdempotencyStore for SqliteStore {
         let params = vec![
             (":titular", text(req.owner)),
             (":recibo", text(req.receipt)),
-            (":expira", int(req.expires_s)),
+            (":expira", int(req.expires.as_secs())),
         ];
         self.conditional("complete", req.pk, COMPLETE, params).await
     }
@@ -254,7 +255,7 @@ impl IdempotencyStore for SqliteStore {
         let params = vec![
             (":intento", int(i64::from(req.attempt))),
             (":recibo", text(req.receipt)),
-            (":expira", int(req.expires_s)),
+            (":expira", int(req.expires.as_secs())),
         ];
         self.conditional("complete_attempt", req.pk, COMPLETE_ATTEMPT, params)
             .await
@@ -279,9 +280,9 @@ impl IdempotencyStore for SqliteStore {
         &self,
         pk: &Key,
         owner: &Owner,
-        now_ms: i64,
+        now: Time,
     ) -> Result<WriteOutcome, StoreError> {
-        let params = vec![(":titular", text(owner)), (":now_ms", int(now_ms))];
+        let params = vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))];
         self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
             .await
     }
@@ -292,9 +293,9 @@ impl IdempotencyStore for SqliteStore {
     ) -> Result<WriteOutcome, StoreError> {
         let params = vec![
             (":titular", text(req.owner)),
-            (":hasta", int(req.lease_until_ms)),
+            (":hasta", int(req.lease_until.as_ms())),
             (":huella", text(req.fingerprint)),
-            (":now_ms", int(req.now_ms)),
+            (":now_ms", int(req.now.as_ms())),
         ];
         self.conditional("lease_for_resolve", req.pk, RESOLVE, params)
             .await
