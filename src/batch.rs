@@ -3,6 +3,7 @@
 //! its first non-success, keep FIFO batches strictly in order, respect the deadline
 //! margin, isolate panics, and answer with a partial batch response.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -128,17 +129,17 @@ impl RecordOutcome<'_> {
         }
     }
 
-    fn reason(&self) -> Option<String> {
+    fn reason(&self) -> Option<Cow<'static, str>> {
         match self {
             Self::Processed(outcome) => outcome.reason(),
-            Self::Invalid(invalid) => Some(crate::error_chain(*invalid)),
-            Self::Unstarted { .. } => {
-                Some("too little time left before the invocation deadline".to_owned())
-            }
-            Self::Skipped(skip) => Some(skip.as_str().to_owned()),
-            Self::Panicked => Some(
-                "panicked while processing; the lease ends at the invocation deadline".to_owned(),
-            ),
+            Self::Invalid(invalid) => Some(Cow::Owned(crate::error_chain(*invalid))),
+            Self::Unstarted { .. } => Some(Cow::Borrowed(
+                "too little time left before the invocation deadline",
+            )),
+            Self::Skipped(skip) => Some(Cow::Borrowed(skip.as_str())),
+            Self::Panicked => Some(Cow::Borrowed(
+                "panicked while processing; the lease ends at the invocation deadline",
+            )),
         }
     }
 

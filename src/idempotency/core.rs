@@ -402,7 +402,7 @@ impl Core {
         }
     }
 
-    /// The request of a write step; `now_ms` is the time it is sent.
+    /// The request of a write step; `now` is the time it is sent.
     pub fn write(&self, kind: WriteKind, now: Time) -> Write<'_> {
         let complete = CompleteRequest {
             pk: &self.key,

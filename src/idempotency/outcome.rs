@@ -2,6 +2,7 @@
 //! keeps its source error), and who must act (the log level and the metric name).
 //! What only the batch decides (invalid, unstarted, skipped) is `batch::RecordOutcome`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -205,13 +206,18 @@ impl Outcome {
     }
 
     /// What the log line says about a failure, with the cause's whole chain.
-    pub fn reason(&self) -> Option<String> {
+    /// Fixed texts are not copied: this runs once per record.
+    pub fn reason(&self) -> Option<Cow<'static, str>> {
         let fixed = match self {
             Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => {
                 return None;
             }
-            Self::FailedRetryable { cause, .. } => return Some(crate::error_chain(cause)),
-            Self::NeedsReconciliation { cause } => return Some(crate::error_chain(cause)),
+            Self::FailedRetryable { cause, .. } => {
+                return Some(Cow::Owned(crate::error_chain(cause)));
+            }
+            Self::NeedsReconciliation { cause } => {
+                return Some(Cow::Owned(crate::error_chain(cause)));
+            }
             Self::Declined { .. } => {
                 "payment declined; the next delivery uses the next attempt's key"
             }
@@ -230,7 +236,7 @@ impl Outcome {
             Self::InProgress => "another delivery holds a live lease on this order",
             Self::Conflict => "same order id with a different payload; not charged",
         };
-        Some(fixed.to_owned())
+        Some(Cow::Borrowed(fixed))
     }
 
     /// The outcome's own fields for its log line.

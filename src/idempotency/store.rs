@@ -120,7 +120,7 @@ pub trait IdempotencyStore: Send + Sync {
     /// Wins when the key is absent, or a non-`hecho` item of ours is past `expira`,
     /// or the item has the same `huella`, fewer than `max_declines` declines, and is
     /// `libre` or `en-curso` with an expired lease. On winning: `en-curso`, our
-    /// `titular`, lease until `lease_until_ms`, `creado`/`intento`/`enviado`/`rechazos`
+    /// `titular`, lease until `lease_until`, `creado`/`intento`/`enviado`/`rechazos`
     /// kept if present. On losing, the old item.
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
