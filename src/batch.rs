@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, info_span, warn};
 
 use crate::clock::Time;
-use crate::config::Config;
+use crate::config::{Config, FifoScope};
 use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
 use crate::order::{Order, OrderError};
 use crate::payment::PaymentProvider;
@@ -37,6 +38,8 @@ pub struct Limits {
     /// The deadline given to a batch whose invocation has none usable (outside
     /// Lambda, or an emulator that sends no epoch deadline).
     pub invoke_deadline: Duration,
+    /// What the first failure in a FIFO batch stops.
+    pub fifo_failure_scope: FifoScope,
 }
 
 impl From<&Config> for Limits {
@@ -45,6 +48,7 @@ impl From<&Config> for Limits {
             max_concurrency: config.max_concurrency,
             deadline_margin: config.deadline_margin,
             invoke_deadline: config.invoke_deadline,
+            fifo_failure_scope: config.fifo_failure_scope,
         }
     }
 }
@@ -79,6 +83,8 @@ pub enum Skip {
     SameOrder,
     /// An earlier record of this FIFO batch failed.
     Fifo,
+    /// An earlier record of the same FIFO message group failed.
+    FifoGroup,
 }
 
 impl Skip {
@@ -86,6 +92,7 @@ impl Skip {
         match self {
             Self::SameOrder => "an earlier record of the same order failed in this batch",
             Self::Fifo => "an earlier record of this FIFO batch failed",
+            Self::FifoGroup => "an earlier record of this FIFO message group failed",
         }
     }
 }
@@ -211,10 +218,22 @@ impl Consumer {
         let parsed = parse_records(&event.records)?;
         let fifo = event.records.iter().any(is_fifo);
         let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
-        if fifo {
-            self.run_fifo(&parsed, deadline, &mut outcomes).await;
-        } else {
-            self.run_grouped(&parsed, deadline, &mut outcomes).await;
+        match (fifo, message_groups(&event.records)) {
+            (true, Some(groups)) if self.limits.fifo_failure_scope == FifoScope::Group => {
+                self.run_groups(&parsed, groups, deadline, Skip::FifoGroup, &mut outcomes)
+                    .await;
+            }
+            // Batch scope, or a FIFO record without a group: the whole batch in order.
+            (true, _) => {
+                let all = vec![(0..parsed.len()).collect()];
+                self.run_groups(&parsed, all, deadline, Skip::Fifo, &mut outcomes)
+                    .await;
+            }
+            (false, _) => {
+                let groups = self.order_groups(&parsed, &mut outcomes);
+                self.run_groups(&parsed, groups, deadline, Skip::SameOrder, &mut outcomes)
+                    .await;
+            }
         }
         let mut response = SqsBatchResponse::default();
         let mut listed = HashSet::new();
@@ -228,45 +247,35 @@ impl Consumer {
         Ok(response)
     }
 
-    /// FIFO: strictly in order; from the first failure on, every later record fails.
-    async fn run_fifo<'a>(
-        &self,
-        parsed: &'a [Parsed<'a>],
-        deadline: Time,
-        out: &mut [Option<RecordOutcome<'a>>],
-    ) {
-        for (i, outcome) in self
-            .run_in_order(parsed, 0..parsed.len(), deadline, Skip::Fifo)
-            .await
-        {
-            out[i] = Some(outcome);
-        }
-    }
-
     /// Standard queues: invalid records fail on their own; valid ones are grouped by
-    /// key, groups run concurrently, each group in message order.
-    async fn run_grouped<'a>(
+    /// key, so two copies of one order never run at once.
+    fn order_groups<'a>(
         &self,
         parsed: &'a [Parsed<'a>],
-        deadline: Time,
         out: &mut [Option<RecordOutcome<'a>>],
-    ) {
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut group_of: HashMap<Key, usize> = HashMap::new();
+    ) -> Vec<Vec<usize>> {
+        let mut valid = Vec::new();
         for (i, record) in parsed.iter().enumerate() {
             match &record.order {
                 Err(invalid) => out[i] = Some(rejected(record.message_id, invalid)),
-                Ok((_, key)) => {
-                    let g = *group_of.entry(key.clone()).or_insert_with(|| {
-                        groups.push(Vec::new());
-                        groups.len() - 1
-                    });
-                    groups[g].push(i);
-                }
+                Ok((_, key)) => valid.push((i, key)),
             }
         }
+        group_in_order(valid)
+    }
+
+    /// Groups run concurrently (at most `max_concurrency` at once), each in message
+    /// order, stopping at its first non-success.
+    async fn run_groups<'a>(
+        &self,
+        parsed: &'a [Parsed<'a>],
+        groups: Vec<Vec<usize>>,
+        deadline: Time,
+        why_skipped: Skip,
+        out: &mut [Option<RecordOutcome<'a>>],
+    ) {
         let results: Vec<Vec<(usize, RecordOutcome<'a>)>> = futures::stream::iter(groups)
-            .map(|members| self.run_in_order(parsed, members, deadline, Skip::SameOrder))
+            .map(|members| self.run_in_order(parsed, members, deadline, why_skipped))
             .buffer_unordered(self.limits.max_concurrency)
             .collect()
             .await;
@@ -426,6 +435,32 @@ fn parse_records(records: &[SqsMessage]) -> Result<Vec<Parsed<'_>>, BatchError> 
             Ok(Parsed { message_id, order })
         })
         .collect()
+}
+
+/// The records' indices by `MessageGroupId`, each group in message order; `None` when
+/// a record has no group (then only the whole batch's order is known).
+fn message_groups(records: &[SqsMessage]) -> Option<Vec<Vec<usize>>> {
+    let keyed: Option<Vec<(usize, &String)>> = records
+        .iter()
+        .enumerate()
+        .map(|(i, message)| Some((i, message.attributes.get("MessageGroupId")?)))
+        .collect();
+    keyed.map(group_in_order)
+}
+
+/// Indices grouped by their key: groups in order of first appearance, each in message
+/// order.
+fn group_in_order<K: Hash + Eq>(keyed: Vec<(usize, K)>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<K, usize> = HashMap::new();
+    for (i, key) in keyed {
+        let g = *group_of.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    groups
 }
 
 fn is_fifo(message: &SqsMessage) -> bool {

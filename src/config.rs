@@ -5,6 +5,16 @@
 use std::fmt;
 use std::time::Duration;
 
+/// What the first failure in a FIFO batch stops (`FIFO_FAILURE_SCOPE`). Order in a
+/// FIFO queue holds per `MessageGroupId`, so `Group` keeps every group's order while
+/// other groups go on, as Powertools' `skip_group_on_error` does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FifoScope {
+    #[default]
+    Group,
+    Batch,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{var} is required{context}")]
@@ -45,6 +55,9 @@ pub struct Config {
     pub table: Option<String>,
     pub retention: Duration,
     pub max_concurrency: usize,
+    /// What a failure in a FIFO batch stops: the rest of its message group (default)
+    /// or the rest of the batch.
+    pub fifo_failure_scope: FifoScope,
     pub payment_api_url: Option<String>,
     pub payment_api_key_secret_arn: Option<String>,
     pub payment_api_key: Option<Secret>,
@@ -110,6 +123,17 @@ impl Config {
                     ));
                 }
             },
+        };
+        let fifo_failure_scope = match get("FIFO_FAILURE_SCOPE").as_deref().map(str::trim) {
+            None | Some("group") => FifoScope::Group,
+            Some("batch") => FifoScope::Batch,
+            Some(other) => {
+                return Err(invalid(
+                    "FIFO_FAILURE_SCOPE",
+                    other,
+                    "must be `group` (a failure stops its message group) or `batch`",
+                ));
+            }
         };
         let payment_timeout = duration(&get, "PAYMENT_TIMEOUT", "10s")?;
         if payment_timeout.is_zero() || payment_timeout > LAMBDA_MAX {
@@ -208,6 +232,7 @@ impl Config {
             table,
             retention,
             max_concurrency,
+            fifo_failure_scope,
             payment_api_url,
             payment_api_key_secret_arn: get("PAYMENT_API_KEY_SECRET_ARN"),
             payment_api_key: get("PAYMENT_API_KEY").map(Secret::new),
@@ -285,8 +310,17 @@ mod tests {
         assert_eq!(c.deadline_margin, Duration::from_secs(12));
         assert_eq!(c.invoke_deadline, Duration::from_secs(60));
         assert_eq!(c.max_declines, 3);
+        assert_eq!(c.fifo_failure_scope, FifoScope::Group);
         assert_eq!(c.metrics_namespace, "charge-once");
         assert!(c.table.is_none() && c.payment_api_url.is_none());
+    }
+
+    #[test]
+    fn fifo_failure_scope_is_group_or_batch() {
+        let batch = config(&[("FIFO_FAILURE_SCOPE", "batch")]).unwrap();
+        assert_eq!(batch.fifo_failure_scope, FifoScope::Batch);
+        let group = config(&[("FIFO_FAILURE_SCOPE", "group")]).unwrap();
+        assert_eq!(group.fifo_failure_scope, FifoScope::Group);
     }
 
     #[test]
@@ -302,6 +336,7 @@ mod tests {
             ("IDEMPOTENCY_RETENTION", "1h"),
             ("MAX_CONCURRENCY", "0"),
             ("MAX_CONCURRENCY", "ten"),
+            ("FIFO_FAILURE_SCOPE", "queue"),
             ("PAYMENT_TIMEOUT", "0s"),
             ("PAYMENT_TIMEOUT", "10"),
             ("PROVIDER_KEY_TTL", "soon"),

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::config::FifoScope;
 use charge_once::idempotency::{Confirmed, Resolution, ResolveError, State, resolve};
 use charge_once::order::Order;
 use harness::logs::Captured;
@@ -159,6 +160,82 @@ async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
     assert_eq!(h.provider.calls_for("ord-8001").len(), 1);
     assert_eq!(h.record("ord-8001").await.unwrap().state, State::Free);
     h.provider.assert_no_order_charged_twice();
+}
+
+/// A FIFO batch of `(order id, MessageGroupId)`, in message order.
+fn fifo_batch(records: &[(&str, Option<&str>)]) -> SqsEvent {
+    let bodies: Vec<String> = records
+        .iter()
+        .map(|(id, _)| {
+            format!(r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1"}}"#)
+        })
+        .collect();
+    let mut batch = batch_of(&bodies);
+    for (record, (_, group)) in batch.records.iter_mut().zip(records) {
+        record.event_source_arn = Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo".into());
+        record.attributes.remove("MessageGroupId");
+        if let Some(group) = group {
+            record
+                .attributes
+                .insert("MessageGroupId".into(), (*group).into());
+        }
+    }
+    batch
+}
+
+fn ids_of(event: &SqsEvent, positions: &[usize]) -> Vec<String> {
+    positions
+        .iter()
+        .map(|&i| event.records[i].message_id.clone().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_decline_in_one_fifo_group_stops_that_group_and_the_other_groups_go_on() {
+    let h = harness().await;
+    h.provider.script("g-a2", &[Fault::Decline]);
+    let event = fifo_batch(&[
+        ("g-a1", Some("A")),
+        ("g-b1", Some("B")),
+        ("g-a2", Some("A")),
+        ("g-b2", Some("B")),
+        ("g-a3", Some("A")),
+        ("g-b3", Some("B")),
+    ]);
+    let failed = h.invoke_event_with(event.clone(), INVOCATION).await;
+    assert_eq!(failed, ids_of(&event, &[2, 4]), "a2 declined, a3 skipped");
+    for charged in ["g-a1", "g-b1", "g-b2", "g-b3"] {
+        assert_eq!(h.provider.charges_for(charged).len(), 1, "{charged}");
+    }
+    assert!(
+        h.provider.calls_for("g-a3").is_empty(),
+        "a3 is never started"
+    );
+    assert!(h.record("g-a3").await.is_none());
+}
+
+#[tokio::test]
+async fn fifo_failure_scope_batch_stops_every_later_record_of_the_batch() {
+    let options = Options {
+        fifo_failure_scope: FifoScope::Batch,
+        ..Options::default()
+    };
+    let h = Harness::with(TestProvider::new(), options).await;
+    h.provider.script("s-a1", &[Fault::Decline]);
+    let event = fifo_batch(&[("s-a1", Some("A")), ("s-b1", Some("B"))]);
+    let failed = h.invoke_event_with(event.clone(), INVOCATION).await;
+    assert_eq!(failed, ids_of(&event, &[0, 1]));
+    assert!(h.provider.calls_for("s-b1").is_empty());
+}
+
+#[tokio::test]
+async fn a_fifo_record_without_a_message_group_stops_the_whole_batch() {
+    let h = harness().await;
+    h.provider.script("n-a1", &[Fault::Decline]);
+    let event = fifo_batch(&[("n-a1", Some("A")), ("n-b1", None)]);
+    let failed = h.invoke_event_with(event.clone(), INVOCATION).await;
+    assert_eq!(failed, ids_of(&event, &[0, 1]));
+    assert!(h.provider.calls_for("n-b1").is_empty());
 }
 
 #[tokio::test]
@@ -469,6 +546,7 @@ async fn a_slow_store_cannot_make_the_handler_outlive_its_deadline() {
     let options = Options {
         store_latency: Some(Duration::from_millis(1500)),
         wall_clock: true,
+        ..Options::default()
     };
     let h = Harness::with(TestProvider::new(), options).await;
     let time_left = DEADLINE_MARGIN + Duration::from_millis(200);

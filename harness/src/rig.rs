@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
+use charge_once::config::FifoScope;
 use charge_once::idempotency::{
     Clock, CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
@@ -111,6 +112,8 @@ pub struct Options {
     pub store_latency: Option<Duration>,
     /// The consumer reads the wall clock: for tests of real time (deadlines).
     pub wall_clock: bool,
+    /// `FIFO_FAILURE_SCOPE` (default: the message group).
+    pub fifo_failure_scope: FifoScope,
 }
 
 impl<P: PaymentProvider + 'static> Harness<P> {
@@ -156,6 +159,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
             max_concurrency: 10,
             deadline_margin: DEADLINE_MARGIN,
             invoke_deadline: INVOCATION,
+            fifo_failure_scope: options.fifo_failure_scope,
         };
         let consumer = Consumer::new(store.clone(), provider.clone(), settings.clone(), limits);
         Self {
