@@ -163,6 +163,24 @@ impl RecordOutcome<'_> {
 struct Parsed<'a> {
     message_id: &'a str,
     order: Result<(Order, Key), InvalidRecord>,
+    /// `ApproximateReceiveCount`: the last delivery before the DLQ stands out.
+    receive_count: Option<u32>,
+    /// The `Root=` of the record's `AWSTraceHeader` (X-Ray), when present.
+    trace_id: Option<&'a str>,
+}
+
+impl Parsed<'_> {
+    /// The record's span: every line about it carries these fields.
+    fn span(&self) -> tracing::Span {
+        let key = self.order.as_ref().ok().map(|(_, key)| key.as_str());
+        info_span!(
+            "record",
+            message_id = self.message_id,
+            key,
+            receive_count = self.receive_count,
+            trace_id = self.trace_id
+        )
+    }
 }
 
 impl Consumer {
@@ -184,8 +202,21 @@ impl Consumer {
         }
     }
 
-    /// The Lambda handler: the invocation deadline comes from the context.
+    /// The Lambda handler: the invocation deadline comes from the context. Its span
+    /// carries the request id and the invocation's X-Ray trace id.
     pub async fn handle_lambda_event(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        let span = info_span!(
+            "invocation",
+            request_id = event.context.request_id.as_str(),
+            trace_id = event.context.xray_trace_id.as_deref()
+        );
+        self.handle_in_lambda(event).instrument(span).await
+    }
+
+    async fn handle_in_lambda(
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, BatchError> {
@@ -257,7 +288,7 @@ impl Consumer {
         let mut valid = Vec::new();
         for (i, record) in parsed.iter().enumerate() {
             match &record.order {
-                Err(invalid) => out[i] = Some(rejected(record.message_id, invalid)),
+                Err(invalid) => out[i] = Some(rejected(record, invalid)),
                 Ok((_, key)) => valid.push((i, key)),
             }
         }
@@ -311,9 +342,9 @@ impl Consumer {
     async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline: Time) -> RecordOutcome<'a> {
         let (order, key) = match &record.order {
             Ok(valid) => valid,
-            Err(invalid) => return rejected(record.message_id, invalid),
+            Err(invalid) => return rejected(record, invalid),
         };
-        let span = info_span!("record", message_id = record.message_id, key = key.as_str());
+        let span = record.span();
         async move {
             let started = Instant::now();
             let time_left = self.time_left(deadline);
@@ -348,8 +379,8 @@ impl Consumer {
 }
 
 /// An invalid record needs no I/O: it fails with its reason.
-fn rejected<'a>(message_id: &str, invalid: &'a InvalidRecord) -> RecordOutcome<'a> {
-    let span = info_span!("record", message_id, key = tracing::field::Empty);
+fn rejected<'a>(record: &Parsed<'_>, invalid: &'a InvalidRecord) -> RecordOutcome<'a> {
+    let span = record.span();
     let _entered = span.enter();
     let outcome = RecordOutcome::Invalid(invalid);
     log_outcome(&outcome, Duration::ZERO);
@@ -357,12 +388,7 @@ fn rejected<'a>(message_id: &str, invalid: &'a InvalidRecord) -> RecordOutcome<'
 }
 
 fn skip<'a>(record: &Parsed<'_>, why: Skip) -> RecordOutcome<'a> {
-    let key = record
-        .order
-        .as_ref()
-        .map(|(_, key)| key.as_str())
-        .unwrap_or_default();
-    let span = info_span!("record", message_id = record.message_id, key);
+    let span = record.span();
     let _entered = span.enter();
     let outcome = RecordOutcome::Skipped(why);
     log_outcome(&outcome, Duration::ZERO);
@@ -432,9 +458,30 @@ fn parse_records(records: &[SqsMessage]) -> Result<Vec<Parsed<'_>>, BatchError> 
                     })
                     .map_err(InvalidRecord::from),
             };
-            Ok(Parsed { message_id, order })
+            let receive_count = message
+                .attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|n| n.parse().ok());
+            let trace_id = message
+                .attributes
+                .get("AWSTraceHeader")
+                .and_then(|header| trace_root(header));
+            Ok(Parsed {
+                message_id,
+                order,
+                receive_count,
+                trace_id,
+            })
         })
         .collect()
+}
+
+/// The `Root=` of an X-Ray trace header (`Root=1-…;Parent=…;Sampled=1`).
+fn trace_root(header: &str) -> Option<&str> {
+    header
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Root="))
+        .filter(|root| !root.is_empty())
 }
 
 /// The records' indices by `MessageGroupId`, each group in message order; `None` when
@@ -468,4 +515,27 @@ fn is_fifo(message: &SqsMessage) -> bool {
         .event_source_arn
         .as_deref()
         .is_some_and(|arn| arn.ends_with(".fifo"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_id_is_the_root_of_the_x_ray_header() {
+        let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        assert_eq!(
+            trace_root(header),
+            Some("1-5759e988-bd862e3fe1be46a994272793")
+        );
+        assert_eq!(trace_root("Parent=1;Root=1-a-b"), Some("1-a-b"));
+        assert_eq!(trace_root("Parent=1;Sampled=0"), None);
+        assert_eq!(trace_root("Root="), None);
+    }
+
+    #[test]
+    fn groups_keep_first_appearance_and_message_order() {
+        let keyed = vec![(0, "b"), (1, "a"), (2, "b"), (3, "c"), (4, "a")];
+        assert_eq!(group_in_order(keyed), vec![vec![0, 2], vec![1, 4], vec![3]]);
+    }
 }

@@ -1,5 +1,7 @@
-//! Logs and metrics. Logs: JSON lines on stderr, one span per record (`message_id`,
-//! `key`), one line per record outcome. Metrics: CloudWatch embedded metric format
+//! Logs and metrics. Logs on stderr, the Lambda way: JSON lines when
+//! `AWS_LAMBDA_LOG_FORMAT` is `JSON` (the template sets it), readable text otherwise;
+//! one span per record (`message_id`, `key`, `receive_count`, `trace_id`), one line
+//! per record outcome. Metrics: CloudWatch embedded metric format
 //! (EMF) through the `metrics` facade, one document per invocation: a count per
 //! outcome (named as the outcome), `takeover`, and the latency of every store and
 //! payment call in ms.
@@ -14,18 +16,57 @@ pub const PAYMENT_LATENCY: &str = "payment_latency_ms";
 /// A retry reserved a record left `libre` or with an expired lease.
 pub const TAKEOVER: &str = "takeover";
 
-/// Installs the JSON subscriber. `RUST_LOG` overrides the default `info` level.
-/// Called once at cold start; a second call is a no-op.
+/// How logs are written, from the environment as `lambda_runtime`'s default subscriber
+/// reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// `AWS_LAMBDA_LOG_LEVEL` (Lambda's `ApplicationLogLevel`), else `RUST_LOG`, else
+    /// `info`.
+    pub directives: String,
+    /// `AWS_LAMBDA_LOG_FORMAT=JSON` (any case): JSON lines; else readable text.
+    pub json: bool,
+}
+
+impl LogSettings {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let lambda_level = get("AWS_LAMBDA_LOG_LEVEL").map(|level| {
+            // Lambda's levels; tracing has no FATAL.
+            match level.trim().to_ascii_lowercase().as_str() {
+                "fatal" => "error".to_owned(),
+                other => other.to_owned(),
+            }
+        });
+        let directives = lambda_level
+            .or_else(|| get("RUST_LOG"))
+            .filter(|d| !d.trim().is_empty())
+            .unwrap_or_else(|| "info".to_owned());
+        let json =
+            get("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.trim().eq_ignore_ascii_case("json"));
+        Self { directives, json }
+    }
+}
+
+/// Installs the log subscriber (see [`LogSettings`]); a level that does not parse
+/// falls back to `info`. Called once at cold start; a second call is a no-op.
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
+    let settings = LogSettings::from_lookup(|k| std::env::var(k).ok());
+    let filter =
+        EnvFilter::try_new(&settings.directives).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_current_span(true)
-        .with_span_list(false)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = if settings.json {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init()
+    };
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,4 +97,36 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Collector, MetricsInitEr
 /// Counts one record outcome under its name (`charged`, `duplicate`, ...).
 pub fn count_outcome(name: &'static str) {
     metrics::counter!(name).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> LogSettings {
+        let map: HashMap<&str, &str> = pairs.iter().copied().collect();
+        LogSettings::from_lookup(|k| map.get(k).map(|v| (*v).to_owned()))
+    }
+
+    #[test]
+    fn lambdas_log_level_wins_over_rust_log_and_info_is_the_default() {
+        assert_eq!(settings(&[]).directives, "info");
+        assert_eq!(settings(&[("RUST_LOG", "warn")]).directives, "warn");
+        let both = settings(&[("AWS_LAMBDA_LOG_LEVEL", "DEBUG"), ("RUST_LOG", "warn")]);
+        assert_eq!(both.directives, "debug");
+        assert_eq!(
+            settings(&[("AWS_LAMBDA_LOG_LEVEL", "FATAL")]).directives,
+            "error"
+        );
+    }
+
+    #[test]
+    fn json_lines_only_when_lambda_says_json() {
+        assert!(!settings(&[]).json, "a terminal reads text");
+        assert!(settings(&[("AWS_LAMBDA_LOG_FORMAT", "JSON")]).json);
+        assert!(settings(&[("AWS_LAMBDA_LOG_FORMAT", "json")]).json);
+        assert!(!settings(&[("AWS_LAMBDA_LOG_FORMAT", "Text")]).json);
+    }
 }

@@ -444,6 +444,43 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
     h.provider.assert_no_order_charged_twice();
 }
 
+// --- Lambda conventions (issue 14) ----------------------------------------------------
+
+#[tokio::test]
+async fn each_outcome_line_carries_the_receive_count_and_the_trace_id() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    let mut event = batch_of(&[
+        r#"{"id":"tr-1","amount":100,"currency":"EUR","customer":"cus_1"}"#,
+        "not an order",
+    ]);
+    for record in &mut event.records {
+        record
+            .attributes
+            .insert("ApproximateReceiveCount".into(), "3".into());
+        record.attributes.insert(
+            "AWSTraceHeader".into(),
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1".into(),
+        );
+    }
+    h.invoke_event_with(event, INVOCATION).await;
+    let lines: Vec<serde_json::Value> = logs
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["fields"]["outcome"].is_string())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", logs.text());
+    for line in lines {
+        assert_eq!(line["span"]["receive_count"], 3, "{line}");
+        assert_eq!(
+            line["span"]["trace_id"], "1-5759e988-bd862e3fe1be46a994272793",
+            "{line}"
+        );
+    }
+}
+
 // --- Hardening (issue 12) -----------------------------------------------------------
 
 /// The outcome lines of a captured log: (message id, outcome, level, fields).

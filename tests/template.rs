@@ -219,6 +219,19 @@ fn violations(t: &Value) -> Vec<String> {
         out.push("the table's TTL is not enabled on `expira`".to_owned());
     }
 
+    // Logs the Lambda way: JSON lines (the binary follows AWS_LAMBDA_LOG_FORMAT) at a
+    // level the deployer picks; X-Ray on.
+    let logging = &function["LoggingConfig"];
+    if logging["LogFormat"] != "JSON" {
+        out.push("LoggingConfig.LogFormat is not JSON: the logs would be text lines".to_owned());
+    }
+    if logging["ApplicationLogLevel"].is_null() {
+        out.push("LoggingConfig has no ApplicationLogLevel".to_owned());
+    }
+    if function["Tracing"] != "Active" {
+        out.push("Tracing is not Active".to_owned());
+    }
+
     if table["DeletionProtectionEnabled"] != true {
         out.push(
             "the table lacks DeletionProtectionEnabled: true (deleting it forgets every charge)"
@@ -287,6 +300,20 @@ const FN_PROPS: [&str; 3] = ["Resources", FUNCTION, "Properties"];
 
 fn at<'a>(base: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(rest).copied().collect()
+}
+
+#[test]
+fn text_logs_or_no_tracing_are_caught() {
+    broken(
+        &at(&FN_PROPS, &["LoggingConfig", "LogFormat"]),
+        Value::from("Text"),
+        "LogFormat is not JSON",
+    );
+    broken(
+        &at(&FN_PROPS, &["Tracing"]),
+        Value::from("PassThrough"),
+        "Tracing",
+    );
 }
 
 #[test]
@@ -466,7 +493,9 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
     let queue = serde_json::json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]});
     let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
     let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
+    let anything = serde_json::json!("*");
     let mut sqs_actions = Vec::new();
+    let mut xray_actions = Vec::new();
     let statements = role["Policies"]
         .as_array()
         .into_iter()
@@ -484,6 +513,14 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
                 Some("sqs") => &queue,
                 Some("dynamodb") => &table,
                 Some("secretsmanager") => &secret,
+                // Tracing: Active. X-Ray has no resource-level permissions.
+                Some("xray")
+                    if ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+                        .contains(&action.as_str()) =>
+                {
+                    xray_actions.push(action.clone());
+                    &anything
+                }
                 _ => {
                     out.push(format!("unexpected action {action}"));
                     continue;
@@ -509,6 +546,10 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
             "the role's SQS actions on the orders queue are {sqs_actions:?}"
         ));
     }
+    let traced = cfn["Resources"][FUNCTION]["Properties"]["TracingConfig"]["Mode"] == "Active";
+    if traced && !xray_actions.iter().any(|a| a == "xray:PutTraceSegments") {
+        out.push("Tracing is Active but the role cannot put trace segments".to_owned());
+    }
     for (name, resource) in resources.as_object().into_iter().flatten() {
         let kind = resource["Type"].as_str().unwrap_or("");
         if (kind == "AWS::IAM::Policy" || kind == "AWS::IAM::ManagedPolicy")
@@ -525,6 +566,25 @@ fn after_the_sam_transform_the_function_role_reaches_only_its_queue_table_and_se
     assert_eq!(
         role_violations(&transformed(&template())),
         Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_traced_function_whose_role_cannot_write_traces_is_caught() {
+    let mut t = template();
+    let statements = get_mut(
+        &mut t,
+        &["Resources", "ChargeFunctionRole", "Properties", "Policies"],
+    )[0]["PolicyDocument"]["Statement"]
+        .as_sequence_mut()
+        .unwrap();
+    statements.retain(|s| s["Sid"] != "XRay");
+    let found = role_violations(&transformed(&t));
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("cannot put trace segments")),
+        "{found:?}"
     );
 }
 

@@ -202,6 +202,8 @@ pub fn lambda_environment<'a>(
         .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
         .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        // What the template's LoggingConfig (LogFormat: JSON) makes Lambda set.
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
         .env("AWS_REGION", "us-east-1")
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
