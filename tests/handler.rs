@@ -446,6 +446,33 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
 
 // --- Lambda conventions (issue 14) ----------------------------------------------------
 
+/// An order as an EventBridge rule delivers it to SQS: the order is `detail`.
+fn eventbridge(order: &str) -> String {
+    format!(
+        r#"{{"version":"0","id":"6a7e8feb-b491-4cf7-a9f1-bf3703467718","detail-type":"OrderPlaced","source":"shop.orders","account":"123456789012","time":"2026-11-30T12:00:00Z","region":"eu-west-1","resources":[],"detail":{order}}}"#
+    )
+}
+
+#[tokio::test]
+async fn an_eventbridge_record_is_charged_and_its_raw_copy_is_a_duplicate() {
+    let h = harness().await;
+    let order = r#"{"id":"eb-1","amount":4200,"currency":"EUR","customer":"cus_1"}"#;
+    let failed = h
+        .invoke_event_with(
+            batch_of(&[eventbridge(order), order.to_owned()]),
+            INVOCATION,
+        )
+        .await;
+    assert_eq!(failed, Vec::<String>::new());
+    assert_eq!(h.provider.charges_for("eb-1").len(), 1);
+    assert_eq!(
+        h.provider.calls_for("eb-1").len(),
+        1,
+        "the copy sent nothing"
+    );
+    assert_eq!(h.record("eb-1").await.unwrap().state, State::Done);
+}
+
 #[tokio::test]
 async fn each_outcome_line_carries_the_receive_count_and_the_trace_id() {
     let logs = Captured::default();
