@@ -219,6 +219,18 @@ fn violations(t: &Value) -> Vec<String> {
         out.push("the table's TTL is not enabled on `expira`".to_owned());
     }
 
+    // The event source mapping: its own metrics; provisioned pollers or a concurrency
+    // cap, never both (AWS refuses the pair), and no provisioned pollers by default.
+    for event in &events {
+        let props = &event["Properties"];
+        let metrics = props["MetricsConfig"]["Metrics"].as_sequence();
+        if !metrics.is_some_and(|m| m.iter().any(|m| m == "EventCount")) {
+            out.push("the SQS event has no MetricsConfig with EventCount".to_owned());
+        }
+        out.extend(poller_violations(t, props));
+    }
+    out.extend(dashboard_violations(t, env));
+
     // Logs the Lambda way: JSON lines (the binary follows AWS_LAMBDA_LOG_FORMAT) at a
     // level the deployer picks; X-Ray on.
     let logging = &function["LoggingConfig"];
@@ -285,6 +297,98 @@ fn the_template_keeps_every_rule() {
     assert_eq!(violations(&template()), Vec::<String>::new());
 }
 
+/// `(condition, when true, when false)` of an `!If`.
+fn if_branches(v: &Value) -> Option<(&str, &Value, &Value)> {
+    let Value::Tagged(tagged) = v else {
+        return None;
+    };
+    if tagged.tag != "If" {
+        return None;
+    }
+    let parts = tagged.value.as_sequence()?;
+    Some((parts.first()?.as_str()?, parts.get(1)?, parts.get(2)?))
+}
+
+fn is_no_value(v: &Value) -> bool {
+    matches!(v, Value::Tagged(t) if t.tag == "Ref" && t.value == "AWS::NoValue")
+}
+
+fn poller_violations(t: &Value, props: &Value) -> Vec<String> {
+    let pollers = &props["ProvisionedPollerConfig"];
+    if pollers.is_null() {
+        return Vec::new();
+    }
+    let exclusive = match (if_branches(pollers), if_branches(&props["ScalingConfig"])) {
+        (Some((c1, on, off)), Some((c2, cap_on, cap_off))) => {
+            c1 == c2
+                && !on.is_null()
+                && is_no_value(off)
+                && is_no_value(cap_on)
+                && !cap_off.is_null()
+        }
+        _ => props["ScalingConfig"].is_null(),
+    };
+    let mut out = Vec::new();
+    if !exclusive {
+        out.push("ProvisionedPollerConfig and ScalingConfig can both be set".to_owned());
+    }
+    if number(t, get(t, &["Parameters", "MaximumPollers", "Default"])) != Some(0) {
+        out.push("provisioned pollers are on by default (billed whether used or not)".to_owned());
+    }
+    out
+}
+
+/// The dashboard shows every outcome, both latencies, the queue's age and depth and
+/// the DLQ's depth, in the namespace the function writes.
+fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
+    let dashboards: Vec<&Value> = t["Resources"]
+        .as_mapping()
+        .into_iter()
+        .flatten()
+        .map(|(_, r)| r)
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Dashboard")
+        .collect();
+    let Some(dashboard) = dashboards.first() else {
+        return vec!["no CloudWatch dashboard".to_owned()];
+    };
+    let (body, vars) = match &dashboard["Properties"]["DashboardBody"] {
+        Value::Tagged(sub) if sub.tag == "Sub" => {
+            (sub.value[0].as_str().unwrap_or(""), sub.value[1].clone())
+        }
+        other => (other.as_str().unwrap_or(""), Value::Null),
+    };
+    let mut out = Vec::new();
+    if vars["Namespace"] != env["METRICS_NAMESPACE"] {
+        out.push("the dashboard reads another namespace than METRICS_NAMESPACE".to_owned());
+    }
+    let shown = [
+        "charged",
+        "reconciled",
+        "duplicate",
+        "declined",
+        "rejected",
+        "failed_retryable",
+        "deadline",
+        "in_progress",
+        "conflict",
+        "needs_reconciliation",
+        "invalid",
+        "unstarted",
+        "skipped",
+        "store_latency_ms",
+        "payment_latency_ms",
+        "ApproximateAgeOfOldestMessage",
+        "ApproximateNumberOfMessagesVisible",
+        "${Dlq}",
+    ];
+    for name in shown {
+        if !body.contains(&format!("\"{name}\"")) {
+            out.push(format!("the dashboard does not show {name}"));
+        }
+    }
+    out
+}
+
 /// Breaks the template at `path` and expects a violation mentioning `expect`.
 fn broken(path: &[&str], value: Value, expect: &str) {
     let mut t = template();
@@ -300,6 +404,41 @@ const FN_PROPS: [&str; 3] = ["Resources", FUNCTION, "Properties"];
 
 fn at<'a>(base: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(rest).copied().collect()
+}
+
+#[test]
+fn a_dashboard_without_an_outcome_or_pollers_beside_a_concurrency_cap_are_caught() {
+    let mut t = template();
+    let body = get_mut(
+        &mut t,
+        &["Resources", "Dashboard", "Properties", "DashboardBody"],
+    );
+    let Value::Tagged(sub) = body else {
+        panic!("DashboardBody is a !Sub")
+    };
+    let text = sub.value[0]
+        .as_str()
+        .unwrap()
+        .replace("\"conflict\"", "\"x\"");
+    sub.value[0] = Value::from(text);
+    assert!(
+        violations(&t)
+            .iter()
+            .any(|v| v.contains("does not show conflict"))
+    );
+
+    let events = at(&FN_PROPS, &["Events", "Orders", "Properties"]);
+    broken(
+        &at(&events, &["ScalingConfig"]),
+        serde_norway::from_str("MaximumConcurrency: 10").unwrap(),
+        "can both be set",
+    );
+    broken(
+        &["Parameters", "MaximumPollers", "Default"],
+        Value::from(2),
+        "on by default",
+    );
+    broken(&at(&events, &["MetricsConfig"]), Value::Null, "EventCount");
 }
 
 #[test]
