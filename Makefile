@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test model model-mutants model-mutant soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test model model-mutants model-mutant sam-build soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -100,18 +100,25 @@ endif
 # cargo-lambda finds zig (from PyPI's ziglang) through the venv's python.
 TOOLS_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-tools: $(VENV)/.tools ## install cargo-lambda (with zig) and cfn-lint into .venv
+tools: $(VENV)/.tools ## install cargo-lambda (with zig), cfn-lint and the SAM CLI into .venv
 
 $(VENV)/.tools: requirements-build.txt $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-build.txt
 	@touch $@
 
-build: tools ## cargo lambda build --release for ARCH (arm64 default; here ARCH=x86_64) -> target/lambda/charge-once/bootstrap
-	$(TOOLS_PATH) cargo lambda build --release $(LAMBDA_ARCH) --bin charge-once
-	file target/lambda/charge-once/bootstrap
+# SAM CLI, offline: no account, no Docker (sam build drives cargo-lambda here), no
+# telemetry.
+SAM := $(TOOLS_PATH) SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 
-validate: tools ## cfn-lint template.yaml (offline); the rules linters miss are in tests/template.rs
+sam-build: tools ## sam build for ARCH (arm64 default; here ARCH=x86_64): cargo-lambda, release -> .aws-sam/build/ChargeFunction/bootstrap
+	$(SAM) build --parameter-overrides Architecture=$(ARCH)
+	file .aws-sam/build/ChargeFunction/bootstrap
+
+build: sam-build ## the Lambda build (= make sam-build): what make deploy ships
+
+validate: tools ## cfn-lint and sam validate --lint (offline); the rules linters miss are in tests/template.rs
 	$(VENV)/bin/cfn-lint template.yaml
+	$(SAM) validate --lint --region us-east-1
 
 local-up: deps tools ## start moto + stripe-stateful-mock on fixed ports, create table and customers
 	scripts/local.sh up
@@ -126,9 +133,8 @@ EVENT_LAMBDA ?= events/sqs-single.json
 invoke: tools ## send EVENT_LAMBDA (default events/sqs-single.json) to `make watch`
 	$(TOOLS_PATH) cargo lambda invoke charge-once --invoke-address 127.0.0.1 --invoke-port 9000 --data-file $(EVENT_LAMBDA)
 
-deploy: ## SAM build + guided deploy (needs an AWS account and the SAM CLI)
-	SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 sam build
-	sam deploy --guided
+deploy: sam-build ## make sam-build, then a guided deploy (needs an AWS account)
+	$(TOOLS_PATH) $(VENV)/bin/sam deploy --guided
 
 fmt: ## format the code
 	$(CARGO) fmt --all
