@@ -247,25 +247,22 @@ impl Consumer {
         deadline: Time,
     ) -> Result<SqsBatchResponse, BatchError> {
         let parsed = parse_records(&event.records)?;
-        let fifo = event.records.iter().any(is_fifo);
         let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
-        match (fifo, message_groups(&event.records)) {
-            (true, Some(groups)) if self.limits.fifo_failure_scope == FifoScope::Group => {
-                self.run_groups(&parsed, groups, deadline, Skip::FifoGroup, &mut outcomes)
-                    .await;
+        let (groups, why_skipped) = if !event.records.iter().any(is_fifo) {
+            (self.order_groups(&parsed, &mut outcomes), Skip::SameOrder)
+        } else {
+            let by_group = match self.limits.fifo_failure_scope {
+                FifoScope::Group => message_groups(&event.records),
+                FifoScope::Batch => None,
+            };
+            match by_group {
+                Some(groups) => (groups, Skip::FifoGroup),
+                // Batch scope, or a FIFO record without a group: the whole batch in order.
+                None => (vec![(0..parsed.len()).collect()], Skip::Fifo),
             }
-            // Batch scope, or a FIFO record without a group: the whole batch in order.
-            (true, _) => {
-                let all = vec![(0..parsed.len()).collect()];
-                self.run_groups(&parsed, all, deadline, Skip::Fifo, &mut outcomes)
-                    .await;
-            }
-            (false, _) => {
-                let groups = self.order_groups(&parsed, &mut outcomes);
-                self.run_groups(&parsed, groups, deadline, Skip::SameOrder, &mut outcomes)
-                    .await;
-            }
-        }
+        };
+        self.run_groups(&parsed, groups, deadline, why_skipped, &mut outcomes)
+            .await;
         let mut response = SqsBatchResponse::default();
         let mut listed = HashSet::new();
         for (record, outcome) in parsed.iter().zip(outcomes) {

@@ -70,8 +70,8 @@ pub fn init() {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("METRICS_NAMESPACE: the metrics recorder could not be installed: {0}")]
-pub struct MetricsInitError(String);
+#[error("METRICS_NAMESPACE: the metrics recorder could not be installed")]
+pub struct MetricsInitError(#[source] crate::BoxError);
 
 /// Installs the global EMF recorder (once per process) with `namespace`. The caller
 /// flushes it after each invocation ([`Collector::flush`]).
@@ -79,7 +79,7 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Collector, MetricsInitEr
     let collector = metrics_cloudwatch_embedded::Builder::new()
         .cloudwatch_namespace(namespace.to_owned())
         .init()
-        .map_err(|e| MetricsInitError(e.to_string()))?;
+        .map_err(MetricsInitError)?;
     metrics::describe_histogram!(
         STORE_LATENCY,
         metrics::Unit::Milliseconds,
