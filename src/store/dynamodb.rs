@@ -168,10 +168,7 @@ impl IdempotencyStore for DynamoStore {
             .expression_attribute_values(":now_ms", n(req.now.as_ms()))
             .expression_attribute_values(":now_s", n(req.now.as_secs()))
             .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
-        Ok(match self.send("reserve", req.pk, builder).await? {
-            WriteOutcome::Applied(record) => WriteOutcome::Applied(record),
-            WriteOutcome::Refused(old) => WriteOutcome::Refused(old),
-        })
+        self.send("reserve", req.pk, builder).await
     }
 
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {

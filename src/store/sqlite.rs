@@ -231,12 +231,7 @@ impl IdempotencyStore for SqliteStore {
             (":now_s", int(req.now.as_secs())),
             (":max_rechazos", int(i64::from(req.max_declines))),
         ];
-        Ok(
-            match self.conditional("reserve", req.pk, RESERVE, params).await? {
-                WriteOutcome::Applied(record) => WriteOutcome::Applied(record),
-                WriteOutcome::Refused(old) => WriteOutcome::Refused(old),
-            },
-        )
+        self.conditional("reserve", req.pk, RESERVE, params).await
     }
 
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
