@@ -249,7 +249,7 @@ impl Consumer {
         let parsed = parse_records(&event.records)?;
         let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
         let (groups, why_skipped) = if !event.records.iter().any(is_fifo) {
-            (self.order_groups(&parsed, &mut outcomes), Skip::SameOrder)
+            (order_groups(&parsed, &mut outcomes), Skip::SameOrder)
         } else {
             let by_group = match self.limits.fifo_failure_scope {
                 FifoScope::Group => message_groups(&event.records),
@@ -273,23 +273,6 @@ impl Consumer {
             }
         }
         Ok(response)
-    }
-
-    /// Standard queues: invalid records fail on their own; valid ones are grouped by
-    /// key, so two copies of one order never run at once.
-    fn order_groups<'a>(
-        &self,
-        parsed: &'a [Parsed<'a>],
-        out: &mut [Option<RecordOutcome<'a>>],
-    ) -> Vec<Vec<usize>> {
-        let mut valid = Vec::new();
-        for (i, record) in parsed.iter().enumerate() {
-            match &record.order {
-                Err(invalid) => out[i] = Some(rejected(record, invalid)),
-                Ok((_, key)) => valid.push((i, key)),
-            }
-        }
-        group_in_order(valid)
     }
 
     /// Groups run concurrently (at most `max_concurrency` at once), each in message
@@ -373,6 +356,22 @@ impl Consumer {
     fn time_left(&self, deadline: Time) -> Duration {
         self.settings.now().until(deadline)
     }
+}
+
+/// Standard queues: invalid records fail on their own; valid ones are grouped by
+/// key, so two copies of one order never run at once.
+fn order_groups<'a>(
+    parsed: &'a [Parsed<'a>],
+    out: &mut [Option<RecordOutcome<'a>>],
+) -> Vec<Vec<usize>> {
+    let mut valid = Vec::new();
+    for (i, record) in parsed.iter().enumerate() {
+        match &record.order {
+            Err(invalid) => out[i] = Some(rejected(record, invalid)),
+            Ok((_, key)) => valid.push((i, key)),
+        }
+    }
+    group_in_order(valid)
 }
 
 /// An invalid record needs no I/O: it fails with its reason.

@@ -113,14 +113,14 @@ async fn create_table(client: &Client, name: &str) -> Result<(), String> {
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name("pk")
+                .attribute_name(schema::attr::PK)
                 .attribute_type(ScalarAttributeType::S)
                 .build()
                 .map_err(|e| e.to_string())?,
         )
         .key_schema(
             KeySchemaElement::builder()
-                .attribute_name("pk")
+                .attribute_name(schema::attr::PK)
                 .key_type(KeyType::Hash)
                 .build()
                 .map_err(|e| e.to_string())?,
