@@ -29,7 +29,7 @@ node_modules/.installed: package.json package-lock.json
 test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, system (300 orders), pinned crashes, the model checker and its mutants
 	$(CARGO) test --locked -- --skip three_hundred_orders
 	@# The system test on its own, so its summary line shows in the output.
-	$(CARGO) test --locked --test system -- --nocapture
+	$(CARGO) test --locked --test system three_hundred_orders -- --nocapture
 	@# The real binary SIGKILLed at named steps: only a test build has the hooks.
 	$(CARGO) test --locked --features crash-points --test crash_points
 	$(MAKE) --no-print-directory model

@@ -10,8 +10,8 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::config::Config;
 use charge_once::idempotency::{self, Confirmed, Key, Record, Resolution, Settings, schema};
 use charge_once::order::{Order, validate_id};
-use charge_once::telemetry;
 use charge_once::wiring::{self, StoreChoice};
+use charge_once::{clock, telemetry};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -130,9 +130,10 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = wiring::consumer(config, store, provider);
     let deadline = consumer.default_deadline();
-    let response = consumer.handle(&event, deadline).await?;
+    let (response, recorded) = metrics.measure(consumer.handle(&event, deadline)).await;
+    let response = response?;
     // stdout is only the response; the EMF document joins the logs on stderr.
-    metrics.flush(std::io::stderr())?;
+    metrics.write(&recorded, &[], clock::wall_ms(), std::io::stderr())?;
     println!("{}", serde_json::to_string(&response)?);
     Ok(())
 }

@@ -18,7 +18,8 @@
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
 //! | [`wiring`] | the clients and parts both entry points build at start |
 //! | [`sqlite_file`] | the SQLite file of local runs, shared by the local store and the simulator |
-//! | [`telemetry`] | JSON logs, EMF metrics |
+//! | [`telemetry`] | logs; the metric names and their units |
+//! | [`emf`] | metrics as EMF, one document per invocation (also concurrent ones) |
 //! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |
 //!
 //! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`].
@@ -27,6 +28,7 @@ pub mod batch;
 pub mod clock;
 pub mod config;
 pub mod crash_points;
+pub mod emf;
 pub mod idempotency;
 pub mod order;
 pub mod payment;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::config::Config;
-use charge_once::{telemetry, wiring};
+use charge_once::{clock, telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
 
@@ -41,14 +41,22 @@ async fn run_lambda() -> anyhow::Result<()> {
     let store = wiring::dynamo_store(&config, &sdk)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = Arc::new(wiring::consumer(&config, store, provider));
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+    // On Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` > 1) several
+    // invocations run at once in this process; elsewhere one at a time. The consumer
+    // and its clients are shared by all; each invocation's metrics are its own.
+    lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = Arc::clone(&consumer);
         async move {
             let request_id = event.context.request_id.clone();
-            let response = consumer.handle_lambda_event(event).await;
+            let (response, recorded) = metrics.measure(consumer.handle_lambda_event(event)).await;
             // One EMF document per invocation, on stdout (CloudWatch reads both).
-            metrics.set_property("RequestId", request_id);
-            if let Err(e) = metrics.flush(std::io::stdout()) {
+            let written = metrics.write(
+                &recorded,
+                &[("RequestId", &request_id)],
+                clock::wall_ms(),
+                std::io::stdout().lock(),
+            );
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "metrics could not be written");
             }
             response.map_err(lambda_runtime::Error::from)

@@ -1,13 +1,14 @@
 //! Logs and metrics. Logs on stderr, the Lambda way: JSON lines when
 //! `AWS_LAMBDA_LOG_FORMAT` is `JSON` (the template sets it), readable text otherwise;
 //! one span per record (`message_id`, `key`, `receive_count`, `trace_id`), one line
-//! per record outcome. Metrics: CloudWatch embedded metric format
-//! (EMF) through the `metrics` facade, one document per invocation: a count per
-//! outcome (named as the outcome), `takeover`, and the latency of every store and
-//! payment call in ms.
+//! per record outcome. Metrics: CloudWatch embedded metric format (EMF, [`crate::emf`])
+//! through the `metrics` facade, one document per invocation: a count per outcome
+//! (named as the outcome), `takeover`, and the latency of every store and payment
+//! call in ms.
 
-use metrics_cloudwatch_embedded::Collector;
 use tracing_subscriber::EnvFilter;
+
+use crate::emf::{Emf, InstallError};
 
 /// Histogram of every store call, ms.
 pub const STORE_LATENCY: &str = "store_latency_ms";
@@ -69,17 +70,10 @@ pub fn init() {
     };
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("METRICS_NAMESPACE: the metrics recorder could not be installed")]
-pub struct MetricsInitError(#[source] crate::BoxError);
-
-/// Installs the global EMF recorder (once per process) with `namespace`. The caller
-/// flushes it after each invocation ([`Collector::flush`]).
-pub fn init_metrics(namespace: &str) -> Result<&'static Collector, MetricsInitError> {
-    let collector = metrics_cloudwatch_embedded::Builder::new()
-        .cloudwatch_namespace(namespace.to_owned())
-        .init()
-        .map_err(MetricsInitError)?;
+/// Installs the process-wide EMF recorder (once per process) with `namespace`, and
+/// the units of charge-once's metrics. Each invocation runs under [`Emf::measure`].
+pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
+    let emf = Emf::install(namespace)?;
     metrics::describe_histogram!(
         STORE_LATENCY,
         metrics::Unit::Milliseconds,
@@ -91,7 +85,7 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Collector, MetricsInitEr
         "payment call latency"
     );
     metrics::describe_counter!(TAKEOVER, metrics::Unit::Count, "records reserved again");
-    Ok(collector)
+    Ok(emf)
 }
 
 /// Counts one record outcome under its name (`charged`, `duplicate`, ...).

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use charge_once::clock::Time;
+use charge_once::clock::{self, Time};
+use charge_once::emf::{Emf, Recorded};
 use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
@@ -17,12 +18,19 @@ fn body(id: &str, amount: u64) -> String {
     format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m"}}"#)
 }
 
-fn flush(collector: &metrics_cloudwatch_embedded::Collector) -> Value {
+/// The invocation's EMF document, as the Lambda entry point writes it.
+fn document(emf: &Emf, recorded: &Recorded) -> Value {
     let mut out = Vec::new();
-    collector.flush(&mut out).unwrap();
+    emf.write(
+        recorded,
+        &[("RequestId", "req-m")],
+        clock::wall_ms(),
+        &mut out,
+    )
+    .unwrap();
     let text = String::from_utf8(out).unwrap();
     let docs: Vec<&str> = text.lines().collect();
-    assert_eq!(docs.len(), 1, "one EMF document per flush:\n{text}");
+    assert_eq!(docs.len(), 1, "one EMF document per invocation:\n{text}");
     serde_json::from_str(docs[0]).unwrap()
 }
 
@@ -32,7 +40,7 @@ fn count(doc: &Value, name: &str) -> u64 {
 
 #[tokio::test]
 async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
-    let collector = charge_once::telemetry::init_metrics("charge-once-test").unwrap();
+    let emf = charge_once::telemetry::init_metrics("charge-once-test").unwrap();
     let h = Harness::new(TestProvider::new()).await;
     let store = h.table.store.as_ref();
     let now = h.clock.now();
@@ -82,10 +90,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         .await;
     h.provider.script("m-declined", &[Fault::Decline]);
     h.provider.script("m-broken", &[Fault::ServerError]);
-    let _ = flush(collector);
 
-    let failed = h
-        .invoke_event_with(
+    let (failed, recorded) = emf
+        .measure(h.invoke_event_with(
             batch_of(&[
                 body("m-fresh", 100),
                 body("m-fresh", 100),
@@ -100,10 +107,10 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
                 body("m-old", 100),
             ]),
             INVOCATION,
-        )
+        ))
         .await;
     assert_eq!(failed.len(), 7);
-    let doc = flush(collector);
+    let doc = document(emf, &recorded);
     assert_eq!(
         doc["_aws"]["CloudWatchMetrics"][0]["Namespace"],
         "charge-once-test"
@@ -139,14 +146,14 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     assert!(doc["store_latency_ms"].as_array().unwrap().len() >= 10);
 
     // A batch with too little time left: unstarted.
-    let failed = h
-        .invoke_event_with(
+    let (failed, recorded) = emf
+        .measure(h.invoke_event_with(
             batch_of(&[body("m-late", 100)]),
             DEADLINE_MARGIN - Duration::from_millis(1),
-        )
+        ))
         .await;
     assert_eq!(failed.len(), 1);
-    let doc = flush(collector);
+    let doc = document(emf, &recorded);
     assert_eq!(count(&doc, "unstarted"), 1, "{doc}");
     h.provider.assert_no_order_charged_twice();
 }

@@ -16,7 +16,8 @@ use harness::event_source::{EsmStats, Queues, drain, poll};
 use harness::log_dir;
 use harness::producer::{charges_by_order, produce};
 use harness::proxy::{Faults, Target, start_proxy};
-use harness::runtime_api::{ConsumerProcess, Endpoints, RuntimeApi};
+use harness::rig::batch_of;
+use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
 use harness::servers::{Backend, stripe_mock_url};
 use rand::Rng;
 
@@ -255,4 +256,93 @@ async fn soak() {
     println!("{}", summary.line);
     assert_eq!(summary.double, 0, "{}", summary.line);
     assert_eq!(summary.lost, 0, "{}", summary.line);
+}
+
+/// Lambda Managed Instances: one process serves several invocations at once
+/// (`AWS_LAMBDA_MAX_CONCURRENCY`), sharing its clients; each invocation's EMF document
+/// counts only that invocation's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_process_serving_invocations_at_once_writes_each_its_own_metrics() {
+    let run_id = format!("mi{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let table = Backend::Moto.fresh_table().await;
+    // Every request takes 100 ms longer, so that the invocations overlap.
+    let slow = Arc::new(Faults {
+        latency: Duration::from_millis(100),
+        ..Faults::default()
+    });
+    let endpoints = Endpoints {
+        dynamodb: start_proxy(Backend::Moto.url(), Target::DynamoDb, slow.clone()).await,
+        payment: start_proxy(stripe_mock_url(), Target::Payment, slow.clone()).await,
+        table: table.name.clone(),
+    };
+    let runtime = RuntimeApi::start().await;
+    let metrics = log_dir().join(format!("{run_id}-metrics.jsonl"));
+    let mut process = ConsumerProcess::launch(
+        BIN.as_ref(),
+        &runtime,
+        &endpoints,
+        Launch {
+            metrics: Some(metrics.clone()),
+            max_concurrency: Some(4),
+            ..Launch::logging_to(log_dir().join(format!("{run_id}-consumer.log")))
+        },
+    );
+    let customer = harness::stripe::customer("tok_visa").await;
+
+    // Invocation n carries n fresh orders.
+    let invocations: Vec<(String, usize)> = (1..=4)
+        .map(|n| (format!("{run_id}-invocation-{n}"), n))
+        .collect();
+    let replies = invocations.iter().map(|(request_id, n)| {
+        let bodies: Vec<String> = (0..*n)
+            .map(|k| {
+                serde_json::json!({"id": format!("{request_id}-{k}"), "amount": 500 + k,
+                    "currency": "EUR", "customer": customer})
+                .to_string()
+            })
+            .collect();
+        let event = serde_json::to_string(&batch_of(&bodies)).unwrap();
+        runtime.invoke_as(request_id.clone(), event, Duration::from_secs(20))
+    });
+    let replies = futures::future::join_all(replies).await;
+    process.stop();
+
+    for ((request_id, _), reply) in invocations.iter().zip(&replies) {
+        match reply {
+            Reply::Response(body) => {
+                let response: serde_json::Value = serde_json::from_slice(body).unwrap();
+                assert_eq!(
+                    response["batchItemFailures"],
+                    serde_json::json!([]),
+                    "{request_id}"
+                );
+            }
+            other => panic!("{request_id}: {other:?}"),
+        }
+    }
+    assert!(
+        runtime.most_in_flight() >= 2,
+        "the process never served two invocations at once (most in flight: {})",
+        runtime.most_in_flight()
+    );
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let documents: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    for (request_id, n) in &invocations {
+        let own: Vec<&serde_json::Value> = documents
+            .iter()
+            .filter(|d| d["RequestId"] == request_id.as_str())
+            .collect();
+        assert_eq!(own.len(), 1, "one document for {request_id}:\n{text}");
+        let doc = own[0];
+        assert_eq!(doc["charged"], *n, "{request_id}: {doc}");
+        assert_eq!(
+            doc["payment_latency_ms"].as_array().map(Vec::len),
+            Some(*n),
+            "{request_id}: {doc}"
+        );
+    }
+    assert_eq!(documents.len(), invocations.len(), "{text}");
 }

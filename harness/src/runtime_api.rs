@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,7 @@ struct RuntimeState {
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Invocation>>>,
     inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
     first_next: Arc<Mutex<Option<Instant>>>,
+    most_in_flight: Arc<AtomicUsize>,
 }
 
 /// One execution environment's Runtime API (the documented HTTP protocol: next,
@@ -48,6 +50,7 @@ pub struct RuntimeApi {
     tx: mpsc::Sender<Invocation>,
     inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
     first_next: Arc<Mutex<Option<Instant>>>,
+    most_in_flight: Arc<AtomicUsize>,
 }
 
 fn now_ms() -> u64 {
@@ -72,11 +75,12 @@ async fn next(State(state): State<RuntimeState>) -> Response {
         if invocation.reply.is_closed() {
             continue;
         }
-        state
-            .inflight
-            .lock()
-            .unwrap()
-            .insert(invocation.id.clone(), invocation.reply);
+        let in_flight = {
+            let mut inflight = state.inflight.lock().unwrap();
+            inflight.insert(invocation.id.clone(), invocation.reply);
+            inflight.len()
+        };
+        state.most_in_flight.fetch_max(in_flight, Ordering::Relaxed);
         let mut headers = HeaderMap::new();
         headers.insert(
             "lambda-runtime-aws-request-id",
@@ -122,10 +126,12 @@ impl RuntimeApi {
         let (tx, rx) = mpsc::channel(16);
         let inflight = Arc::new(Mutex::new(HashMap::new()));
         let first_next = Arc::new(Mutex::new(None));
+        let most_in_flight = Arc::new(AtomicUsize::new(0));
         let state = RuntimeState {
             queue: Arc::new(tokio::sync::Mutex::new(rx)),
             inflight: inflight.clone(),
             first_next: first_next.clone(),
+            most_in_flight: most_in_flight.clone(),
         };
         let app = Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -147,7 +153,14 @@ impl RuntimeApi {
             tx,
             inflight,
             first_next,
+            most_in_flight,
         }
+    }
+
+    /// The most invocations handed out and not yet answered at one time: above 1 only
+    /// when a process served several at once.
+    pub fn most_in_flight(&self) -> usize {
+        self.most_in_flight.load(Ordering::Relaxed)
     }
 
     /// When a process first asked for an invocation (the end of its init).
@@ -157,7 +170,12 @@ impl RuntimeApi {
 
     /// Invokes the function with `event`; waits until the deadline plus a little.
     pub async fn invoke(&self, event: String, timeout: Duration) -> Reply {
-        let id = uuid::Uuid::new_v4().to_string();
+        self.invoke_as(uuid::Uuid::new_v4().to_string(), event, timeout)
+            .await
+    }
+
+    /// [`Self::invoke`] with the request id `id`.
+    pub async fn invoke_as(&self, id: String, event: String, timeout: Duration) -> Reply {
         let (reply, answer) = oneshot::channel();
         let deadline_ms = now_ms() + u64::try_from(timeout.as_millis()).unwrap();
         let invocation = Invocation {
@@ -216,46 +234,83 @@ pub fn lambda_environment<'a>(
         .env("MAX_CONCURRENCY", "10")
 }
 
+/// How a consumer process is started besides its environment.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Its stderr (the logs), appended to.
+    pub log: PathBuf,
+    /// Its stdout (the EMF documents), appended to; dropped when `None`.
+    pub metrics: Option<PathBuf>,
+    /// `AWS_LAMBDA_MAX_CONCURRENCY`, as Lambda Managed Instances set it; unset when
+    /// `None` (classic Lambda: one invocation at a time).
+    pub max_concurrency: Option<u32>,
+}
+
+impl Launch {
+    pub fn logging_to(log: PathBuf) -> Self {
+        Self {
+            log,
+            metrics: None,
+            max_concurrency: None,
+        }
+    }
+}
+
 /// The real binary in Lambda mode, attached to one Runtime API.
 pub struct ConsumerProcess {
     child: Child,
     bin: PathBuf,
     runtime: String,
-    log: PathBuf,
+    launch: Launch,
+}
+
+fn append_to(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
 }
 
 impl ConsumerProcess {
     /// `bin` is the binary under test: a test passes `env!("CARGO_BIN_EXE_charge-once")`.
     pub fn spawn(bin: &Path, runtime: &RuntimeApi, endpoints: &Endpoints, log: PathBuf) -> Self {
+        Self::launch(bin, runtime, endpoints, Launch::logging_to(log))
+    }
+
+    pub fn launch(bin: &Path, runtime: &RuntimeApi, endpoints: &Endpoints, launch: Launch) -> Self {
         Self {
-            child: Self::start(bin, &runtime.addr, endpoints, &log),
+            child: Self::start(bin, &runtime.addr, endpoints, &launch),
             bin: bin.to_owned(),
             runtime: runtime.addr.clone(),
-            log,
+            launch,
         }
     }
 
-    fn start(bin: &Path, runtime: &str, endpoints: &Endpoints, log: &Path) -> Child {
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        lambda_environment(&mut Command::new(bin), runtime, endpoints)
+    fn start(bin: &Path, runtime: &str, endpoints: &Endpoints, launch: &Launch) -> Child {
+        let mut command = Command::new(bin);
+        lambda_environment(&mut command, runtime, endpoints)
             .env("DEADLINE_MARGIN", "1500ms")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn charge-once")
+            .stdout(
+                launch
+                    .metrics
+                    .as_deref()
+                    .map_or_else(Stdio::null, |p| append_to(p).into()),
+            )
+            .stderr(append_to(&launch.log));
+        if let Some(n) = launch.max_concurrency {
+            command.env("AWS_LAMBDA_MAX_CONCURRENCY", n.to_string());
+        }
+        command.spawn().expect("spawn charge-once")
     }
 
     /// SIGKILL, wherever it is, and a fresh process on the same environment.
     pub fn kill_and_restart(&mut self, endpoints: &Endpoints) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = Self::start(&self.bin, &self.runtime, endpoints, &self.log);
+        self.child = Self::start(&self.bin, &self.runtime, endpoints, &self.launch);
     }
 
     pub fn pid(&self) -> u32 {
