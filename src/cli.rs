@@ -4,6 +4,7 @@
 //! stdout carries only the command's JSON; logs go to stderr.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -11,7 +12,7 @@ use charge_once::config::Config;
 use charge_once::idempotency::{self, Confirmed, Key, Record, Resolution, Settings, schema};
 use charge_once::order::{Order, validate_id};
 use charge_once::wiring::{self, StoreChoice};
-use charge_once::{clock, telemetry};
+use charge_once::{audit, clock, telemetry};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -86,12 +87,46 @@ pub enum Command {
         #[command(flatten)]
         backing: Backing,
     },
+    /// Hold the table against the provider's charges: one JSON line per finding on
+    /// stdout, a summary on stderr. Exit 0: clean; 1: findings; 2: the audit could
+    /// not read everything (never "clean" after a partial read).
+    Audit {
+        /// How far back: charges and records created since then.
+        #[arg(long, default_value = "1d", value_parser = humantime::parse_duration)]
+        since: Duration,
+        /// An `en-curso` record whose lease ended longer ago than this is stuck.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        stuck_after: Duration,
+        #[command(flatten)]
+        backing: Backing,
+    },
 }
 
-pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
+/// The exit status of a command that ran to its end.
+pub type ExitStatus = i32;
+
+impl Command {
+    /// The exit status when the command cannot start (a bad setting): the audit's
+    /// "could not read everything", 1 for the others.
+    pub fn failure_status(&self) -> ExitStatus {
+        match self {
+            Command::Audit { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     match cli.command {
-        Command::Invoke { event, backing } => invoke(config, &event, &backing).await,
-        Command::Inspect { order_id, backing } => inspect(config, &order_id, &backing).await,
+        Command::Invoke { event, backing } => invoke(config, &event, &backing).await.map(|()| 0),
+        Command::Inspect { order_id, backing } => {
+            inspect(config, &order_id, &backing).await.map(|()| 0)
+        }
+        Command::Audit {
+            since,
+            stuck_after,
+            backing,
+        } => Ok(audit(config, since, stuck_after, &backing).await),
         Command::Resolve {
             order_id,
             amount,
@@ -106,7 +141,45 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<()> {
                 card_format_checked,
                 retry_declined,
             };
-            resolve(config, &order, confirmed, &backing).await
+            resolve(config, &order, confirmed, &backing)
+                .await
+                .map(|()| 0)
+        }
+    }
+}
+
+/// Exit 0, 1 or 2 (see [`Command::Audit`]); every error is a 2.
+async fn audit(
+    config: &Config,
+    since: Duration,
+    stuck_after: Duration,
+    backing: &Backing,
+) -> ExitStatus {
+    let now = clock::Time::from_ms(clock::wall_ms());
+    let window = audit::run::Window {
+        now,
+        since: now - since,
+        stuck_after,
+    };
+    let report = async {
+        let store = wiring::store(config, &backing.store()).await?;
+        let provider = wiring::provider(config, &backing.db).await?;
+        anyhow::Ok(audit::run::audit(store.as_ref(), provider.as_ref(), window).await?)
+    };
+    match report.await {
+        Ok(report) => {
+            for finding in &report.findings {
+                println!("{}", finding.to_json());
+            }
+            eprintln!("{}", report.summary(&window));
+            i32::from(!report.findings.is_empty())
+        }
+        Err(e) => {
+            eprintln!(
+                "{}",
+                json!({"audit": "incomplete", "since_ms": window.since.as_ms(), "error": format!("{e:#}")})
+            );
+            2
         }
     }
 }

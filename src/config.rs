@@ -15,6 +15,16 @@ pub enum FifoScope {
     Batch,
 }
 
+/// What the function does when Lambda invokes it (`CHARGE_ONCE_FUNCTION`): consume
+/// the queue (the default), or audit the table against the provider (the scheduled
+/// `AuditFunction` of the template).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Function {
+    #[default]
+    Consume,
+    Audit,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{var} is required{context}")]
@@ -58,6 +68,11 @@ pub struct Config {
     /// What a failure in a FIFO batch stops: the rest of its message group (default)
     /// or the rest of the batch.
     pub fifo_failure_scope: FifoScope,
+    pub function: Function,
+    /// The scheduled audit's window (`AUDIT_SINCE`) and stuck threshold
+    /// (`AUDIT_STUCK_AFTER`).
+    pub audit_since: Duration,
+    pub audit_stuck_after: Duration,
     pub payment_api_url: Option<String>,
     pub payment_api_key_secret_arn: Option<String>,
     pub payment_api_key: Option<Secret>,
@@ -192,6 +207,19 @@ impl Config {
                 "must exceed DEADLINE_MARGIN, or no record could ever start",
             ));
         }
+        let function = match get("CHARGE_ONCE_FUNCTION").as_deref().map(str::trim) {
+            None | Some("consume") => Function::Consume,
+            Some("audit") => Function::Audit,
+            Some(other) => {
+                return Err(invalid(
+                    "CHARGE_ONCE_FUNCTION",
+                    other,
+                    "must be consume or audit",
+                ));
+            }
+        };
+        let audit_since = duration(&get, "AUDIT_SINCE", "1d")?;
+        let audit_stuck_after = duration(&get, "AUDIT_STUCK_AFTER", "1h")?;
         let payment_api_url = match get("PAYMENT_API_URL") {
             None => None,
             Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
@@ -233,6 +261,9 @@ impl Config {
             retention,
             max_concurrency,
             fifo_failure_scope,
+            function,
+            audit_since,
+            audit_stuck_after,
             payment_api_url,
             payment_api_key_secret_arn: get("PAYMENT_API_KEY_SECRET_ARN"),
             payment_api_key: get("PAYMENT_API_KEY").map(Secret::new),
@@ -313,6 +344,20 @@ mod tests {
         assert_eq!(c.fifo_failure_scope, FifoScope::Group);
         assert_eq!(c.metrics_namespace, "charge-once");
         assert!(c.table.is_none() && c.payment_api_url.is_none());
+    }
+
+    #[test]
+    fn the_function_consumes_unless_told_to_audit() {
+        assert_eq!(config(&[]).unwrap().function, Function::Consume);
+        let audit = config(&[("CHARGE_ONCE_FUNCTION", "audit"), ("AUDIT_SINCE", "2d")]).unwrap();
+        assert_eq!(audit.function, Function::Audit);
+        assert_eq!(audit.audit_since, Duration::from_secs(2 * 24 * 3600));
+        assert_eq!(audit.audit_stuck_after, Duration::from_secs(3600));
+        let bad = config(&[("CHARGE_ONCE_FUNCTION", "charge")]).unwrap_err();
+        assert!(
+            bad.to_string().starts_with("CHARGE_ONCE_FUNCTION="),
+            "{bad}"
+        );
     }
 
     #[test]

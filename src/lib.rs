@@ -16,6 +16,7 @@
 //! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
 //! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
+//! | [`audit`] | the table held against the provider's charges: findings, and the reads behind them |
 //! | [`wiring`] | the clients and parts both entry points build at start |
 //! | [`sqlite_file`] | the SQLite file of local runs, shared by the local store and the simulator |
 //! | [`telemetry`] | logs; the metric names and their units |
@@ -24,6 +25,7 @@
 //!
 //! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`].
 
+pub mod audit;
 pub mod batch;
 pub mod clock;
 pub mod config;

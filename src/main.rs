@@ -8,7 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::config::Config;
+use charge_once::audit::{self, run::Window};
+use charge_once::batch::Consumer;
+use charge_once::config::{Config, Function};
+use charge_once::emf::{Emf, Recorded};
+use charge_once::payment::http::HttpProvider;
+use charge_once::store::dynamodb::DynamoStore;
 use charge_once::{clock, telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
@@ -16,19 +21,25 @@ use lambda_runtime::{LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() {
     telemetry::init();
+    let mut failure = 1;
     let result = if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        run_lambda().await
+        run_lambda().await.map(|()| 0)
     } else {
         let cli = cli::Cli::parse();
+        failure = cli.command.failure_status();
         match Config::from_env() {
             Ok(config) => cli::run(cli, &config).await,
             Err(e) => Err(e.into()),
         }
     };
-    if let Err(e) = result {
-        // `{:#}` keeps the whole cause chain on one line.
-        tracing::error!(error = format!("{e:#}"), "charge-once stopped");
-        std::process::exit(1);
+    match result {
+        Ok(0) => {}
+        Ok(status) => std::process::exit(status),
+        Err(e) => {
+            // `{:#}` keeps the whole cause chain on one line.
+            tracing::error!(error = format!("{e:#}"), "charge-once stopped");
+            std::process::exit(failure);
+        }
     }
 }
 
@@ -40,7 +51,30 @@ async fn run_lambda() -> anyhow::Result<()> {
     let provider = wiring::http_provider(&config, &sdk).await?;
     let store = wiring::dynamo_store(&config, &sdk)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
-    let consumer = Arc::new(wiring::consumer(&config, store, provider));
+    match config.function {
+        Function::Consume => {
+            let consumer = Arc::new(wiring::consumer(&config, store, provider));
+            consume(consumer, metrics).await
+        }
+        Function::Audit => audit(&config, store, provider, metrics).await,
+    }
+    .context("Lambda runtime stopped")
+}
+
+/// Writes one invocation's EMF document on stdout (CloudWatch reads both streams).
+fn write_metrics(metrics: &Emf, recorded: &Recorded, request_id: &str) {
+    let written = metrics.write(
+        recorded,
+        &[("RequestId", request_id)],
+        clock::wall_ms(),
+        std::io::stdout().lock(),
+    );
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "metrics could not be written");
+    }
+}
+
+async fn consume(consumer: Arc<Consumer>, metrics: &'static Emf) -> anyhow::Result<()> {
     // On Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` > 1) several
     // invocations run at once in this process; elsewhere one at a time. The consumer
     // and its clients are shared by all; each invocation's metrics are its own.
@@ -49,20 +83,64 @@ async fn run_lambda() -> anyhow::Result<()> {
         async move {
             let request_id = event.context.request_id.clone();
             let (response, recorded) = metrics.measure(consumer.handle_lambda_event(event)).await;
-            // One EMF document per invocation, on stdout (CloudWatch reads both).
-            let written = metrics.write(
-                &recorded,
-                &[("RequestId", &request_id)],
-                clock::wall_ms(),
-                std::io::stdout().lock(),
-            );
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "metrics could not be written");
-            }
+            write_metrics(metrics, &recorded, &request_id);
             response.map_err(lambda_runtime::Error::from)
         }
     }))
     .await
     .map_err(|e| anyhow::anyhow!(e))
-    .context("Lambda runtime stopped")
+}
+
+/// The scheduled audit: any event runs it over `AUDIT_SINCE`. Each finding is one
+/// error line; the counts are metrics; a read that fails fails the invocation.
+async fn audit(
+    config: &Config,
+    store: Arc<DynamoStore>,
+    provider: Arc<HttpProvider>,
+    metrics: &'static Emf,
+) -> anyhow::Result<()> {
+    let (since, stuck_after) = (config.audit_since, config.audit_stuck_after);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let (store, provider) = (Arc::clone(&store), Arc::clone(&provider));
+        async move {
+            let now = clock::Time::from_ms(clock::wall_ms());
+            let window = Window {
+                now,
+                since: now - since,
+                stuck_after,
+            };
+            let (result, recorded) = metrics
+                .measure(async {
+                    let result = audit::run::audit(store.as_ref(), provider.as_ref(), window).await;
+                    match &result {
+                        Ok(report) => report.record_metrics(),
+                        Err(_) => metrics::counter!(audit::INCOMPLETE_METRIC).increment(1),
+                    }
+                    result
+                })
+                .await;
+            write_metrics(metrics, &recorded, &event.context.request_id);
+            match result {
+                Ok(report) => {
+                    for finding in &report.findings {
+                        tracing::error!(
+                            finding = finding.kind.name(),
+                            order_id = finding.order_id,
+                            evidence = %finding.evidence,
+                            "audit finding"
+                        );
+                    }
+                    let summary = report.summary(&window);
+                    tracing::info!(summary = %summary, "audit finished");
+                    Ok(summary)
+                }
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "audit incomplete");
+                    Err(lambda_runtime::Error::from(e))
+                }
+            }
+        }
+    }))
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
 }

@@ -397,3 +397,37 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
         "provider text is never logged"
     );
 }
+
+/// The audit's reads: every page of the listing (more than one page of 100 here), each
+/// charge once with what the audit compares; one charge by id; an unknown id is none.
+#[tokio::test]
+async fn the_audit_lists_every_page_of_charges_and_finds_one_by_id() {
+    let p = provider();
+    let customer = stripe::customer("tok_visa").await;
+    let since =
+        charge_once::clock::Time::from_ms(charge_once::clock::wall_ms()) - Duration::from_secs(5);
+    let mut made = Vec::new();
+    for n in 0..130 {
+        let o = order(&unique_id(), 100 + n, &customer);
+        let receipt = p.charge(&o, &format!("{}#1", o.id())).await.unwrap();
+        made.push((receipt.id, o));
+    }
+    let listed = p.charges_since(since).await.unwrap();
+    let mine: Vec<_> = listed
+        .iter()
+        .filter(|c| c.customer.as_deref() == Some(customer.as_str()))
+        .collect();
+    assert_eq!(mine.len(), made.len(), "each charge listed once");
+    for (id, o) in &made {
+        let c = mine.iter().find(|c| c.id == *id).expect("listed");
+        assert_eq!(c.order_id.as_deref(), Some(o.id()));
+        assert_eq!((c.amount, c.currency.as_str()), (o.amount(), "eur"));
+        assert!(c.succeeded() && c.created.as_secs() >= since.as_secs());
+    }
+    let (id, o) = &made[0];
+    let one = p.charge_by_id(id).await.unwrap().expect("found by id");
+    assert_eq!(one.order_id.as_deref(), Some(o.id()));
+    assert_eq!(p.charge_by_id("ch_never_issued").await.unwrap(), None);
+    // A receipt is whatever the table holds: it stays one path segment.
+    assert_eq!(p.charge_by_id("../customers").await.unwrap(), None);
+}

@@ -7,8 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_once::clock::Time;
 use charge_once::order::Order;
-use charge_once::payment::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
+use charge_once::payment::{
+    FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
+};
 
 /// A scripted failure for the next charge call of one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +261,16 @@ impl PaymentProvider for TestProvider {
             },
             None => Lookup::NotFound,
         })
+    }
+
+    /// Not served: the audit is tested on the simulator and stripe-stateful-mock,
+    /// which keep what it reads (currency, customer, creation time).
+    async fn charges_since(&self, _: Time) -> Result<Vec<ListedCharge>, PaymentError> {
+        panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
+    }
+
+    async fn charge_by_id(&self, _: &str) -> Result<Option<ListedCharge>, PaymentError> {
+        panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
 }
 

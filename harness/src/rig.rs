@@ -90,6 +90,9 @@ impl IdempotencyStore for FlakyStore {
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(pk).await
     }
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
+        self.inner.created_since(since).await
+    }
 }
 
 pub struct Harness<P> {

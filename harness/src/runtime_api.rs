@@ -244,6 +244,8 @@ pub struct Launch {
     /// `AWS_LAMBDA_MAX_CONCURRENCY`, as Lambda Managed Instances set it; unset when
     /// `None` (classic Lambda: one invocation at a time).
     pub max_concurrency: Option<u32>,
+    /// More of the function's settings (`CHARGE_ONCE_FUNCTION`, ...).
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Launch {
@@ -252,6 +254,7 @@ impl Launch {
             log,
             metrics: None,
             max_concurrency: None,
+            env: Vec::new(),
         }
     }
 }
@@ -303,6 +306,7 @@ impl ConsumerProcess {
         if let Some(n) = launch.max_concurrency {
             command.env("AWS_LAMBDA_MAX_CONCURRENCY", n.to_string());
         }
+        command.envs(launch.env.iter().map(|(k, v)| (k, v)));
         command.spawn().expect("spawn charge-once")
     }
 

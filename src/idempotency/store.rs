@@ -156,4 +156,9 @@ pub trait IdempotencyStore: Send + Sync {
 
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
+
+    /// For the audit: every record first reserved at or after `since` (`creado`;
+    /// card-format items have none). Every page is read, or an error: never a
+    /// shorter list.
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;
 }

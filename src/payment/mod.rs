@@ -11,6 +11,7 @@ pub mod simulated;
 use async_trait::async_trait;
 
 use crate::BoxError;
+use crate::clock::Time;
 use crate::order::Order;
 
 /// What the provider returns for a successful charge.
@@ -33,6 +34,27 @@ pub enum Lookup {
     /// No live charge: a new key cannot charge twice.
     NotFound,
 }
+/// A charge as the provider lists it (for the audit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedCharge {
+    pub id: String,
+    /// `metadata[order_id]`; `None` for a charge that is not an order's.
+    pub order_id: Option<String>,
+    pub amount: u64,
+    /// As the provider writes it (Stripe: lower case).
+    pub currency: String,
+    pub customer: Option<String>,
+    /// `succeeded`, `failed`, `pending`, ...
+    pub status: String,
+    pub created: Time,
+}
+
+impl ListedCharge {
+    pub fn succeeded(&self) -> bool {
+        self.status == "succeeded"
+    }
+}
+
 /// Why a provider call did not produce a receipt. The variant decides what happens to
 /// the provider key (DESIGN §5): only `Declined` moves to the next attempt.
 #[derive(Debug, thiserror::Error)]
@@ -113,4 +135,11 @@ pub trait PaymentProvider: Send + Sync {
     /// Looks up the order's live charge: same `metadata[order_id]`, amount and
     /// currency, status not `failed`. "Not found" must be certain (every page read).
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+
+    /// Every charge created at or after `since`, every page read, for the audit. An
+    /// error, never a shorter list, when not everything could be read.
+    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError>;
+
+    /// The charge `id`, `None` when the provider has no such charge.
+    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError>;
 }

@@ -16,7 +16,8 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
-use super::{FailureKind, Lookup, PaymentError, PaymentProvider, Receipt};
+use super::{FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt};
+use crate::clock::Time;
 use crate::order::Order;
 use crate::sqlite_file::{OpenError, SharedConnection};
 
@@ -184,6 +185,32 @@ fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlit
     .map(|id| id.map_or(Lookup::NotFound, |id| Lookup::Succeeded(Receipt { id })))
 }
 
+/// The ledger's charges (rows that took money), as the provider lists them.
+fn listed_blocking(
+    conn: &mut Connection,
+    since: Option<Time>,
+    charge_id: Option<&str>,
+) -> Result<Vec<ListedCharge>, rusqlite::Error> {
+    let mut stmt = conn.prepare(
+        "SELECT charge_id, order_id, amount, currency, customer, at_ms FROM charges
+             WHERE charged = 1 AND at_ms >= :since AND (:id IS NULL OR charge_id = :id)
+             ORDER BY seq",
+    )?;
+    let since = since.map_or(i64::MIN, Time::as_ms);
+    let rows = stmt.query_map(named_params! {":since": since, ":id": charge_id}, |row| {
+        Ok(ListedCharge {
+            id: row.get(0)?,
+            order_id: Some(row.get(1)?),
+            amount: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
+            currency: row.get(3)?,
+            customer: Some(row.get(4)?),
+            status: "succeeded".to_owned(),
+            created: Time::from_ms(row.get(5)?),
+        })
+    })?;
+    rows.collect()
+}
+
 fn declined() -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
@@ -215,6 +242,23 @@ impl PaymentProvider for SimulatedProvider {
             .call(move |conn| find_blocking(conn, &order))
             .await
             .map_err(ledger_error)
+    }
+
+    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
+        self.conn
+            .call(move |conn| listed_blocking(conn, Some(since), None))
+            .await
+            .map_err(ledger_error)
+    }
+
+    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
+        let id = id.to_owned();
+        let mut found = self
+            .conn
+            .call(move |conn| listed_blocking(conn, None, Some(&id)))
+            .await
+            .map_err(ledger_error)?;
+        Ok(found.pop())
     }
 }
 

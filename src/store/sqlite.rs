@@ -89,6 +89,7 @@ const RESOLVE: &str = "UPDATE idempotency
       AND (huella IS NULL OR huella = :huella)
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
+const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
 
 /// The idempotency table in a SQLite file. Cheap to clone.
 #[derive(Clone)]
@@ -157,7 +158,7 @@ impl SqliteStore {
         self.conn
             .call(run)
             .await
-            .map_err(|e| store_error(operation, pk, e))
+            .map_err(|e| store_error(operation, pk.as_str(), e))
     }
 }
 
@@ -171,19 +172,19 @@ const STATES: [(&str, &str); 3] = [
 
 /// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
 /// failed in SQLite.
-fn store_error(operation: &'static str, pk: &Key, error: CallError) -> StoreError {
+fn store_error(operation: &'static str, target: &str, error: CallError) -> StoreError {
     match error {
         CallError::Sqlite(rusqlite::Error::FromSqlConversionFailure(_, _, inner)) => {
             match inner.downcast::<StoreError>() {
                 Ok(malformed) => *malformed,
                 Err(other) => StoreError::Backend {
                     operation,
-                    target: pk.to_string(),
+                    target: target.to_owned(),
                     source: other,
                 },
             }
         }
-        other => StoreError::backend(operation, pk.as_str(), other),
+        other => StoreError::backend(operation, target, other),
     }
 }
 
@@ -304,6 +305,18 @@ impl IdempotencyStore for SqliteStore {
                     .optional()
             })
             .await
-            .map_err(|e| store_error("get", pk, e))
+            .map_err(|e| store_error("get", pk.as_str(), e))
+    }
+
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
+        self.conn
+            .call(move |conn| {
+                let mut stmt = conn.prepare(CREATED_SINCE)?;
+                let rows =
+                    stmt.query_map(named_params! {":since": since.as_ms()}, row_to_record)?;
+                rows.collect()
+            })
+            .await
+            .map_err(|e| store_error("scan", "idempotency", e))
     }
 }
