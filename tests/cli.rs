@@ -91,6 +91,27 @@ fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
         "the same failures"
     );
     assert_eq!(charges(&db), after_first, "nothing new charged");
+
+    // What make run left audits clean: every charge recorded, every record charged.
+    let audit = charge_once(&db, &["audit"]);
+    assert_eq!(
+        audit.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    assert!(audit.stdout.is_empty(), "no finding");
+    let summary: Value = serde_json::from_str(
+        String::from_utf8_lossy(&audit.stderr)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (summary["audit"].as_str(), summary["charges"].as_u64()),
+        (Some("clean"), Some(3))
+    );
 }
 
 #[test]
