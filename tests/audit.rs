@@ -27,7 +27,7 @@ use charge_once::payment::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
 use charge_once::store::sqlite::SqliteStore;
 use harness::rig::{PAYMENT_TIMEOUT, batch_of};
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
-use harness::servers::{Backend, Table, stripe_mock_url};
+use harness::servers::{Backend, Table, cli_on_moto_and_mock, stripe_mock_url};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
@@ -48,16 +48,7 @@ impl Pair {
             .env_remove("AWS_LAMBDA_RUNTIME_API");
         match self {
             Pair::Local { db } => command.arg("--db").arg(db).env_remove("PAYMENT_API_URL"),
-            Pair::Aws { table } => command
-                .args(["--store", "dynamodb"])
-                .env_remove("AWS_PROFILE")
-                .env("AWS_ENDPOINT_URL", Backend::Moto.url())
-                .env("AWS_REGION", "us-east-1")
-                .env("AWS_ACCESS_KEY_ID", "test")
-                .env("AWS_SECRET_ACCESS_KEY", "test")
-                .env("IDEMPOTENCY_TABLE", &table.name)
-                .env("PAYMENT_API_URL", stripe_mock_url())
-                .env("PAYMENT_API_KEY", API_KEY),
+            Pair::Aws { table } => cli_on_moto_and_mock(&mut command, &table.name, API_KEY),
         };
         command.output().expect("run charge-once")
     }

@@ -142,18 +142,9 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
 
 /// Runs the real binary with `--store dynamodb` on `table`, provider = the mock.
 fn charge_once(table: &Table, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_charge-once"))
-        .args(args)
-        .args(["--store", "dynamodb"])
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
-        .env_remove("AWS_PROFILE")
-        .env("AWS_ENDPOINT_URL", Backend::Moto.url())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("IDEMPOTENCY_TABLE", &table.name)
-        .env("PAYMENT_API_URL", harness::servers::stripe_mock_url())
-        .env("PAYMENT_API_KEY", api_key())
+    let mut command = Command::new(env!("CARGO_BIN_EXE_charge-once"));
+    command.args(args);
+    harness::servers::cli_on_moto_and_mock(&mut command, &table.name, &api_key())
         .output()
         .unwrap()
 }

@@ -613,6 +613,20 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
     }
 }
 
+/// Every statement of a role's inline policies (after the SAM transform).
+fn statements(role: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    role["Policies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| {
+            p["PolicyDocument"]["Statement"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+}
+
 /// What the function's role can do beyond its own queue, table, secret and logs.
 fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
     let resources = &cfn["Resources"];
@@ -635,17 +649,7 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
     let anything = serde_json::json!("*");
     let mut sqs_actions = Vec::new();
     let mut xray_actions = Vec::new();
-    let statements = role["Policies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|p| {
-            p["PolicyDocument"]["Statement"]
-                .as_array()
-                .into_iter()
-                .flatten()
-        });
-    for statement in statements {
+    for statement in statements(role) {
         let resource = &statement["Resource"];
         for action in strings(&statement["Action"]) {
             let expected = match action.split(':').next() {
@@ -941,17 +945,7 @@ fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
     let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
     let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
     let mut actions = Vec::new();
-    for statement in role["Policies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|p| {
-            p["PolicyDocument"]["Statement"]
-                .as_array()
-                .into_iter()
-                .flatten()
-        })
-    {
+    for statement in statements(role) {
         for action in strings(&statement["Action"]) {
             let expected = match action.as_str() {
                 "dynamodb:Scan" | "dynamodb:GetItem" => &table,

@@ -230,6 +230,26 @@ pub fn stripe_mock_url() -> &'static str {
     &STRIPE_MOCK.get_or_init(start_stripe_mock).url
 }
 
+/// A CLI command of the real binary on moto's `table` (`--store dynamodb`) and the
+/// mock (`api_key`), outside Lambda.
+pub fn cli_on_moto_and_mock<'a>(
+    command: &'a mut Command,
+    table: &str,
+    api_key: &str,
+) -> &'a mut Command {
+    command
+        .args(["--store", "dynamodb"])
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_ENDPOINT_URL", Backend::Moto.url())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("IDEMPOTENCY_TABLE", table)
+        .env("PAYMENT_API_URL", stripe_mock_url())
+        .env("PAYMENT_API_KEY", api_key)
+}
+
 /// An SDK config for moto (Secrets Manager and the rest).
 pub fn moto_sdk_config() -> aws_config::SdkConfig {
     aws_config::SdkConfig::builder()

@@ -9,6 +9,7 @@
 //! `Debug` output; the provider's error text is never carried into our errors (an
 //! auth error echoes fragments of the key), only its status, type and code.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -83,6 +84,48 @@ impl HttpProvider {
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
+
+    /// Reads `GET /v1/charges?<filter>` page after page (at most `max_pages`), handing
+    /// each page to `visit` until it breaks.
+    async fn walk_charges<T>(
+        &self,
+        filter: (&'static str, String),
+        max_pages: usize,
+        mut visit: impl FnMut(Vec<Charge>) -> ControlFlow<T>,
+    ) -> Result<Walk<T>, PaymentError> {
+        let mut starting_after: Option<String> = None;
+        for _ in 0..max_pages {
+            let mut query = vec![filter.clone(), ("limit", PAGE_SIZE.to_string())];
+            if let Some(after) = &starting_after {
+                query.push(("starting_after", after.clone()));
+            }
+            let request = self.client.get(self.url("/v1/charges")).query(&query);
+            let page: ChargeList =
+                send_json(request, "a charge listing that is not a list").await?;
+            let next = match page.data.last() {
+                Some(last) if page.has_more => Some(last.id.clone()),
+                _ => None,
+            };
+            if let ControlFlow::Break(found) = visit(page.data) {
+                return Ok(Walk::Stopped(found));
+            }
+            match next {
+                Some(after) => starting_after = Some(after),
+                None => return Ok(Walk::Read),
+            }
+        }
+        Ok(Walk::Truncated)
+    }
+}
+
+/// How a walk through the charge listing ended.
+enum Walk<T> {
+    /// The visitor found what it wanted.
+    Stopped(T),
+    /// Every page was read.
+    Read,
+    /// More pages than the walk may read: what was read is not the whole answer.
+    Truncated,
 }
 
 /// The form body of a charge: only fingerprinted fields, in a fixed order.
@@ -288,70 +331,50 @@ impl PaymentProvider for HttpProvider {
     }
 
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
-        let mut starting_after: Option<String> = None;
         let mut pending = None;
-        for _ in 0..MAX_PAGES {
-            let mut query = vec![
-                ("customer", order.customer().to_owned()),
-                ("limit", PAGE_SIZE.to_string()),
-            ];
-            if let Some(after) = &starting_after {
-                query.push(("starting_after", after.clone()));
-            }
-            let request = self.client.get(self.url("/v1/charges")).query(&query);
-            let page: ChargeList =
-                send_json(request, "a charge listing that is not a list").await?;
-            match pick(&page.data, order) {
-                found @ Lookup::Succeeded(_) => return Ok(found),
+        let filter = ("customer", order.customer().to_owned());
+        let walk = self
+            .walk_charges(filter, MAX_PAGES, |page| match pick(&page, order) {
+                found @ Lookup::Succeeded(_) => ControlFlow::Break(found),
                 // A later page may still hold a succeeded charge: keep reading.
-                live @ Lookup::Pending { .. } => pending = pending.or(Some(live)),
-                Lookup::NotFound => {}
-            }
-            match page.data.last() {
-                Some(last) if page.has_more => starting_after = Some(last.id.clone()),
-                _ => return Ok(pending.unwrap_or(Lookup::NotFound)),
-            }
+                live @ Lookup::Pending { .. } => {
+                    pending = pending.take().or(Some(live));
+                    ControlFlow::Continue(())
+                }
+                Lookup::NotFound => ControlFlow::Continue(()),
+            })
+            .await?;
+        match walk {
+            Walk::Stopped(found) => Ok(found),
+            Walk::Read => Ok(pending.unwrap_or(Lookup::NotFound)),
+            // "Not found" must be certain: a new key after an incomplete search could
+            // charge twice.
+            Walk::Truncated => Err(unexpected(
+                "more charges than reconciliation reads; settle by hand",
+            )),
         }
-        // "Not found" must be certain: a new key after an incomplete search could
-        // charge twice.
-        Err(unexpected(
-            "more charges than reconciliation reads; settle by hand",
-        ))
     }
 
     async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
         let mut charges = Vec::new();
-        let mut starting_after: Option<String> = None;
-        for _ in 0..AUDIT_MAX_PAGES {
-            let mut query = vec![
-                ("created[gte]", since.as_secs().to_string()),
-                ("limit", PAGE_SIZE.to_string()),
-            ];
-            if let Some(after) = &starting_after {
-                query.push(("starting_after", after.clone()));
-            }
-            let request = self.client.get(self.url("/v1/charges")).query(&query);
-            let page: ChargeList =
-                send_json(request, "a charge listing that is not a list").await?;
-            let next = match page.data.last() {
-                Some(last) if page.has_more => Some(last.id.clone()),
-                _ => None,
-            };
-            // Filtered here too: a provider that ignores `created[gte]` lists more.
-            charges.extend(
-                page.data
-                    .into_iter()
-                    .map(Charge::listed)
-                    .filter(|c| c.created.as_secs() >= since.as_secs()),
-            );
-            match next {
-                Some(after) => starting_after = Some(after),
-                None => return Ok(charges),
-            }
+        let filter = ("created[gte]", since.as_secs().to_string());
+        let walk = self
+            .walk_charges(filter, AUDIT_MAX_PAGES, |page| {
+                // Filtered here too: a provider that ignores `created[gte]` lists more.
+                charges.extend(
+                    page.into_iter()
+                        .map(Charge::listed)
+                        .filter(|c| c.created.as_secs() >= since.as_secs()),
+                );
+                ControlFlow::<()>::Continue(())
+            })
+            .await?;
+        match walk {
+            Walk::Read | Walk::Stopped(()) => Ok(charges),
+            Walk::Truncated => Err(unexpected(
+                "more charges than the audit reads; narrow --since",
+            )),
         }
-        Err(unexpected(
-            "more charges than the audit reads; narrow --since",
-        ))
     }
 
     async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
