@@ -24,6 +24,9 @@
 //! Also measured: what one reservation costs dynalite itself per request shape, which
 //! explains the batch latencies on it (see README "Performance").
 //!
+//! Instructions: the release binary under callgrind (valgrind), batch 1 and 10 of fresh
+//! orders, per invocation and per record (`BENCH_INSTRUCTIONS=0` skips them).
+//!
 //! Knobs: `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
 //! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
 //! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
@@ -41,7 +44,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use report::{Report, today};
-use scenarios::{Cell, cold_starts, dynalite_cost_per_call, matrix, run_cell, store_calls};
+use scenarios::{
+    Cell, cold_starts, dynalite_cost_per_call, instructions, matrix, run_cell, store_calls,
+};
 
 pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Orders charged once before the rounds, which the duplicate scenarios send again.
@@ -90,6 +95,13 @@ async fn main() {
     eprintln!("bench: store calls done ({:.0?})", started.elapsed());
     let cold = cold_starts().await;
     eprintln!("bench: cold starts done ({:.0?})", started.elapsed());
+    // BENCH_INSTRUCTIONS=0 leaves the callgrind runs out (a few minutes).
+    let instructions = if std::env::var("BENCH_INSTRUCTIONS").is_ok_and(|v| v == "0") {
+        Vec::new()
+    } else {
+        instructions().await
+    };
+    eprintln!("bench: instructions done ({:.0?})", started.elapsed());
     let mut cells = Vec::new();
     // BENCH_CELLS=<slug>,<slug> picks cells of the full matrix (development).
     let only: Vec<String> = std::env::var("BENCH_CELLS")
@@ -131,6 +143,7 @@ async fn main() {
         calls,
         cold,
         cells,
+        instructions,
         elapsed: started.elapsed(),
     };
     let dir = root().join("bench/results");

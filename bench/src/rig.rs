@@ -130,6 +130,17 @@ pub struct Lane {
 
 impl Lane {
     pub fn spawn(contender: Contender, rig: &Rig, payment_url: &str, runtime: RuntimeApi) -> Self {
+        Self::spawn_command(contender, contender.command(), rig, payment_url, runtime)
+    }
+
+    /// [`Self::spawn`] with the command that starts the contender (under valgrind, say).
+    pub fn spawn_command(
+        contender: Contender,
+        mut command: Command,
+        rig: &Rig,
+        payment_url: &str,
+        runtime: RuntimeApi,
+    ) -> Self {
         let log = log_dir().join(format!("bench-{}.log", contender.name()));
         let output = || {
             std::fs::OpenOptions::new()
@@ -143,7 +154,6 @@ impl Lane {
             payment: payment_url.to_owned(),
             table: rig.table.clone(),
         };
-        let mut command = contender.command();
         lambda_environment(&mut command, &runtime.addr, &endpoints)
             .env("PAYMENT_TIMEOUT_SECONDS", "1") // the peers' spelling
             .stdin(Stdio::null())

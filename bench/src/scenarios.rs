@@ -2,6 +2,7 @@
 //! fill them (cells, cold starts, store calls, the store's own cost per request).
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::runtime_api::RuntimeApi;
@@ -111,6 +112,8 @@ pub const SCENARIOS: [Scenario; 4] = [
 
 pub fn matrix(full: bool) -> Vec<Cell> {
     if !full {
+        // Every scenario at batch 10, and fresh orders at batch 1: many queues run at
+        // batch size 1, where the fixed cost of an invocation is the cost of a record.
         return SCENARIOS
             .iter()
             .map(|&scenario| Cell {
@@ -119,6 +122,12 @@ pub fn matrix(full: bool) -> Vec<Cell> {
                 store_ms: 5,
                 payment_ms: 50,
             })
+            .chain([Cell {
+                scenario: Scenario::Fresh,
+                batch: 1,
+                store_ms: 5,
+                payment_ms: 50,
+            }])
             .collect();
     }
     let mut cells = Vec::new();
@@ -210,6 +219,91 @@ pub async fn run_cell(cell: Cell, rounds: usize, records: usize) -> CellFigures 
         );
     }
     figures
+}
+
+/// Instructions the release binary executes, from callgrind: per invocation and per
+/// record, fresh orders, at one batch size.
+#[derive(Clone, Copy, Debug)]
+pub struct Instructions {
+    pub batch: usize,
+    pub per_invocation: u64,
+    pub per_record: u64,
+}
+
+/// Invocations of the short and the long process of [`instructions`].
+const FEW: usize = 4;
+const MANY: usize = 16;
+
+/// Instructions per invocation and per record of the release binary, counted by
+/// callgrind (the same for the same binary and input, whatever else the machine does),
+/// for fresh orders at batch 1 and batch 10 on dynalite and the payment stub: one
+/// process serves `FEW` invocations and another `MANY`, each under callgrind, and the
+/// difference over `MANY - FEW` invocations leaves the cold start and the exit out.
+/// The callgrind files stay in the log directory for `callgrind_annotate`.
+pub async fn instructions() -> Vec<Instructions> {
+    let payment = payment_stub(Duration::ZERO).await;
+    let mut out = Vec::new();
+    for batch in [1, 10] {
+        let few = callgrind_total(&payment, batch, FEW).await;
+        let many = callgrind_total(&payment, batch, MANY).await;
+        let per_invocation = many.saturating_sub(few) / (MANY - FEW) as u64;
+        out.push(Instructions {
+            batch,
+            per_invocation,
+            per_record: per_invocation / batch as u64,
+        });
+    }
+    out
+}
+
+/// Every instruction of one charge-once process that serves `invocations` batches of
+/// `batch` fresh orders and then gets SIGTERM (callgrind writes its counts on exit).
+async fn callgrind_total(payment: &str, batch: usize, invocations: usize) -> u64 {
+    let contender = Contender::ChargeOnce;
+    let rig = Rig::new(Backend::Dynalite, Duration::ZERO).await;
+    let file = harness::log_dir().join(format!("callgrind-b{batch}-x{invocations}.out"));
+    let _ = std::fs::remove_file(&file);
+    let mut command = Command::new("valgrind");
+    command
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", file.display()))
+        .arg(crate::charge_once_bin());
+    let lane = Lane::spawn_command(contender, command, &rig, payment, RuntimeApi::start().await);
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    for i in 0..invocations {
+        let ids: Vec<String> = (0..batch).map(|r| format!("ci-{run}-{i}-{r}")).collect();
+        let (_, failures) = lane.invoke(event(&ids)).await;
+        assert_eq!(failures, 0, "under callgrind: see {}", lane.log.display());
+    }
+    let pid = lane.child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success(), "kill -TERM {pid}");
+    // callgrind writes its file as the process ends: bounded wait (valgrind is slow).
+    for _ in 0..600 {
+        if let Some(total) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| callgrind_summary(&text))
+        {
+            return total;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no callgrind summary in {} within 60 s; see {}",
+        file.display(),
+        lane.log.display()
+    )
+}
+
+/// The `summary:` (or `totals:`) line of a callgrind file: instructions executed.
+fn callgrind_summary(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|n| n.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
 }
 
 /// Spawn → first `next`, and spawn → the answer to a first batch of 10 fresh orders
