@@ -18,8 +18,29 @@ use charge_once::{clock, telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // Classic Lambda runs one invocation at a time: a runtime on this one thread wakes
+    // no worker threads, which is most of an invocation's fixed cost in CPU. Lambda
+    // Managed Instances run several at once (`AWS_LAMBDA_MAX_CONCURRENCY` > 1): one
+    // worker thread per core there.
+    let concurrent = std::env::var("AWS_LAMBDA_MAX_CONCURRENCY")
+        .ok()
+        .and_then(|n| n.trim().parse::<u32>().ok())
+        .is_some_and(|n| n > 1);
+    let mut builder = if concurrent {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    #[allow(clippy::expect_used)] // cold start: nothing runs without a runtime
+    let runtime = builder
+        .enable_all()
+        .build()
+        .expect("the tokio runtime could not be built");
+    runtime.block_on(start());
+}
+
+async fn start() {
     telemetry::init();
     let mut failure = 1;
     let result = if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
