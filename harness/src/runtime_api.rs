@@ -215,17 +215,14 @@ pub fn lambda_environment<'a>(
 ) -> &'a mut Command {
     command
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    crate::servers::test_account(command)
         .env("AWS_LAMBDA_RUNTIME_API", runtime)
         .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
         .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
         // What the template's LoggingConfig (LogFormat: JSON) makes Lambda set.
         .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
         .env("IDEMPOTENCY_TABLE", &endpoints.table)
         .env("PAYMENT_API_URL", &endpoints.payment)

@@ -230,6 +230,15 @@ pub fn stripe_mock_url() -> &'static str {
     &STRIPE_MOCK.get_or_init(start_stripe_mock).url
 }
 
+/// The account of every process the tests start: one region, static credentials.
+pub fn test_account(command: &mut Command) -> &mut Command {
+    command
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+}
+
 /// A CLI command of the real binary on moto's `table` (`--store dynamodb`) and the
 /// mock (`api_key`), outside Lambda.
 pub fn cli_on_moto_and_mock<'a>(
@@ -237,14 +246,11 @@ pub fn cli_on_moto_and_mock<'a>(
     table: &str,
     api_key: &str,
 ) -> &'a mut Command {
-    command
+    test_account(command)
         .args(["--store", "dynamodb"])
         .env_remove("AWS_LAMBDA_RUNTIME_API")
         .env_remove("AWS_PROFILE")
         .env("AWS_ENDPOINT_URL", Backend::Moto.url())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("IDEMPOTENCY_TABLE", table)
         .env("PAYMENT_API_URL", stripe_mock_url())
         .env("PAYMENT_API_KEY", api_key)
