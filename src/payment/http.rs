@@ -361,10 +361,11 @@ impl PaymentProvider for HttpProvider {
         let walk = self
             .walk_charges(filter, AUDIT_MAX_PAGES, |page| {
                 // Filtered here too: a provider that ignores `created[gte]` lists more.
+                // A charge without a creation time is kept: an audit never drops one.
                 charges.extend(
                     page.into_iter()
-                        .map(Charge::listed)
-                        .filter(|c| c.created.as_secs() >= since.as_secs()),
+                        .filter(|c| c.created.is_none_or(|s| s >= since.as_secs()))
+                        .map(Charge::listed),
                 );
                 ControlFlow::<()>::Continue(())
             })
