@@ -37,6 +37,7 @@ pub mod payment;
 pub mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod wiring;
 
 /// A boxed source error of an adapter, kept whole (never stringified).

@@ -66,6 +66,7 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         .operation_timeout(crate::config::STORE_TIMEOUT)
         .build();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(crate::tls::sdk_http_client())
         .timeout_config(timeouts)
         .load()
         .await

@@ -1,5 +1,6 @@
 //! The HTTP provider against stripe-stateful-mock (and moto's Secrets Manager), alone
-//! and end to end through the handler: idempotent replays, declines, timeouts, a wrong
+//! and end to end through the handler: idempotent replays, declines, timeouts, TLS
+//! that refuses an untrusted certificate (the payment client's and the SDK's), a wrong
 //! key that never reaches the logs, a crash between charge and complete, and
 //! reconciliation of keys the provider may have forgotten.
 
@@ -115,6 +116,67 @@ async fn a_closed_port_fails_within_the_timeout_and_keeps_the_key() {
             })
         ),
         "{result:?}"
+    );
+}
+
+/// The whole chain of an error, as one line: where the TLS alert is.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_payment_api_whose_certificate_no_trusted_root_signed_is_refused_and_keeps_the_key() {
+    let server = harness::servers::UntrustedTls::start();
+    let provider = HttpProvider::new(
+        &server.url,
+        &Secret::new(TEST_KEY.into()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let result = provider
+        .charge(
+            &order("ord-untrusted", 100, "cus_x"),
+            "cobro#ord-untrusted#1",
+        )
+        .await;
+    match &result {
+        Err(
+            error @ PaymentError::Retryable {
+                kind: FailureKind::Connection,
+                ..
+            },
+        ) => {
+            assert!(
+                chain(error).contains("invalid peer certificate"),
+                "{}",
+                chain(error)
+            );
+        }
+        other => panic!("expected a refused certificate, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_store_refuses_an_endpoint_whose_certificate_no_trusted_root_signed() {
+    let server = harness::servers::UntrustedTls::start();
+    let store = charge_once::store::dynamodb::DynamoStore::new(
+        harness::servers::Backend::client_at(&server.url),
+        "orders".to_owned(),
+    );
+    let order = order("ord-untrusted", 100, "cus_x");
+    let error = charge_once::idempotency::IdempotencyStore::get(&store, &Key::for_order(&order))
+        .await
+        .unwrap_err();
+    assert!(
+        chain(&error).contains("invalid peer certificate"),
+        "{}",
+        chain(&error)
     );
 }
 

@@ -29,6 +29,16 @@ pub mod stripe;
 
 use std::path::{Path, PathBuf};
 
+/// An HTTP client for the harness's own calls (the mock, the proxies): plain HTTP on
+/// loopback, with the product's TLS settings only because reqwest builds them anyway
+/// (the product's reqwest has no default crypto provider: see `charge_once::tls`).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(charge_once::tls::payment_client().unwrap())
+        .build()
+        .unwrap()
+}
+
 /// The charge-once checkout (this crate lives in `harness/`).
 pub fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))

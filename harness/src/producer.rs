@@ -92,7 +92,7 @@ pub async fn produce(run: &str, orders: usize) -> Plan {
 
 /// Succeeded charges in the mock per order id of this run.
 pub async fn charges_by_order(run: &str) -> BTreeMap<String, Vec<(u64, String)>> {
-    let client = reqwest::Client::new();
+    let client = crate::http_client();
     let mut by_order: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
     let mut after: Option<String> = None;
     for _ in 0..10_000 {

@@ -160,7 +160,7 @@ pub async fn start_proxy(upstream: &str, target: Target, faults: Arc<Faults>) ->
         upstream: upstream.to_owned(),
         target,
         faults,
-        client: reqwest::Client::new(),
+        client: crate::http_client(),
     };
     let app = Router::new()
         .route("/{*path}", any(proxy))

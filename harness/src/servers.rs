@@ -62,6 +62,7 @@ impl Backend {
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
             .endpoint_url(url)
+            .http_client(charge_once::tls::sdk_http_client())
             .timeout_config(
                 aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
                     .operation_attempt_timeout(Duration::from_secs(10))
@@ -265,6 +266,7 @@ pub fn moto_sdk_config() -> aws_config::SdkConfig {
             Credentials::new("test", "test", None, None, "tests"),
         ))
         .endpoint_url(Backend::Moto.url())
+        .http_client(charge_once::tls::sdk_http_client())
         .build()
 }
 
@@ -316,4 +318,80 @@ fn log_path(name: &str) -> PathBuf {
     let dir = root().join("target/test-servers");
     std::fs::create_dir_all(&dir).expect("target/test-servers");
     dir.join(format!("{name}-{}.log", std::process::id()))
+}
+
+/// An HTTPS server on loopback whose certificate is self-signed, so no root trusts it:
+/// `openssl s_server` (Debian's openssl) with a key made for it. Stopped when dropped.
+pub struct UntrustedTls {
+    child: Child,
+    pub url: String,
+}
+
+impl UntrustedTls {
+    pub fn start() -> Self {
+        let dir = root().join("target/test-servers");
+        std::fs::create_dir_all(&dir).expect("target/test-servers");
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let (key, cert) = (
+            dir.join(format!("{tag}.key")),
+            dir.join(format!("{tag}.crt")),
+        );
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is needed for the TLS tests: apt-get install openssl");
+        assert!(made.success(), "openssl req failed");
+        // The port is picked here and freed for s_server: another test could take it in
+        // between, which fails this test loudly, never silently.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = Command::new("openssl")
+            .args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}")])
+            .arg("-key")
+            .arg(&key)
+            .arg("-cert")
+            .arg(&cert)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("ACCEPT") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("openssl s_server did not start within 10 s");
+        Self {
+            child,
+            url: format!("https://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for UntrustedTls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

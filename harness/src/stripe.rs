@@ -6,7 +6,7 @@ use serde_json::Value;
 pub const TEST_KEY: &str = "sk_test_chargeonce0000000000000";
 
 fn client() -> reqwest::Client {
-    reqwest::Client::new()
+    crate::http_client()
 }
 
 async fn post(path: &str, form: &[(&str, &str)]) -> Value {

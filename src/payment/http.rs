@@ -1,4 +1,4 @@
-//! The production provider: a Stripe-compatible HTTP client (`reqwest`, rustls).
+//! The production provider: a Stripe-compatible HTTP client (`reqwest`; TLS from `tls.rs`).
 //!
 //! `charge` is `POST /v1/charges` with an `Idempotency-Key` and a form body that is a
 //! pure function of the order's fingerprinted fields, so a replay is byte-identical
@@ -34,6 +34,8 @@ pub enum HttpSetupError {
     InvalidKey,
     #[error("building the HTTP client failed")]
     Client(#[source] reqwest::Error),
+    #[error("the HTTP client's TLS settings")]
+    Tls(#[source] rustls::Error),
 }
 
 /// The provider answered something we cannot read; kept as a source error.
@@ -69,6 +71,7 @@ impl HttpProvider {
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, auth);
         let client = Client::builder()
+            .tls_backend_preconfigured(crate::tls::payment_client().map_err(HttpSetupError::Tls)?)
             .default_headers(headers)
             .timeout(timeout)
             .connect_timeout(timeout / 2)
