@@ -85,6 +85,9 @@ pub struct Config {
     pub deadline_margin: Duration,
     pub invoke_deadline: Duration,
     pub metrics_namespace: String,
+    /// Extra trusted roots for both HTTPS clients (`AWS_CA_BUNDLE`, a PEM file), on
+    /// top of Mozilla's compiled-in roots: see `tls.rs`.
+    pub ca_bundle: Option<std::path::PathBuf>,
 }
 
 /// Longest accepted retention: DynamoDB TTL ignores items more than five years in the
@@ -274,6 +277,9 @@ impl Config {
             deadline_margin,
             invoke_deadline,
             metrics_namespace,
+            ca_bundle: get("AWS_CA_BUNDLE")
+                .filter(|path| !path.trim().is_empty())
+                .map(std::path::PathBuf::from),
         })
     }
 

@@ -34,6 +34,7 @@ pub mod emf;
 pub mod idempotency;
 pub mod order;
 pub mod payment;
+pub mod sdk_http;
 pub mod sqlite_file;
 pub mod store;
 pub mod telemetry;

@@ -68,8 +68,9 @@ async fn run_lambda() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     config.require_table()?;
     config.require_payment_api_url()?;
-    let sdk = wiring::sdk_config().await;
-    let provider = wiring::http_provider(&config, &sdk).await?;
+    let tls = wiring::tls(&config)?;
+    let sdk = wiring::sdk_config(&tls).await;
+    let provider = wiring::http_provider(&config, &sdk, &tls).await?;
     let store = wiring::dynamo_store(&config, &sdk)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     match config.function {

@@ -17,12 +17,15 @@ use crate::payment::simulated::SimulatedProvider;
 use crate::sqlite_file::OpenError;
 use crate::store::dynamodb::DynamoStore;
 use crate::store::sqlite::SqliteStore;
+use crate::tls::{Tls, TlsError};
 
 /// A part could not be built: the start stops with this, naming what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum WiringError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// Boxed: the SDK error inside is large, and a start error is rare.
     #[error(transparent)]
     ApiKey(Box<ApiKeyError>),
@@ -57,16 +60,21 @@ pub enum StoreChoice {
     Dynamodb,
 }
 
+/// The TLS settings of both HTTPS clients (Mozilla's roots and `AWS_CA_BUNDLE`'s).
+pub fn tls(config: &Config) -> Result<Tls, WiringError> {
+    Ok(Tls::new(config.ca_bundle.as_deref())?)
+}
+
 /// The AWS SDK settings, with bounded calls: a hung connection must fail the record
 /// (and release the lease) well before the invocation deadline, not hang it.
-pub async fn sdk_config() -> aws_config::SdkConfig {
+pub async fn sdk_config(tls: &Tls) -> aws_config::SdkConfig {
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(1))
         .operation_attempt_timeout(Duration::from_secs(2))
         .operation_timeout(crate::config::STORE_TIMEOUT)
         .build();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(crate::tls::sdk_http_client())
+        .http_client(crate::sdk_http::client(tls))
         .timeout_config(timeouts)
         .load()
         .await
@@ -88,6 +96,7 @@ pub fn dynamo_store(
 pub async fn http_provider(
     config: &Config,
     sdk: &aws_config::SdkConfig,
+    tls: &Tls,
 ) -> Result<Arc<HttpProvider>, WiringError> {
     let url = config.require_payment_api_url()?;
     let key = api_key::load(config, sdk).await?;
@@ -95,6 +104,7 @@ pub async fn http_provider(
         url,
         &key,
         config.payment_timeout,
+        tls,
     )?))
 }
 
@@ -111,7 +121,7 @@ pub async fn store(
             })?;
             Arc::new(store)
         }
-        StoreChoice::Dynamodb => dynamo_store(config, &sdk_config().await)?,
+        StoreChoice::Dynamodb => dynamo_store(config, &sdk_config(&tls(config)?).await)?,
     })
 }
 
@@ -132,7 +142,10 @@ pub fn simulator(config: &Config, db: &Path) -> Result<Option<SimulatedProvider>
 pub async fn provider(config: &Config, db: &Path) -> Result<Arc<dyn PaymentProvider>, WiringError> {
     Ok(match simulator(config, db)? {
         Some(simulated) => Arc::new(simulated),
-        None => http_provider(config, &sdk_config().await).await?,
+        None => {
+            let tls = tls(config)?;
+            http_provider(config, &sdk_config(&tls).await, &tls).await?
+        }
     })
 }
 

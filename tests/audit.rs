@@ -68,6 +68,7 @@ impl Pair {
                     stripe_mock_url(),
                     &Secret::new(API_KEY.into()),
                     PAYMENT_TIMEOUT,
+                    &harness::tls(),
                 )
                 .unwrap(),
             ),

@@ -33,6 +33,7 @@ fn http_provider() -> HttpProvider {
         harness::servers::stripe_mock_url(),
         &Secret::new(api_key()),
         PAYMENT_TIMEOUT,
+        &harness::tls(),
     )
     .unwrap()
 }

@@ -22,6 +22,7 @@ fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
         harness::servers::stripe_mock_url(),
         &Secret::new(key.to_owned()),
         timeout,
+        &harness::tls(),
     )
     .unwrap()
 }
@@ -100,8 +101,13 @@ async fn a_closed_port_fails_within_the_timeout_and_keeps_the_key() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let provider =
-        HttpProvider::new(&url, &Secret::new(TEST_KEY.into()), Duration::from_secs(2)).unwrap();
+    let provider = HttpProvider::new(
+        &url,
+        &Secret::new(TEST_KEY.into()),
+        Duration::from_secs(2),
+        &harness::tls(),
+    )
+    .unwrap();
     let started = Instant::now();
     let result = provider
         .charge(&order("ord-closed", 100, "cus_x"), "cobro#ord-closed#1")
@@ -132,11 +138,12 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 #[tokio::test]
 async fn a_payment_api_whose_certificate_no_trusted_root_signed_is_refused_and_keeps_the_key() {
-    let server = harness::servers::UntrustedTls::start();
+    let server = harness::servers::SelfSignedTls::start();
     let provider = HttpProvider::new(
         &server.url,
         &Secret::new(TEST_KEY.into()),
         Duration::from_secs(5),
+        &harness::tls(),
     )
     .unwrap();
     let result = provider
@@ -164,7 +171,7 @@ async fn a_payment_api_whose_certificate_no_trusted_root_signed_is_refused_and_k
 
 #[tokio::test]
 async fn the_store_refuses_an_endpoint_whose_certificate_no_trusted_root_signed() {
-    let server = harness::servers::UntrustedTls::start();
+    let server = harness::servers::SelfSignedTls::start();
     let store = charge_once::store::dynamodb::DynamoStore::new(
         harness::servers::Backend::client_at(&server.url),
         "orders".to_owned(),
@@ -178,6 +185,56 @@ async fn the_store_refuses_an_endpoint_whose_certificate_no_trusted_root_signed(
         "{}",
         chain(&error)
     );
+}
+
+#[tokio::test]
+async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
+    let server = harness::servers::SelfSignedTls::start();
+    let tls = charge_once::tls::Tls::new(Some(&server.cert)).unwrap();
+    // The handshake succeeds and the server answers a GET with an HTML page: no
+    // charge. (openssl s_server answers GET only: a POST waits, so the store's read
+    // below ends in its timeout, after the handshake.)
+    let provider = HttpProvider::new(
+        &server.url,
+        &Secret::new(TEST_KEY.into()),
+        Duration::from_secs(5),
+        &tls,
+    )
+    .unwrap();
+    let looked_up = provider.charge_by_id("ch_bundle").await;
+    match &looked_up {
+        Err(error) => assert!(
+            chain(error).contains("unexpected provider response"),
+            "{}",
+            chain(error)
+        ),
+        Ok(found) => panic!("an HTML page is no charge: {found:?}"),
+    }
+    let store = charge_once::store::dynamodb::DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::Config::builder()
+                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+                .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                    "test", "test", None, None, "tests",
+                ))
+                .endpoint_url(&server.url)
+                .http_client(charge_once::sdk_http::client(&tls))
+                .timeout_config(
+                    aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+                        .operation_timeout(Duration::from_secs(2))
+                        .build(),
+                )
+                .build(),
+        ),
+        "orders".to_owned(),
+    );
+    let order = order("ord-bundle", 100, "cus_x");
+    let read =
+        charge_once::idempotency::IdempotencyStore::get(&store, &Key::for_order(&order)).await;
+    let error = chain(&read.unwrap_err());
+    assert!(error.contains("timeout"), "{error}");
+    assert!(!error.contains("certificate"), "{error}");
 }
 
 #[tokio::test]
@@ -195,7 +252,13 @@ async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_ke
         tokio::time::sleep(Duration::from_secs(10)).await;
     });
     let timeout = Duration::from_millis(800);
-    let provider = HttpProvider::new(&url, &Secret::new(TEST_KEY.into()), timeout).unwrap();
+    let provider = HttpProvider::new(
+        &url,
+        &Secret::new(TEST_KEY.into()),
+        timeout,
+        &harness::tls(),
+    )
+    .unwrap();
     let started = Instant::now();
     let result = provider
         .charge(&order("ord-silent", 100, "cus_x"), "cobro#ord-silent#1")

@@ -29,7 +29,7 @@ impl Queues {
                     "test", "test", None, None, "tests",
                 ))
                 .endpoint_url(Backend::Moto.url())
-                .http_client(charge_once::tls::sdk_http_client())
+                .http_client(crate::sdk_http_client())
                 .build(),
         );
         let name = format!("orders-{}", uuid::Uuid::new_v4().simple());

@@ -62,7 +62,7 @@ impl Backend {
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
             .endpoint_url(url)
-            .http_client(charge_once::tls::sdk_http_client())
+            .http_client(crate::sdk_http_client())
             .timeout_config(
                 aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
                     .operation_attempt_timeout(Duration::from_secs(10))
@@ -266,7 +266,7 @@ pub fn moto_sdk_config() -> aws_config::SdkConfig {
             Credentials::new("test", "test", None, None, "tests"),
         ))
         .endpoint_url(Backend::Moto.url())
-        .http_client(charge_once::tls::sdk_http_client())
+        .http_client(crate::sdk_http_client())
         .build()
 }
 
@@ -320,14 +320,18 @@ fn log_path(name: &str) -> PathBuf {
     dir.join(format!("{name}-{}.log", std::process::id()))
 }
 
-/// An HTTPS server on loopback whose certificate is self-signed, so no root trusts it:
-/// `openssl s_server` (Debian's openssl) with a key made for it. Stopped when dropped.
-pub struct UntrustedTls {
+/// An HTTPS server on loopback whose certificate is self-signed (a leaf for
+/// 127.0.0.1), so no root trusts it unless `cert` is added as one: `openssl s_server`
+/// (Debian's openssl) with a key made for it. It answers any request with a 200 HTML
+/// page. Stopped when dropped.
+pub struct SelfSignedTls {
     child: Child,
     pub url: String,
+    /// The certificate, PEM: an `AWS_CA_BUNDLE` that trusts this server.
+    pub cert: PathBuf,
 }
 
-impl UntrustedTls {
+impl SelfSignedTls {
     pub fn start() -> Self {
         let dir = root().join("target/test-servers");
         std::fs::create_dir_all(&dir).expect("target/test-servers");
@@ -340,12 +344,9 @@ impl UntrustedTls {
             .args([
                 "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
             ])
-            .args([
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
+            .args(["-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
             .arg("-keyout")
             .arg(&key)
             .arg("-out")
@@ -385,11 +386,12 @@ impl UntrustedTls {
         Self {
             child,
             url: format!("https://127.0.0.1:{port}"),
+            cert,
         }
     }
 }
 
-impl Drop for UntrustedTls {
+impl Drop for SelfSignedTls {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

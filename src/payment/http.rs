@@ -34,8 +34,6 @@ pub enum HttpSetupError {
     InvalidKey,
     #[error("building the HTTP client failed")]
     Client(#[source] reqwest::Error),
-    #[error("the HTTP client's TLS settings")]
-    Tls(#[source] rustls::Error),
 }
 
 /// The provider answered something we cannot read; kept as a source error.
@@ -64,6 +62,7 @@ impl HttpProvider {
         base_url: &str,
         api_key: &Secret,
         timeout: Duration,
+        tls: &crate::tls::Tls,
     ) -> Result<Self, HttpSetupError> {
         let mut auth = HeaderValue::from_str(&format!("Bearer {}", api_key.expose()))
             .map_err(|_| HttpSetupError::InvalidKey)?;
@@ -71,7 +70,7 @@ impl HttpProvider {
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, auth);
         let client = Client::builder()
-            .tls_backend_preconfigured(crate::tls::payment_client().map_err(HttpSetupError::Tls)?)
+            .tls_backend_preconfigured(tls.client_config())
             .default_headers(headers)
             .timeout(timeout)
             .connect_timeout(timeout / 2)
@@ -461,8 +460,13 @@ mod tests {
     #[test]
     fn debug_output_hides_the_api_key() {
         let key = Secret::new("sk_test_hideme12345".to_owned());
-        let provider =
-            HttpProvider::new("http://127.0.0.1:1", &key, Duration::from_secs(1)).unwrap();
+        let provider = HttpProvider::new(
+            "http://127.0.0.1:1",
+            &key,
+            Duration::from_secs(1),
+            &crate::tls::Tls::new(None).unwrap(),
+        )
+        .unwrap();
         assert!(!format!("{provider:?}").contains("hideme"));
     }
 }
