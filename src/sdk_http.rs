@@ -70,7 +70,13 @@ struct Connector {
 
 impl Connector {
     fn new(tls: &Tls, (connect, read): Timeouts) -> Self {
-        let mut builder = reqwest::Client::builder().tls_backend_preconfigured(tls.client_config());
+        // The SDK decides about redirects and retries itself: a 3xx is its answer to
+        // read, and a retry here would be one it does not count.
+        let mut builder = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls.client_config())
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .referer(false);
         if let Some(connect) = connect {
             builder = builder.connect_timeout(connect);
         }

@@ -115,8 +115,11 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         // DynamoDB rejects unused names and values, so alias only the names, and bind
         // only the constants, that the expressions mention.
-        let used =
-            |placeholder: &str| mentions(update, placeholder) || mentions(condition, placeholder);
+        // One pass over both expressions (this runs on every write).
+        let mentioned: Vec<&str> = placeholders(update)
+            .chain(placeholders(condition))
+            .collect();
+        let used = |placeholder: &str| mentioned.contains(&placeholder);
         for (alias, name) in NAMES {
             if used(alias) {
                 builder = builder.expression_attribute_names(*alias, *name);
@@ -290,12 +293,14 @@ impl IdempotencyStore for DynamoStore {
     }
 }
 
-fn mentions(expression: &str, alias: &str) -> bool {
-    expression.match_indices(alias).any(|(at, _)| {
-        expression[at + alias.len()..]
-            .chars()
-            .next()
-            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+/// The placeholders an expression mentions: each `#name` and `:value`, whole.
+fn placeholders(expression: &str) -> impl Iterator<Item = &str> {
+    expression.match_indices(['#', ':']).map(|(at, _)| {
+        let rest = &expression[at + 1..];
+        let len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        &expression[at..=at + len]
     })
 }
 
@@ -377,10 +382,10 @@ mod tests {
     }
 
     #[test]
-    fn alias_mentions_do_not_match_longer_aliases() {
-        assert!(mentions("SET #estado = :x", "#estado"));
-        assert!(!mentions("SET #estado_x = :x", "#estado"));
-        assert!(!mentions("SET #hastaX = :x", "#hasta"));
+    fn placeholders_are_whole_names_and_values() {
+        let found: Vec<&str> =
+            placeholders("SET #estado_x = :x, #hastaX = if_not_exists(#hasta, :now_ms)").collect();
+        assert_eq!(found, ["#estado_x", ":x", "#hastaX", "#hasta", ":now_ms"]);
     }
 
     #[test]
