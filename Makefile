@@ -42,9 +42,11 @@ test-build: ## compile every test of the workspace without running it (LINT=1: a
 test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, audit, system (300 orders), pinned crashes, the model checker and its mutants
 	$(CARGO) test --locked --workspace -- --skip three_hundred_orders
 	@# The system test on its own, so its summary line shows in the output.
-	$(CARGO) test --locked --test system three_hundred_orders -- --nocapture
+	@# --workspace on every command: the same feature resolution as the first, so
+	@# nothing it built is compiled again.
+	$(CARGO) test --locked --workspace --test system three_hundred_orders -- --nocapture
 	@# The real binary SIGKILLed at named steps: only a test build has the hooks.
-	$(CARGO) test --locked --features crash-points --test crash_points
+	$(CARGO) test --locked --workspace --features crash-points --test crash_points
 	$(MAKE) --no-print-directory model
 	$(MAKE) --no-print-directory model-mutants
 
