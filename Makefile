@@ -31,7 +31,9 @@ node_modules/.installed: package.json package-lock.json
 # warning denied), so the test build is also the lint and nothing is compiled twice.
 # Every cargo command of `make test` sees the same settings, so none rebuilds another's
 # work. Without LINT, `make lint` is the lint.
-ifdef LINT
+# `ifeq`, not `ifdef`: make defines LINT itself (LINT = lint, a built-in default), so
+# `ifdef LINT` held in every make, and sam build and make bench compiled through clippy.
+ifeq ($(LINT),1)
 export RUSTC_WORKSPACE_WRAPPER := $(shell rustc --print sysroot)/bin/clippy-driver
 export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 endif
