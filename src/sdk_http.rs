@@ -104,9 +104,10 @@ impl HttpConnector for Connector {
         };
         HttpConnectorFuture::new(async move {
             let request = to_reqwest(&client, &request)?;
-            let response = client.execute(request).await.map_err(classify)?;
+            let mut response = client.execute(request).await.map_err(classify)?;
             let status = response.status().as_u16();
-            let headers = response.headers().clone();
+            // Taken, not cloned: the body read below consumes the response.
+            let headers = std::mem::take(response.headers_mut());
             let body = response.bytes().await.map_err(classify)?;
             let status = status
                 .try_into()
