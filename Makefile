@@ -17,9 +17,17 @@ help: ## list the targets
 
 deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto; dynalite, stripe-stateful-mock)
 
+# The venv's packages are installed by uv (from PyPI, like the rest): it unpacks in
+# parallel and compiles no bytecode up front, so the installs take less than half of
+# pip's CPU (CI installs beside the test build, on two cores). Python compiles the
+# modules that are used when they are first imported.
+UV_VERSION  := 0.13.9
+PIP_INSTALL := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python
+
 $(VENV)/.installed: requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(PIP_INSTALL) -r requirements-test.txt
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -38,31 +46,34 @@ export RUSTC_WORKSPACE_WRAPPER := $(shell rustc --print sysroot)/bin/clippy-driv
 export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 endif
 
+# Every test command (and the model's build) compiles the workspace one way: all of it
+# (--workspace, so the feature resolution never differs between commands) and with the
+# crash points (tests/crash_points.rs needs them; they are inert unless its variable
+# names one), so nothing one command built is compiled again by the next.
+TEST_FLAGS := --locked --workspace --features charge-once/crash-points
+
 test-build: ## compile every test of the workspace without running it (LINT=1: and lint it)
-	$(CARGO) test --locked --workspace --no-run
+	$(CARGO) test $(TEST_FLAGS) --no-run
 
 test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, template, metrics, operations, audit, system (300 orders), pinned crashes, the model checker and its mutants
-	$(CARGO) test --locked --workspace -- --skip three_hundred_orders
+	$(CARGO) test $(TEST_FLAGS) -- --skip three_hundred_orders
 	@# The system test on its own, so its summary line shows in the output.
-	@# --workspace on every command: the same feature resolution as the first, so
-	@# nothing it built is compiled again.
-	$(CARGO) test --locked --workspace --test system three_hundred_orders -- --nocapture
-	@# The real binary SIGKILLed at named steps: only a test build has the hooks.
-	$(CARGO) test --locked --workspace --features crash-points --test crash_points
+	$(CARGO) test $(TEST_FLAGS) --test system three_hundred_orders -- --nocapture
 	$(MAKE) --no-print-directory model
 	$(MAKE) --no-print-directory model-mutants
 
 # The model checker (DESIGN §10) over the real core. It is built in the dev profile, so
 # CI compiles no second, release build of the crate (and debug assertions stay on): the
 # model's own crate is compiled with -C opt-level=3 (cargo rustc, this target only: 5 s)
-# and stateright is optimised too (Cargo.toml); the core stays as the tests built it.
+# and stateright is optimised too (Cargo.toml); the core stays as the tests built it
+# (same features: not compiled again).
 # RELEASE=1 builds it all optimised. Each run has its own search depth; MODEL_DEPTH=<n>
 # overrides it (0 = exhaustive, far beyond this machine).
 MODEL := target/$(if $(RELEASE),release,debug)/examples/model
 MODEL_ARGS = $(if $(MODEL_DEPTH),--depth $(MODEL_DEPTH))
 
 model-build:
-	@$(CARGO) rustc --locked --quiet $(if $(RELEASE),--release) --example model -- -C opt-level=3
+	@$(CARGO) rustc --locked --quiet --features crash-points $(if $(RELEASE),--release) --example model -- -C opt-level=3
 
 model: model-build ## model-check the state machine (bounded, every property); MUTANT=<name> switches one rule off and must print a counterexample
 	$(MODEL) $(MODEL_ARGS) $(if $(MUTANT),--mutant $(MUTANT))
@@ -88,7 +99,7 @@ bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-onc
 # The Powertools peers of `make bench`: Python (+ awslambdaric) in .venv beside moto,
 # TypeScript in bench/node_modules.
 $(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.txt
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	$(PIP_INSTALL) -r requirements-bench.txt
 	@touch $@
 
 bench/node_modules/.installed: bench/package.json bench/package-lock.json
@@ -124,7 +135,7 @@ TOOLS_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 tools: $(VENV)/.tools ## install cargo-lambda (with zig), cfn-lint and the SAM CLI into .venv
 
 $(VENV)/.tools: requirements-build.txt $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-build.txt
+	$(PIP_INSTALL) -r requirements-build.txt
 	@touch $@
 
 # SAM CLI, offline: no account, no Docker (sam build drives cargo-lambda here), no

@@ -4,8 +4,8 @@
 //! answered, and after `complete`; the message is then redelivered to a fresh process
 //! and must settle with exactly one charge.
 //!
-//! Needs the `crash-points` feature (`make test` runs
-//! `cargo test --features crash-points --test crash_points`); no shipped build has it.
+//! Needs the `crash-points` feature (`make test` builds every test with it:
+//! `cargo test --features charge-once/crash-points`); no shipped build has it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
