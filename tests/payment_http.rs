@@ -281,6 +281,56 @@ async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_ke
     silent.abort();
 }
 
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
+    // Answers every request with a 307 to the mock's own charge endpoint: a client that
+    // followed it would POST the charge there again, and the mock would charge.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let location = format!("{}/v1/charges", harness::servers::stripe_mock_url());
+    let redirecting = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for _ in 0..4 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                break;
+            };
+            let mut request = [0u8; 8192];
+            let _ = socket.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    let customer = stripe::customer("tok_visa").await;
+    let order = order(&unique_id(), 4200, &customer);
+    let redirected = HttpProvider::new(
+        &url,
+        &Secret::new(TEST_KEY.into()),
+        PAYMENT_TIMEOUT,
+        &harness::tls(),
+    )
+    .unwrap();
+    let result = redirected
+        .charge(&order, &Key::for_order(&order).provider_key(1))
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(PaymentError::Retryable {
+                kind: FailureKind::Redirect(307),
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        stripe::charges_of(&customer).await.is_empty(),
+        "the redirect was followed: the mock charged"
+    );
+    redirecting.abort();
+}
+
 /// A `MakeWriter` that keeps every log line in memory.
 #[tokio::test]
 async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {

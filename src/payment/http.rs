@@ -75,6 +75,10 @@ impl HttpProvider {
             .timeout(timeout)
             .connect_timeout(timeout / 2)
             .user_agent(concat!("charge-once/", env!("CARGO_PKG_VERSION")))
+            // A 3xx is answered as a retryable failure that keeps the key, never
+            // followed: 307/308 would send the charge again to an address nobody
+            // configured, 301-303 turn it into a GET.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(HttpSetupError::Client)?;
         Ok(Self {
@@ -280,6 +284,7 @@ async fn classify_failure(response: Response) -> PaymentError {
         429 => PaymentError::retryable(FailureKind::RateLimited),
         s @ 500..=599 if replayed => PaymentError::ReplayedServerError { status: s },
         s @ 500..=599 => PaymentError::retryable(FailureKind::Server(s)),
+        s @ 300..=399 => PaymentError::retryable(FailureKind::Redirect(s)),
         s => PaymentError::retryable(FailureKind::Client(s)),
     }
 }

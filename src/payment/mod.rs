@@ -101,6 +101,9 @@ pub enum FailureKind {
     Conflict,
     Unauthorized,
     Client(u16),
+    /// A 3xx. The client follows no redirect: a charge sent again to another address
+    /// (307/308 keep the method and body) is a charge nobody configured.
+    Redirect(u16),
     /// A 2xx (or error) body we cannot read.
     BadResponse,
 }
@@ -115,6 +118,10 @@ impl std::fmt::Display for FailureKind {
             Self::Conflict => f.write_str("provider conflict (status 409)"),
             Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
             Self::Client(s) => write!(f, "provider refused the request (status {s})"),
+            Self::Redirect(s) => write!(
+                f,
+                "provider answered with a redirect (status {s}), which is not followed: check PAYMENT_API_URL"
+            ),
             Self::BadResponse => f.write_str("provider response could not be read"),
         }
     }
