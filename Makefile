@@ -108,7 +108,7 @@ bench/node_modules/.installed: bench/package.json bench/package-lock.json
 
 lint: ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(TEST_FLAGS) --all-targets -- -D warnings
 
 EVENT ?= events/sqs-batch.json
 DB    ?= .local/charge-once.sqlite3
