@@ -27,6 +27,11 @@ fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
     .unwrap()
 }
 
+/// The HTTP provider with the test key, at `url` (a listener of the test's own).
+fn provider_at(url: &str, timeout: Duration) -> HttpProvider {
+    HttpProvider::new(url, &Secret::new(TEST_KEY.into()), timeout, &harness::tls()).unwrap()
+}
+
 fn provider() -> HttpProvider {
     provider_with_key(TEST_KEY, PAYMENT_TIMEOUT)
 }
@@ -101,13 +106,7 @@ async fn a_closed_port_fails_within_the_timeout_and_keeps_the_key() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let provider = HttpProvider::new(
-        &url,
-        &Secret::new(TEST_KEY.into()),
-        Duration::from_secs(2),
-        &harness::tls(),
-    )
-    .unwrap();
+    let provider = provider_at(&url, Duration::from_secs(2));
     let started = Instant::now();
     let result = provider
         .charge(&order("ord-closed", 100, "cus_x"), "cobro#ord-closed#1")
@@ -139,13 +138,7 @@ fn chain(error: &dyn std::error::Error) -> String {
 #[tokio::test]
 async fn a_payment_api_whose_certificate_no_trusted_root_signed_is_refused_and_keeps_the_key() {
     let server = harness::servers::SelfSignedTls::start();
-    let provider = HttpProvider::new(
-        &server.url,
-        &Secret::new(TEST_KEY.into()),
-        Duration::from_secs(5),
-        &harness::tls(),
-    )
-    .unwrap();
+    let provider = provider_at(&server.url, Duration::from_secs(5));
     let result = provider
         .charge(
             &order("ord-untrusted", 100, "cus_x"),
@@ -252,13 +245,7 @@ async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_ke
         tokio::time::sleep(Duration::from_secs(10)).await;
     });
     let timeout = Duration::from_millis(800);
-    let provider = HttpProvider::new(
-        &url,
-        &Secret::new(TEST_KEY.into()),
-        timeout,
-        &harness::tls(),
-    )
-    .unwrap();
+    let provider = provider_at(&url, timeout);
     let started = Instant::now();
     let result = provider
         .charge(&order("ord-silent", 100, "cus_x"), "cobro#ord-silent#1")
@@ -304,13 +291,7 @@ async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
     });
     let customer = stripe::customer("tok_visa").await;
     let order = order(&unique_id(), 4200, &customer);
-    let redirected = HttpProvider::new(
-        &url,
-        &Secret::new(TEST_KEY.into()),
-        PAYMENT_TIMEOUT,
-        &harness::tls(),
-    )
-    .unwrap();
+    let redirected = provider_at(&url, PAYMENT_TIMEOUT);
     let result = redirected
         .charge(&order, &Key::for_order(&order).provider_key(1))
         .await;
