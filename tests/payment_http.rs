@@ -17,19 +17,17 @@ use harness::logs::Captured;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
 use harness::stripe::{self, TEST_KEY};
 
+fn http_provider(url: &str, key: &str, timeout: Duration) -> HttpProvider {
+    HttpProvider::new(url, &Secret::new(key.to_owned()), timeout, &harness::tls()).unwrap()
+}
+
 fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
-    HttpProvider::new(
-        harness::servers::stripe_mock_url(),
-        &Secret::new(key.to_owned()),
-        timeout,
-        &harness::tls(),
-    )
-    .unwrap()
+    http_provider(harness::servers::stripe_mock_url(), key, timeout)
 }
 
 /// The HTTP provider with the test key, at `url` (a listener of the test's own).
 fn provider_at(url: &str, timeout: Duration) -> HttpProvider {
-    HttpProvider::new(url, &Secret::new(TEST_KEY.into()), timeout, &harness::tls()).unwrap()
+    http_provider(url, TEST_KEY, timeout)
 }
 
 fn provider() -> HttpProvider {

@@ -76,14 +76,28 @@ const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
 const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
 
 /// The values every expression may use: the states and the numbers 0 and 1.
-fn constants() -> [(&'static str, AttributeValue); 5] {
-    [
-        (":en_curso", s(schema::state::IN_PROGRESS)),
-        (":hecho", s(schema::state::DONE)),
-        (":libre", s(schema::state::FREE)),
-        (":uno", n(1)),
-        (":cero", n(0)),
-    ]
+const CONSTANTS: &[(&str, Constant)] = &[
+    (":en_curso", Constant::S(schema::state::IN_PROGRESS)),
+    (":hecho", Constant::S(schema::state::DONE)),
+    (":libre", Constant::S(schema::state::FREE)),
+    (":uno", Constant::N(1)),
+    (":cero", Constant::N(0)),
+];
+
+/// A constant of the expressions, made into an `AttributeValue` only where a write
+/// mentions it (each is an allocation, on every write).
+enum Constant {
+    S(&'static str),
+    N(i64),
+}
+
+impl Constant {
+    fn value(&self) -> AttributeValue {
+        match self {
+            Self::S(value) => s(value),
+            Self::N(value) => n(*value),
+        }
+    }
 }
 
 /// The idempotency table in DynamoDB (or a compatible server).
@@ -125,9 +139,9 @@ impl DynamoStore {
                 builder = builder.expression_attribute_names(*alias, *name);
             }
         }
-        for (placeholder, value) in constants() {
+        for (placeholder, constant) in CONSTANTS {
             if used(placeholder) {
-                builder = builder.expression_attribute_values(placeholder, value);
+                builder = builder.expression_attribute_values(*placeholder, constant.value());
             }
         }
         builder
