@@ -13,7 +13,9 @@
 //!   stores a 5xx, creates a `pending` charge that settles later as succeeded or
 //!   failed, and forgets keys;
 //! * SQS: two copies of one order and one message with the same id and another
-//!   payload; receives counted, the DLQ after `max_receive`, one redrive;
+//!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
+//!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
+//!   then acknowledged, and the send may fail or its acknowledgement be lost;
 //! * time: a clock that moves in ticks, so leases end, keys age and records pass
 //!   `expira`; TTL removes items past `expira`;
 //! * faults: a crash at any step, an SDK retry of a write that was applied, a write
@@ -22,11 +24,12 @@
 //!   provider call is never started after the deadline (the driver's rule).
 //!
 //! Properties: at most one successful charge per order; an acknowledged message
-//! means the record is `hecho` with a successful charge; a `hecho` record never
+//! means the record is `hecho` with a successful charge, or a copy of the message is
+//! in the DLQ; a `hecho` record never
 //! changes; every message ends acknowledged or in the DLQ; and, so the model is not
 //! vacuous, a takeover after a crash, reconciliation finding a charge and finding
-//! none, a decline followed by success under a later key, and a refused conflicting
-//! payload are each reached.
+//! none, a decline followed by success under a later key, a refused conflicting
+//! payload, and that payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of DESIGN §4–5 off (or breaks one assumption) and
 //! must yield a counterexample, printed as the shortest trace.
@@ -46,6 +49,7 @@ use charge_once::idempotency::{
 };
 use charge_once::order::Order;
 use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
+use charge_once::retry::Class;
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 // The search clones and drops millions of small states; glibc's allocator was a quarter
@@ -81,6 +85,8 @@ struct Params {
     max_concurrent: usize,
     /// The messages in the queue at the start.
     msgs: &'static [Payload],
+    /// The batch acknowledges a dead letter before its send succeeded (a mutant).
+    ack_before_dead_letter: bool,
     /// Budgets of nondeterministic faults, crashes and redrives in one run.
     faults: u8,
     crashes: u8,
@@ -104,6 +110,7 @@ impl Params {
             max_concurrent: 2,
             // Two copies of the order (SNS fan-out) and the same id with another amount.
             msgs: &[Payload::Order, Payload::Order, Payload::Other],
+            ack_before_dead_letter: false,
             faults: 2,
             crashes: 1,
             redrives: 1,
@@ -140,6 +147,10 @@ const MUTANTS: &[(&str, &str)] = &[
         "key-ttl-within-lifetime",
         "assumption broken: PROVIDER_KEY_TTL + one invocation not below the key lifetime",
     ),
+    (
+        "ack-before-dead-letter",
+        "a poison message is acknowledged before its send to the DLQ succeeded",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -169,6 +180,13 @@ fn mutant(name: &str) -> Option<Params> {
         "reconcile-never" => p.rules.reconcile_old_keys = false,
         "records-outlive-messages" => p.retention = 1,
         "key-ttl-within-lifetime" => p.key_ttl = 2,
+        "ack-before-dead-letter" => {
+            // The conflicting payload is the poison message; nothing else is needed.
+            p.ack_before_dead_letter = true;
+            p.msgs = &[Payload::Order, Payload::Other];
+            p.crashes = 0;
+            p.redrives = 0;
+        }
         _ => return None,
     }
     Some(p)
@@ -206,6 +224,8 @@ struct Msg {
     receives: u8,
     redriven: u8,
     state: MsgState,
+    /// Copies the consumers sent to the DLQ (dead letters).
+    copies: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -217,6 +237,9 @@ struct Consumer {
     deadline: u8,
     core: Core,
     step: Step,
+    /// The core ended with a poison outcome: the consumer is sending the message to
+    /// the DLQ (the step is that `Done`).
+    dead_lettering: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -384,6 +407,7 @@ impl ChargeModel {
             deadline: s.now + p.lease,
             core,
             step,
+            dead_lettering: false,
         });
     }
 
@@ -533,8 +557,18 @@ impl ChargeModel {
         })
     }
 
-    /// A delivery ended: ack, back to the queue, or the DLQ.
+    /// A delivery ended: ack, back to the queue, or the DLQ; a poison outcome starts
+    /// the dead letter's send (acknowledged first under the mutant).
     fn finish(&self, s: &mut State, c: usize, outcome: &Outcome) {
+        if outcome.class() == Class::Poison {
+            let consumer = &mut s.consumers[c];
+            consumer.dead_lettering = true;
+            consumer.step = Step::Done(outcome.clone());
+            if self.p.ack_before_dead_letter {
+                s.msgs[consumer.msg].state = MsgState::Acked(outcome.name());
+            }
+            return;
+        }
         let consumer = s.consumers.remove(c);
         if outcome.is_ack() {
             let paid = s.table.as_ref().is_some_and(|r| {
@@ -550,6 +584,28 @@ impl ChargeModel {
             s.msgs[consumer.msg].state = MsgState::Acked(outcome.name());
         } else {
             self.return_message(s, consumer.msg, outcome.name());
+        }
+    }
+
+    /// The dead letter's send: `sent` or not, and then acknowledged or not. A message
+    /// acknowledged with no copy in the DLQ and no charge is lost.
+    fn dead_letter(&self, s: &mut State, c: usize, sent: bool, acked: bool) {
+        let consumer = s.consumers.remove(c);
+        let Step::Done(outcome) = &consumer.step else {
+            return;
+        };
+        let m = consumer.msg;
+        if sent {
+            s.msgs[m].copies += 1;
+        }
+        let already_acked = matches!(s.msgs[m].state, MsgState::Acked(_));
+        if already_acked || acked {
+            if s.msgs[m].copies == 0 {
+                s.bad_ack = true;
+            }
+            s.msgs[m].state = MsgState::Acked(outcome.name());
+        } else {
+            self.return_message(s, m, outcome.name());
         }
     }
 
@@ -585,6 +641,7 @@ impl Model for ChargeModel {
             receives: 0,
             redriven: 0,
             state: MsgState::Queued,
+            copies: 0,
         };
         vec![State {
             now: 0,
@@ -609,7 +666,11 @@ impl Model for ChargeModel {
             {
                 actions.push(Action::Deliver(m));
             }
-            if circulating && s.redrives > 0 && matches!(msg.state, MsgState::Dlq(_)) {
+            // A redrive brings back a message the redrive policy moved, or a dead
+            // letter's copy of one that was acknowledged.
+            let in_dlq = matches!(msg.state, MsgState::Dlq(_))
+                || (msg.copies > 0 && matches!(msg.state, MsgState::Acked(_)));
+            if circulating && s.redrives > 0 && in_dlq {
                 actions.push(Action::Redrive(m));
             }
         }
@@ -618,6 +679,10 @@ impl Model for ChargeModel {
             let live = s.now <= consumer.deadline;
             let mut envs = vec![Env::Normal];
             match &consumer.step {
+                // The dead letter's send fails, or succeeds with its ack lost.
+                Step::Done(_) if consumer.dead_lettering && faulty => {
+                    envs.extend([Env::StoreError, Env::AnswerLost]);
+                }
                 Step::Write(_) if faulty => {
                     envs.extend([Env::SdkRetry, Env::AnswerLost, Env::StoreError]);
                 }
@@ -670,9 +735,16 @@ impl Model for ChargeModel {
             Action::Redrive(m) => {
                 s.redrives -= 1;
                 let msg = &mut s.msgs[m];
+                if !matches!(msg.state, MsgState::Dlq(_)) {
+                    msg.copies -= 1;
+                }
                 msg.redriven += 1;
                 msg.receives = 0;
                 msg.state = MsgState::Queued;
+            }
+            Action::Crash(c) if s.consumers[c].dead_lettering => {
+                s.crashes -= 1;
+                self.dead_letter(&mut s, c, false, false);
             }
             Action::Crash(c) => {
                 s.crashes -= 1;
@@ -691,6 +763,13 @@ impl Model for ChargeModel {
                 } else {
                     Status::Failed
                 };
+            }
+            Action::Step(c, env) if s.consumers[c].dead_lettering => {
+                if env != Env::Normal {
+                    s.faults -= 1;
+                }
+                let sent = env != Env::StoreError;
+                self.dead_letter(&mut s, c, sent, env == Env::Normal);
             }
             Action::Step(c, env) => {
                 if env != Env::Normal && env != Env::Decline {
@@ -734,7 +813,7 @@ impl Model for ChargeModel {
                 |_: &ChargeModel, s: &State| s.succeeded() <= 1,
             ),
             Property::always(
-                "an acknowledged message means `hecho` with a successful charge",
+                "an acknowledged message means `hecho` with a successful charge, or a copy in the DLQ",
                 |_: &ChargeModel, s: &State| !s.bad_ack,
             ),
             Property::always(
@@ -786,7 +865,18 @@ impl Model for ChargeModel {
             Property::sometimes(
                 "reached: a conflicting payload refused",
                 |_: &ChargeModel, s: &State| {
-                    s.msgs.iter().any(|m| m.state == MsgState::Dlq("conflict"))
+                    s.msgs.iter().any(|m| {
+                        m.state == MsgState::Dlq("conflict")
+                            || m.state == MsgState::Acked("conflict")
+                    })
+                },
+            ),
+            Property::sometimes(
+                "reached: a poison message dead-lettered on its first delivery",
+                |_: &ChargeModel, s: &State| {
+                    s.msgs.iter().any(|m| {
+                        m.copies > 0 && m.receives == 1 && matches!(m.state, MsgState::Acked(_))
+                    })
                 },
             ),
         ]
@@ -814,10 +904,24 @@ impl fmt::Display for State {
             .enumerate()
             .map(|(i, (p, s))| format!("ch{i}:{p:?}:{s:?}"))
             .collect();
+        let msgs: Vec<String> = self
+            .msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let copies = if m.copies > 0 {
+                    format!("+{}inDLQ", m.copies)
+                } else {
+                    String::new()
+                };
+                format!("m{i}:{:?}{copies}", m.state)
+            })
+            .collect();
         write!(
             f,
-            "t={} table[{table}] charges[{}] keys[{}]",
+            "t={} msgs[{}] table[{table}] charges[{}] keys[{}]",
             self.now,
+            msgs.join(" "),
             charges.join(" "),
             self.keys
                 .iter()

@@ -1,7 +1,9 @@
-//! The SQS batch (DESIGN §6): parse every record, group by key, run groups
-//! concurrently (bounded) and records of a group in message order, stop a group after
-//! its first non-success, keep FIFO batches strictly in order, respect the deadline
-//! margin, isolate panics, and answer with a partial batch response.
+//! The SQS batch (ARCHITECTURE.md, "The batch" and "Retries"): parse every record,
+//! group by key, run groups concurrently (bounded) and records of a group in message
+//! order, stop a group after its first non-success, keep FIFO batches strictly in
+//! order, respect the deadline margin, isolate panics; then settle each record that is
+//! not acknowledged (the DLQ at once, or a delay chosen by its cause, told to SQS), log
+//! one line per record, and answer with a partial batch response.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -16,10 +18,13 @@ use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, info_span, warn};
 
 use crate::clock::Time;
-use crate::config::{Config, FifoScope};
+use crate::config::{Config, DEADLINE_SAFETY, FifoScope};
 use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
 use crate::order::{Order, OrderError};
 use crate::payment::PaymentProvider;
+use crate::queue::{DeadLetter, Offline, Queue, QueueError, VisibilityChange};
+use crate::retry::{self, Backoff, Class, Disposition, Jitter};
+use crate::telemetry::{DEAD_LETTERED, QUEUE_FAILURES};
 
 /// The batch cannot be judged at all: the whole batch is retried.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,8 @@ pub struct Limits {
     pub invoke_deadline: Duration,
     /// What the first failure in a FIFO batch stops.
     pub fifo_failure_scope: FifoScope,
+    /// The backoff of transient failures.
+    pub backoff: Backoff,
 }
 
 impl From<&Config> for Limits {
@@ -49,15 +56,29 @@ impl From<&Config> for Limits {
             deadline_margin: config.deadline_margin,
             invoke_deadline: config.invoke_deadline,
             fifo_failure_scope: config.fifo_failure_scope,
+            backoff: Backoff {
+                base: config.retry_base,
+                cap: config.retry_cap,
+            },
         }
     }
 }
+
+/// The longest one step of queue calls (the dead letters, then the visibility
+/// changes) may take; a healthy SQS answers in tens of milliseconds.
+const QUEUE_STEP: Duration = Duration::from_millis(750);
+/// A queue step is not started with less time than this left.
+const MIN_QUEUE_STEP: Duration = Duration::from_millis(100);
 
 /// The consumer: clients and settings built once at cold start, shared by every
 /// invocation.
 pub struct Consumer {
     store: Arc<dyn IdempotencyStore>,
     provider: Arc<dyn PaymentProvider>,
+    queue: Arc<dyn Queue>,
+    /// Time kept at the end of an invocation for the queue steps: the records'
+    /// calls end this much earlier (zero when there is no queue to call).
+    queue_reserve: Duration,
     settings: Settings,
     limits: Limits,
 }
@@ -107,9 +128,15 @@ pub enum RecordOutcome<'a> {
     Unstarted {
         time_left: Duration,
     },
-    Skipped(Skip),
+    /// Not started, behind the failure of the record at index `behind`.
+    Skipped {
+        why: Skip,
+        behind: usize,
+    },
     /// The record's processing panicked; the lease ends at the invocation deadline.
     Panicked,
+    /// No outcome was recorded for the record: a bug, and failing it loses nothing.
+    NoOutcome,
 }
 
 impl RecordOutcome<'_> {
@@ -123,16 +150,30 @@ impl RecordOutcome<'_> {
             Self::Processed(outcome) => outcome.name(),
             Self::Invalid(_) => "invalid",
             Self::Unstarted { .. } => "unstarted",
-            Self::Skipped(_) => "skipped",
-            Self::Panicked => "failed_retryable",
+            Self::Skipped { .. } => "skipped",
+            Self::Panicked | Self::NoOutcome => "failed_retryable",
+        }
+    }
+
+    /// What retrying it can do; a skipped record waits as long as the failure ahead
+    /// of it (the batch settles it after that one).
+    fn class(&self) -> Class {
+        match self {
+            Self::Processed(outcome) => outcome.class(),
+            Self::Invalid(_) => Class::Poison,
+            Self::Unstarted { .. } | Self::Skipped { .. } | Self::Panicked | Self::NoOutcome => {
+                Class::Transient
+            }
         }
     }
 
     fn level(&self) -> Level {
         match self {
             Self::Processed(outcome) => outcome.level(),
-            Self::Skipped(_) => Level::Info,
-            Self::Invalid(_) | Self::Unstarted { .. } | Self::Panicked => Level::Warn,
+            Self::Skipped { .. } => Level::Info,
+            Self::Invalid(_) | Self::Unstarted { .. } | Self::Panicked | Self::NoOutcome => {
+                Level::Warn
+            }
         }
     }
 
@@ -143,17 +184,47 @@ impl RecordOutcome<'_> {
             Self::Unstarted { .. } => Some(Cow::Borrowed(
                 "too little time left before the invocation deadline",
             )),
-            Self::Skipped(skip) => Some(Cow::Borrowed(skip.as_str())),
+            Self::Skipped { why, .. } => Some(Cow::Borrowed(why.as_str())),
             Self::Panicked => Some(Cow::Borrowed(
                 "panicked while processing; the lease ends at the invocation deadline",
             )),
+            Self::NoOutcome => Some(Cow::Borrowed(
+                "internal: no outcome was recorded for this record; retried",
+            )),
+        }
+    }
+}
+
+/// How one record was settled after its outcome: what the batch chose, and what the
+/// queue calls made of it.
+struct Settled {
+    disposition: Disposition,
+    /// A dead letter: whether the send succeeded (only then is the record
+    /// acknowledged).
+    dead_lettered: Option<bool>,
+    /// A queue call for this record that failed or was not made.
+    queue_error: Option<QueueError>,
+}
+
+impl Settled {
+    fn is_ack(&self, outcome: &RecordOutcome<'_>) -> bool {
+        outcome.is_ack() || self.dead_lettered == Some(true)
+    }
+
+    fn retry_in_s(&self) -> Option<u32> {
+        match self.disposition {
+            Disposition::Retry(delay) if self.dead_lettered != Some(true) => {
+                Some(retry::whole_seconds(delay))
+            }
+            _ => None,
         }
     }
 
-    fn message(&self) -> &'static str {
-        match self {
-            Self::Skipped(_) => "record not started",
-            _ if self.is_ack() => "record done",
+    fn message(&self, outcome: &RecordOutcome<'_>) -> &'static str {
+        match outcome {
+            RecordOutcome::Skipped { .. } => "record not started",
+            _ if outcome.is_ack() => "record done",
+            _ if self.dead_lettered == Some(true) => "record dead-lettered",
             _ => "record failed",
         }
     }
@@ -197,8 +268,20 @@ impl Consumer {
         Self {
             store,
             provider,
+            queue: Arc::new(Offline),
+            queue_reserve: Duration::ZERO,
             settings,
             limits,
+        }
+    }
+
+    /// The consumer that tells `queue` what becomes of each failed record (in Lambda,
+    /// and `invoke --sqs`); without it nothing is sent and the log says what would be.
+    pub fn with_queue(self, queue: Arc<dyn Queue>) -> Self {
+        Self {
+            queue,
+            queue_reserve: QUEUE_STEP * 2,
+            ..self
         }
     }
 
@@ -246,8 +329,10 @@ impl Consumer {
         event: &SqsEvent,
         deadline: Time,
     ) -> Result<SqsBatchResponse, BatchError> {
+        let started = Instant::now();
         let parsed = parse_records(&event.records)?;
-        let mut outcomes: Vec<Option<RecordOutcome<'_>>> = parsed.iter().map(|_| None).collect();
+        let mut outcomes: Vec<Option<(RecordOutcome<'_>, Duration)>> =
+            parsed.iter().map(|_| None).collect();
         let (groups, why_skipped) = if !event.records.iter().any(is_fifo) {
             (order_groups(&parsed, &mut outcomes), Skip::SameOrder)
         } else {
@@ -261,18 +346,197 @@ impl Consumer {
                 None => (vec![(0..parsed.len()).collect()], Skip::Fifo),
             }
         };
-        self.run_groups(&parsed, groups, deadline, why_skipped, &mut outcomes)
+        // The records' calls end early enough for the queue steps to follow.
+        let records_deadline = deadline - self.queue_reserve;
+        self.run_groups(
+            &parsed,
+            groups,
+            records_deadline,
+            why_skipped,
+            &mut outcomes,
+        )
+        .await;
+        // A record without an outcome is a bug; failing it loses nothing.
+        let ended: Vec<(RecordOutcome<'_>, Duration)> = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or((RecordOutcome::NoOutcome, Duration::ZERO)))
+            .collect();
+        let mut settled = self.dispose(&parsed, &ended, started.elapsed());
+        self.send_dead_letters(&event.records, &parsed, &ended, &mut settled, deadline)
             .await;
+        self.change_visibility(&event.records, &mut settled, deadline)
+            .await;
+
         let mut response = SqsBatchResponse::default();
         let mut listed = HashSet::new();
-        for (record, outcome) in parsed.iter().zip(outcomes) {
-            // A record without an outcome is a bug; failing it loses nothing. SQS can
-            // hand one message twice in a batch: it is listed once.
-            if !outcome.is_some_and(|o| o.is_ack()) && listed.insert(record.message_id) {
+        for ((record, (outcome, latency)), settled) in parsed.iter().zip(&ended).zip(&settled) {
+            log_outcome(record, outcome, settled, *latency);
+            // SQS can hand one message twice in a batch: it is listed once.
+            if !settled.is_ack(outcome) && listed.insert(record.message_id) {
                 response.add_failure(record.message_id);
             }
         }
         Ok(response)
+    }
+
+    /// What becomes of each record (`retry.rs`): a skipped record waits as long as
+    /// the failure ahead of it, or the backoff when that one went to the DLQ.
+    fn dispose(
+        &self,
+        parsed: &[Parsed<'_>],
+        ended: &[(RecordOutcome<'_>, Duration)],
+        elapsed: Duration,
+    ) -> Vec<Settled> {
+        let now = self.settings.now();
+        let longest = retry::longest_delay(elapsed);
+        let backoff = &self.limits.backoff;
+        let dispose = |class, record: &Parsed<'_>| {
+            let receives = record.receive_count.unwrap_or(1);
+            retry::dispose(class, receives, now, backoff, Jitter::random(), longest)
+        };
+        let dispositions: Vec<Disposition> = parsed
+            .iter()
+            .zip(ended)
+            .map(|(record, (outcome, _))| dispose(outcome.class(), record))
+            .collect();
+        parsed
+            .iter()
+            .zip(ended)
+            .zip(&dispositions)
+            .map(|((record, (outcome, _)), own)| {
+                let disposition = match outcome {
+                    RecordOutcome::Skipped { behind, .. } => match dispositions.get(*behind) {
+                        Some(&Disposition::Retry(delay)) => Disposition::Retry(delay),
+                        _ => dispose(Class::Transient, record),
+                    },
+                    _ => *own,
+                };
+                Settled {
+                    disposition,
+                    dead_lettered: None,
+                    queue_error: None,
+                }
+            })
+            .collect()
+    }
+
+    /// Sends the dead letters; a record is acknowledged only once its send succeeded,
+    /// else it fails with the backoff and its next delivery tries again.
+    async fn send_dead_letters(
+        &self,
+        messages: &[SqsMessage],
+        parsed: &[Parsed<'_>],
+        ended: &[(RecordOutcome<'_>, Duration)],
+        settled: &mut [Settled],
+        deadline: Time,
+    ) {
+        let chosen: Vec<usize> = (0..settled.len())
+            .filter(|i| settled[*i].disposition == Disposition::DeadLetter)
+            .collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let letters: Vec<DeadLetter<'_>> = chosen
+            .iter()
+            .map(|&i| DeadLetter {
+                message: &messages[i],
+                message_id: parsed[i].message_id,
+                note: note(&parsed[i], &ended[i].0),
+            })
+            .collect();
+        let results = self
+            .queue_step(deadline, letters.len(), self.queue.dead_letter(&letters))
+            .await;
+        let longest = retry::longest_delay(Duration::ZERO);
+        for (i, result) in chosen.into_iter().zip(results) {
+            let s = &mut settled[i];
+            s.dead_lettered = Some(result.is_ok());
+            if let Err(e) = result {
+                let receives = parsed[i].receive_count.unwrap_or(1);
+                s.disposition = retry::dispose(
+                    Class::Transient,
+                    receives,
+                    self.settings.now(),
+                    &self.limits.backoff,
+                    Jitter::random(),
+                    longest,
+                );
+                s.queue_error = Some(e);
+            }
+        }
+    }
+
+    /// Tells SQS each failed record's delay. A change that fails is logged; the record
+    /// comes back at the queue's own visibility timeout.
+    async fn change_visibility(
+        &self,
+        messages: &[SqsMessage],
+        settled: &mut [Settled],
+        deadline: Time,
+    ) {
+        let mut chosen = Vec::new();
+        let mut changes = Vec::new();
+        for (i, s) in settled.iter_mut().enumerate() {
+            let Some(delay_s) = s.retry_in_s() else {
+                continue;
+            };
+            let message = &messages[i];
+            match (
+                message.event_source_arn.as_deref(),
+                message.receipt_handle.as_deref(),
+            ) {
+                (Some(queue_arn), Some(receipt_handle)) => {
+                    chosen.push(i);
+                    changes.push(VisibilityChange {
+                        queue_arn,
+                        receipt_handle,
+                        delay_s,
+                    });
+                }
+                (None, _) => s.queue_error = Some(QueueError::Missing("eventSourceARN")),
+                (_, None) => s.queue_error = Some(QueueError::Missing("receiptHandle")),
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let results = self
+            .queue_step(
+                deadline,
+                changes.len(),
+                self.queue.change_visibility(&changes),
+            )
+            .await;
+        for (i, result) in chosen.into_iter().zip(results) {
+            if let Err(e) = result {
+                settled[i].queue_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// One step of queue calls, bounded like every other call: it ends before the
+    /// deadline less the safety margin, or is not started.
+    async fn queue_step(
+        &self,
+        deadline: Time,
+        entries: usize,
+        call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
+    ) -> Vec<Result<(), QueueError>> {
+        let left = self.settings.now().until(deadline - DEADLINE_SAFETY);
+        let timeout = QUEUE_STEP.min(left);
+        let results = if timeout < MIN_QUEUE_STEP {
+            vec![Err(QueueError::NoTime); entries]
+        } else {
+            tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries])
+        };
+        let failures = results
+            .iter()
+            .filter(|r| matches!(r, Err(e) if !matches!(e, QueueError::Offline)))
+            .count();
+        metrics::counter!(QUEUE_FAILURES).increment(failures as u64);
+        results
     }
 
     /// Groups run concurrently (at most `max_concurrency` at once), each in message
@@ -283,13 +547,14 @@ impl Consumer {
         groups: Vec<Vec<usize>>,
         deadline: Time,
         why_skipped: Skip,
-        out: &mut [Option<RecordOutcome<'a>>],
+        out: &mut [Option<(RecordOutcome<'a>, Duration)>],
     ) {
-        let results: Vec<Vec<(usize, RecordOutcome<'a>)>> = futures::stream::iter(groups)
-            .map(|members| self.run_in_order(parsed, members, deadline, why_skipped))
-            .buffer_unordered(self.limits.max_concurrency)
-            .collect()
-            .await;
+        let results: Vec<Vec<(usize, (RecordOutcome<'a>, Duration))>> =
+            futures::stream::iter(groups)
+                .map(|members| self.run_in_order(parsed, members, deadline, why_skipped))
+                .buffer_unordered(self.limits.max_concurrency)
+                .collect()
+                .await;
         for (i, outcome) in results.into_iter().flatten() {
             out[i] = Some(outcome);
         }
@@ -303,26 +568,38 @@ impl Consumer {
         members: impl IntoIterator<Item = usize>,
         deadline: Time,
         why_skipped: Skip,
-    ) -> Vec<(usize, RecordOutcome<'a>)> {
+    ) -> Vec<(usize, (RecordOutcome<'a>, Duration))> {
         let mut results = Vec::new();
-        let mut stopped = false;
+        let mut stopped_at = None;
         for i in members {
-            let outcome = if stopped {
-                skip(&parsed[i], why_skipped)
-            } else {
-                self.run_record(&parsed[i], deadline).await
+            let ended = match stopped_at {
+                Some(behind) => (
+                    RecordOutcome::Skipped {
+                        why: why_skipped,
+                        behind,
+                    },
+                    Duration::ZERO,
+                ),
+                None => self.run_record(&parsed[i], deadline).await,
             };
-            stopped = !outcome.is_ack();
-            results.push((i, outcome));
+            if !ended.0.is_ack() {
+                stopped_at = stopped_at.or(Some(i));
+            }
+            results.push((i, ended));
         }
         results
     }
 
-    /// One record inside its span, with one log line for its outcome.
-    async fn run_record<'a>(&self, record: &'a Parsed<'a>, deadline: Time) -> RecordOutcome<'a> {
+    /// One record inside its span; its outcome and how long it took. Its log line is
+    /// written once the batch has settled it.
+    async fn run_record<'a>(
+        &self,
+        record: &'a Parsed<'a>,
+        deadline: Time,
+    ) -> (RecordOutcome<'a>, Duration) {
         let (order, key) = match &record.order {
             Ok(valid) => valid,
-            Err(invalid) => return rejected(record, invalid),
+            Err(invalid) => return (RecordOutcome::Invalid(invalid), Duration::ZERO),
         };
         let span = record.span();
         async move {
@@ -346,8 +623,7 @@ impl Consumer {
                     Err(_panic) => RecordOutcome::Panicked,
                 }
             };
-            log_outcome(&outcome, started.elapsed());
-            outcome
+            (outcome, started.elapsed())
         }
         .instrument(span)
         .await
@@ -362,39 +638,44 @@ impl Consumer {
 /// key, so two copies of one order never run at once.
 fn order_groups<'a>(
     parsed: &'a [Parsed<'a>],
-    out: &mut [Option<RecordOutcome<'a>>],
+    out: &mut [Option<(RecordOutcome<'a>, Duration)>],
 ) -> Vec<Vec<usize>> {
     let mut valid = Vec::new();
     for (i, record) in parsed.iter().enumerate() {
         match &record.order {
-            Err(invalid) => out[i] = Some(rejected(record, invalid)),
+            Err(invalid) => out[i] = Some((RecordOutcome::Invalid(invalid), Duration::ZERO)),
             Ok((_, key)) => valid.push((i, key)),
         }
     }
     group_in_order(valid)
 }
 
-/// An invalid record needs no I/O: it fails with its reason.
-fn rejected<'a>(record: &Parsed<'_>, invalid: &'a InvalidRecord) -> RecordOutcome<'a> {
-    let span = record.span();
-    let _entered = span.enter();
-    let outcome = RecordOutcome::Invalid(invalid);
-    log_outcome(&outcome, Duration::ZERO);
-    outcome
+/// The `charge-once` attribute of a dead letter: why it is there, as JSON.
+fn note(record: &Parsed<'_>, outcome: &RecordOutcome<'_>) -> String {
+    serde_json::json!({
+        "outcome": outcome.name(),
+        "reason": outcome.reason().as_deref().unwrap_or(""),
+        "message_id": record.message_id,
+        "receive_count": record.receive_count,
+    })
+    .to_string()
 }
 
-fn skip<'a>(record: &Parsed<'_>, why: Skip) -> RecordOutcome<'a> {
+/// One line per record outcome, in the record's span, at the level that says who must
+/// act; with what the batch made of it (`retry_in_s`, `dead_lettered`).
+fn log_outcome(
+    record: &Parsed<'_>,
+    outcome: &RecordOutcome<'_>,
+    settled: &Settled,
+    elapsed: Duration,
+) {
     let span = record.span();
     let _entered = span.enter();
-    let outcome = RecordOutcome::Skipped(why);
-    log_outcome(&outcome, Duration::ZERO);
-    outcome
-}
-
-/// One line per record outcome, at the level that says who must act.
-fn log_outcome(outcome: &RecordOutcome<'_>, elapsed: Duration) {
     let name = outcome.name();
     crate::telemetry::count_outcome(name);
+    if settled.dead_lettered == Some(true) {
+        metrics::counter!(DEAD_LETTERED).increment(1);
+    }
     let d = match outcome {
         RecordOutcome::Processed(processed) => processed.details(),
         _ => Details::default(),
@@ -405,6 +686,9 @@ fn log_outcome(outcome: &RecordOutcome<'_>, elapsed: Duration) {
     };
     let reason = outcome.reason();
     let latency_ms = millis(elapsed);
+    let retry_in_s = settled.retry_in_s();
+    let dead_lettered = settled.dead_lettered;
+    let queue_error = settled.queue_error.as_ref().map(|e| crate::error_chain(e));
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
@@ -418,9 +702,12 @@ fn log_outcome(outcome: &RecordOutcome<'_>, elapsed: Duration) {
                 attempt = d.attempt,
                 time_left_ms,
                 latency_ms,
+                retry_in_s,
+                dead_lettered,
+                queue_error,
                 reason = reason.as_deref(),
                 "{}",
-                outcome.message()
+                settled.message(outcome)
             )
         };
     }

@@ -54,6 +54,13 @@ pub enum Command {
     Invoke {
         /// An SQS event (the `events/` files work).
         event: PathBuf,
+        /// Tell SQS what becomes of the failed records, as in Lambda: each one's retry
+        /// delay (ChangeMessageVisibilityBatch on its eventSourceARN's queue) and the
+        /// dead letters (DEAD_LETTER_QUEUE_URL). Endpoints from the AWS SDK settings
+        /// (AWS_ENDPOINT_URL_SQS). Without it nothing is sent and the log says what
+        /// would be.
+        #[arg(long)]
+        sqs: bool,
         #[command(flatten)]
         backing: Backing,
     },
@@ -118,7 +125,11 @@ impl Command {
 
 pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     match cli.command {
-        Command::Invoke { event, backing } => invoke(config, &event, &backing).await.map(|()| 0),
+        Command::Invoke {
+            event,
+            sqs,
+            backing,
+        } => invoke(config, &event, sqs, &backing).await.map(|()| 0),
         Command::Inspect { order_id, backing } => {
             inspect(config, &order_id, &backing).await.map(|()| 0)
         }
@@ -193,7 +204,7 @@ impl Backing {
     }
 }
 
-async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Result<()> {
+async fn invoke(config: &Config, path: &Path, sqs: bool, backing: &Backing) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let event: SqsEvent = serde_json::from_str(&text)
@@ -201,7 +212,12 @@ async fn invoke(config: &Config, path: &Path, backing: &Backing) -> anyhow::Resu
     let store = wiring::store(config, &backing.store()).await?;
     let provider = wiring::provider(config, &backing.db).await?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
-    let consumer = wiring::consumer(config, store, provider);
+    let mut consumer = wiring::consumer(config, store, provider);
+    if sqs {
+        let tls = wiring::tls(config)?;
+        let queue = wiring::sqs_queue(config, &wiring::sdk_config(&tls).await)?;
+        consumer = consumer.with_queue(queue);
+    }
     let deadline = consumer.default_deadline();
     let (response, recorded) = metrics.measure(consumer.handle(&event, deadline)).await;
     let response = response?;

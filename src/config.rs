@@ -85,6 +85,13 @@ pub struct Config {
     pub deadline_margin: Duration,
     pub invoke_deadline: Duration,
     pub metrics_namespace: String,
+    /// Where dead letters go (DESIGN §6b): required in Lambda, and by `invoke --sqs`.
+    pub dead_letter_queue_url: Option<String>,
+    /// The backoff of transient failures: `RETRY_BASE` doubling up to `RETRY_CAP`.
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    /// Transient failures in a row that open a dependency's breaker.
+    pub breaker_threshold: u32,
     /// Extra trusted roots for both HTTPS clients (`AWS_CA_BUNDLE`, a PEM file), on
     /// top of Mozilla's compiled-in roots: see `tls.rs`.
     pub ca_bundle: Option<std::path::PathBuf>,
@@ -109,6 +116,8 @@ pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEADLINE_SAFETY: Duration = Duration::from_millis(500);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
+/// SQS's longest visibility timeout: no retry delay can be longer.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
 impl Config {
     /// Reads the process environment.
@@ -221,6 +230,49 @@ impl Config {
                 ));
             }
         };
+        let retry_base = duration(&get, "RETRY_BASE", "30s")?;
+        if retry_base < Duration::from_secs(1) || retry_base > MAX_VISIBILITY {
+            return Err(invalid(
+                "RETRY_BASE",
+                &humantime::format_duration(retry_base).to_string(),
+                "must be between 1s and 12h (SQS counts visibility in whole seconds, and \
+                 a delay of 0 would retry an outage in lockstep)",
+            ));
+        }
+        let retry_cap = duration(&get, "RETRY_CAP", "15m")?;
+        if retry_cap < retry_base || retry_cap > MAX_VISIBILITY {
+            return Err(invalid(
+                "RETRY_CAP",
+                &humantime::format_duration(retry_cap).to_string(),
+                "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
+            ));
+        }
+        let breaker_threshold = match get("BREAKER_THRESHOLD") {
+            None => 5,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if (1..=1000).contains(&n) => n,
+                _ => {
+                    return Err(invalid(
+                        "BREAKER_THRESHOLD",
+                        &v,
+                        "must be an integer in 1..=1000",
+                    ));
+                }
+            },
+        };
+        let dead_letter_queue_url = match get("DEAD_LETTER_QUEUE_URL") {
+            None => None,
+            Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
+                Some(url.trim().to_owned())
+            }
+            Some(url) => {
+                return Err(invalid(
+                    "DEAD_LETTER_QUEUE_URL",
+                    &url,
+                    "must be the DLQ's URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+                ));
+            }
+        };
         let audit_since = duration(&get, "AUDIT_SINCE", "1d")?;
         let audit_stuck_after = duration(&get, "AUDIT_STUCK_AFTER", "1h")?;
         let payment_api_url = match get("PAYMENT_API_URL") {
@@ -277,6 +329,10 @@ impl Config {
             deadline_margin,
             invoke_deadline,
             metrics_namespace,
+            dead_letter_queue_url,
+            retry_base,
+            retry_cap,
+            breaker_threshold,
             ca_bundle: get("AWS_CA_BUNDLE")
                 .filter(|path| !path.trim().is_empty())
                 .map(std::path::PathBuf::from),
@@ -289,6 +345,16 @@ impl Config {
             var: "IDEMPOTENCY_TABLE",
             context: " (the DynamoDB idempotency table)",
         })
+    }
+
+    /// The DLQ's URL, required inside Lambda and by `invoke --sqs`.
+    pub fn require_dead_letter_queue_url(&self) -> Result<&str, ConfigError> {
+        self.dead_letter_queue_url
+            .as_deref()
+            .ok_or(ConfigError::Missing {
+                var: "DEAD_LETTER_QUEUE_URL",
+                context: " (the queue that takes messages no retry can fix)",
+            })
     }
 
     /// The provider base URL, required inside Lambda.
@@ -350,6 +416,26 @@ mod tests {
         assert_eq!(c.fifo_failure_scope, FifoScope::Group);
         assert_eq!(c.metrics_namespace, "charge-once");
         assert!(c.table.is_none() && c.payment_api_url.is_none());
+        assert_eq!(c.retry_base, Duration::from_secs(30));
+        assert_eq!(c.retry_cap, Duration::from_secs(15 * 60));
+        assert_eq!(c.breaker_threshold, 5);
+        assert!(c.dead_letter_queue_url.is_none());
+    }
+
+    #[test]
+    fn a_missing_dead_letter_queue_is_reported_by_name() {
+        let err = config(&[])
+            .unwrap()
+            .require_dead_letter_queue_url()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("DEAD_LETTER_QUEUE_URL is required"),
+            "{err}"
+        );
+        let url = "http://127.0.0.1:1/123456789012/orders-dlq";
+        let c = config(&[("DEAD_LETTER_QUEUE_URL", url)]).unwrap();
+        assert_eq!(c.require_dead_letter_queue_url().unwrap(), url);
     }
 
     #[test]
@@ -398,6 +484,12 @@ mod tests {
             ("INVOKE_DEADLINE", "5s"),
             ("PAYMENT_API_URL", "ftp://x"),
             ("IDEMPOTENCY_TABLE", "no spaces"),
+            ("RETRY_BASE", "0s"),
+            ("RETRY_BASE", "13h"),
+            ("RETRY_CAP", "1s"),
+            ("RETRY_CAP", "1d"),
+            ("BREAKER_THRESHOLD", "0"),
+            ("DEAD_LETTER_QUEUE_URL", "orders-dlq"),
         ] {
             let err = config(&[(var, value)]).expect_err(var).to_string();
             assert!(err.starts_with(var), "{err}");

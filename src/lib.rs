@@ -15,6 +15,8 @@
 //! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
 //! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
 //! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
+//! | [`retry`] | what happens to a record not acknowledged: its delay by cause, the DLQ at once, the breakers (no I/O) |
+//! | [`queue`] | the queue contract (visibility, dead letters) and its SQS adapter |
 //! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
 //! | [`audit`] | the table held against the provider's charges: findings, and the reads behind them |
 //! | [`wiring`] | the clients and parts both entry points build at start |
@@ -34,6 +36,8 @@ pub mod emf;
 pub mod idempotency;
 pub mod order;
 pub mod payment;
+pub mod queue;
+pub mod retry;
 pub mod sdk_http;
 pub mod sqlite_file;
 pub mod store;

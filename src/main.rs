@@ -74,6 +74,9 @@ async fn run_lambda() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     config.require_table()?;
     config.require_payment_api_url()?;
+    if config.function == Function::Consume {
+        config.require_dead_letter_queue_url()?;
+    }
     let tls = wiring::tls(&config)?;
     let sdk = wiring::sdk_config(&tls).await;
     let provider = wiring::http_provider(&config, &sdk, &tls).await?;
@@ -81,7 +84,8 @@ async fn run_lambda() -> anyhow::Result<()> {
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     match config.function {
         Function::Consume => {
-            let consumer = Arc::new(wiring::consumer(&config, store, provider));
+            let queue = wiring::sqs_queue(&config, &sdk)?;
+            let consumer = Arc::new(wiring::consumer(&config, store, provider).with_queue(queue));
             consume(consumer, metrics).await
         }
         Function::Audit => audit(&config, store, provider, metrics).await,

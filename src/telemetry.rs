@@ -16,6 +16,12 @@ pub const STORE_LATENCY: &str = "store_latency_ms";
 pub const PAYMENT_LATENCY: &str = "payment_latency_ms";
 /// A retry reserved a record left `libre` or with an expired lease.
 pub const TAKEOVER: &str = "takeover";
+/// A charge retried once in the invocation after a transient failure (same key).
+pub const CHARGE_RETRIED: &str = "charge_retried";
+/// A record sent to the dead-letter queue (and then acknowledged).
+pub const DEAD_LETTERED: &str = "dead_lettered";
+/// A queue call (visibility change, dead letter) that failed or was not started.
+pub const QUEUE_FAILURES: &str = "queue_failures";
 
 /// How logs are written, from the environment as `lambda_runtime`'s default subscriber
 /// reads it.
@@ -85,6 +91,9 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
         "payment call latency"
     );
     metrics::describe_counter!(TAKEOVER, metrics::Unit::Count, "records reserved again");
+    metrics::describe_counter!(CHARGE_RETRIED, metrics::Unit::Count, "charges retried");
+    metrics::describe_counter!(DEAD_LETTERED, metrics::Unit::Count, "records dead-lettered");
+    metrics::describe_counter!(QUEUE_FAILURES, metrics::Unit::Count, "queue calls failed");
     Ok(emf)
 }
 

@@ -14,6 +14,7 @@ use crate::payment::PaymentProvider;
 use crate::payment::api_key::{self, ApiKeyError};
 use crate::payment::http::{HttpProvider, HttpSetupError};
 use crate::payment::simulated::SimulatedProvider;
+use crate::queue::sqs::SqsQueue;
 use crate::sqlite_file::OpenError;
 use crate::store::dynamodb::DynamoStore;
 use crate::store::sqlite::SqliteStore;
@@ -90,6 +91,15 @@ pub fn dynamo_store(
         aws_sdk_dynamodb::Client::new(sdk),
         table,
     )))
+}
+
+/// The queue calls (visibility, dead letters to DEAD_LETTER_QUEUE_URL).
+pub fn sqs_queue(
+    config: &Config,
+    sdk: &aws_config::SdkConfig,
+) -> Result<Arc<SqsQueue>, WiringError> {
+    let dlq = config.require_dead_letter_queue_url()?;
+    Ok(Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(sdk), dlq)))
 }
 
 /// The Stripe-compatible provider at PAYMENT_API_URL, its key read once.

@@ -288,11 +288,11 @@ async fn moto_and_stripe_stateful_mock_audit_clean_then_name_each_tampered_order
     let dir = tempfile::tempdir().unwrap();
     let (log, metrics) = (dir.path().join("audit.log"), dir.path().join("emf.jsonl"));
     let runtime = RuntimeApi::start().await;
-    let endpoints = Endpoints {
-        dynamodb: Backend::Moto.url().to_owned(),
-        payment: stripe_mock_url().to_owned(),
-        table: table.name.clone(),
-    };
+    let endpoints = Endpoints::without_queue(
+        Backend::Moto.url().to_owned(),
+        stripe_mock_url().to_owned(),
+        table.name.clone(),
+    );
     let mut process = ConsumerProcess::launch(
         BIN.as_ref(),
         &runtime,

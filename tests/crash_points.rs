@@ -21,7 +21,7 @@ use harness::servers::Backend;
 use harness::stripe;
 
 /// The first invocation's deadline: its lease ends there, and SQS redelivers later.
-const FIRST_INVOCATION: Duration = Duration::from_secs(3);
+const FIRST_INVOCATION: Duration = Duration::from_secs(5);
 
 /// The real binary on `runtime`, stopping at `crash_at` if given; returns the process
 /// and a channel that receives the crash point's line.
@@ -62,11 +62,11 @@ async fn killed_at_then_redelivered_charges_once(point: &'static str) {
     })
     .to_string();
     let event = serde_json::to_string(&single_event_with_body(&body)).unwrap();
-    let endpoints = Endpoints {
-        dynamodb: Backend::Moto.url().to_owned(),
-        payment: harness::servers::stripe_mock_url().to_owned(),
-        table: table.name.clone(),
-    };
+    let endpoints = Endpoints::without_queue(
+        Backend::Moto.url().to_owned(),
+        harness::servers::stripe_mock_url().to_owned(),
+        table.name.clone(),
+    );
     let runtime = RuntimeApi::start().await;
 
     let (mut doomed, marker) = spawn(&runtime, &endpoints, Some(point));

@@ -84,9 +84,12 @@ async fn declined_fails_releases_and_the_next_delivery_uses_the_next_attempt() {
     h.provider.assert_no_order_charged_twice();
 }
 
-async fn failure_keeps_the_key(fault: Fault) {
+/// `faults` fail the first delivery's charge (a 5xx is retried once within the
+/// invocation, so it takes two); the retry replays the same key and charges.
+async fn failure_keeps_the_key(faults: &[Fault]) {
+    let fault = faults[0];
     let h = harness().await;
-    h.provider.script("ord-1001", &[fault]);
+    h.provider.script("ord-1001", faults);
     assert_eq!(
         h.invoke("sqs-single.json").await,
         message_ids("sqs-single.json", &[0])
@@ -100,7 +103,7 @@ async fn failure_keeps_the_key(fault: Fault) {
     assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
     assert_eq!(
         h.provider.keys_for("ord-1001"),
-        ["cobro#ord-1001#1", "cobro#ord-1001#1"]
+        vec!["cobro#ord-1001#1"; faults.len() + 1]
     );
     let charges = h.provider.charges_for("ord-1001");
     assert_eq!(charges.len(), 1);
@@ -113,17 +116,38 @@ async fn failure_keeps_the_key(fault: Fault) {
 
 #[tokio::test]
 async fn timeout_after_the_charge_fails_releases_and_the_retry_replays_the_same_key() {
-    failure_keeps_the_key(Fault::ChargeThenTimeout).await;
+    failure_keeps_the_key(&[Fault::ChargeThenTimeout]).await;
 }
 
 #[tokio::test]
 async fn timeout_before_the_charge_fails_releases_and_the_retry_sends_the_same_key() {
-    failure_keeps_the_key(Fault::Timeout).await;
+    failure_keeps_the_key(&[Fault::Timeout]).await;
 }
 
 #[tokio::test]
 async fn server_error_fails_releases_and_the_retry_sends_the_same_key() {
-    failure_keeps_the_key(Fault::ServerError).await;
+    failure_keeps_the_key(&[Fault::ServerError, Fault::ServerError]).await;
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_once_within_the_invocation_under_the_same_key() {
+    let h = harness().await;
+    h.provider.script("ord-1001", &[Fault::ServerError]);
+    assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
+    assert_eq!(
+        h.provider.keys_for("ord-1001"),
+        ["cobro#ord-1001#1", "cobro#ord-1001#1"]
+    );
+    assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
+    h.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_timeout_is_not_retried_within_the_invocation() {
+    let h = harness().await;
+    h.provider.script("ord-1001", &[Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    assert_eq!(h.provider.keys_for("ord-1001"), ["cobro#ord-1001#1"]);
 }
 
 #[tokio::test]
@@ -151,13 +175,15 @@ async fn conflict_fails_and_is_not_charged() {
 #[tokio::test]
 async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
     let h = harness().await;
-    h.provider.script("ord-8001", &[Fault::ServerError]);
+    h.provider
+        .script("ord-8001", &[Fault::ServerError, Fault::ServerError]);
     let failed = h.invoke("tests/same-order-thrice.json").await;
     assert_eq!(
         failed,
         message_ids("tests/same-order-thrice.json", &[0, 1, 2])
     );
-    assert_eq!(h.provider.calls_for("ord-8001").len(), 1);
+    // The first record's charge and its one retry; the others make no call.
+    assert_eq!(h.provider.calls_for("ord-8001").len(), 2);
     assert_eq!(h.record("ord-8001").await.unwrap().state, State::Free);
     h.provider.assert_no_order_charged_twice();
 }
@@ -367,11 +393,8 @@ async fn a_key_older_than_the_provider_ttl_not_found_moves_to_the_next_attempt()
 async fn a_replayed_server_error_is_reconciled_before_a_new_key_is_sent() {
     let h = harness().await;
     h.provider.script("ord-1001", &[Fault::StoredServerError]);
-    assert_eq!(
-        h.invoke("sqs-single.json").await,
-        message_ids("sqs-single.json", &[0])
-    );
-    h.redeliver_later();
+    // The in-invocation retry gets the stored 5xx replayed: the charge is looked up,
+    // not found, and sent under the next key, all in the first delivery.
     assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
     assert_eq!(h.provider.lookups(), ["ord-1001"]);
     assert_eq!(
@@ -638,8 +661,8 @@ async fn a_slow_listing_after_a_replayed_server_error_cannot_make_the_handler_ou
     // Attempt 1 stores a 500; after the listing, attempt 2 would hang to its timeout.
     h.provider
         .script("ord-1001", &[Fault::StoredServerError, Fault::Timeout]);
-    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
-    // The replayed 500 sends the record to the listing, which takes most of the time.
+    // The in-invocation retry gets the 500 replayed, which sends the record to the
+    // listing, which takes most of the time.
     h.provider
         .delay_lookups(PAYMENT_TIMEOUT - Duration::from_millis(100));
     let time_left = DEADLINE_MARGIN + Duration::from_millis(600);

@@ -89,7 +89,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         )
         .await;
     h.provider.script("m-declined", &[Fault::Decline]);
-    h.provider.script("m-broken", &[Fault::ServerError]);
+    // A 5xx is retried once within the invocation: two fail the record.
+    h.provider
+        .script("m-broken", &[Fault::ServerError, Fault::ServerError]);
 
     let (failed, recorded) = emf
         .measure(h.invoke_event_with(
@@ -125,8 +127,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         ("skipped", 1),
         ("needs_reconciliation", 1),
         ("invalid", 1),
-        ("reconciled", 1), // m-old
-        ("takeover", 2),   // m-expired, m-old
+        ("reconciled", 1),     // m-old
+        ("takeover", 2),       // m-expired, m-old
+        ("charge_retried", 1), // m-broken's 5xx, once
     ] {
         assert_eq!(count(&doc, name), expected, "{name} in {doc}");
     }
@@ -137,10 +140,11 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         .map(|m| m["Name"].as_str().unwrap())
         .collect();
     assert!(declared.contains(&"store_latency_ms") && declared.contains(&"payment_latency_ms"));
-    // 4 charges (m-fresh, m-declined, m-broken, m-expired) + 1 lookup (m-old).
+    // 5 charges (m-fresh, m-declined, m-broken and its retry, m-expired) + 1 lookup
+    // (m-old).
     assert_eq!(
         doc["payment_latency_ms"].as_array().unwrap().len(),
-        5,
+        6,
         "{doc}"
     );
     assert!(doc["store_latency_ms"].as_array().unwrap().len() >= 10);

@@ -1,12 +1,13 @@
 //! Checks `template.yaml` for what linters miss and what silently breaks the
 //! guarantees: visibility timeout, partial batch responses, TTL, least privilege,
-//! queue retentions, the batch-size bound, the DLQ alarm. Each rule is also shown
-//! failing on a template broken on purpose.
+//! queue retentions, the retry path against them, the batch-size bound, the DLQ alarm.
+//! Each rule is also shown failing on a template broken on purpose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::time::Duration;
 
+use charge_once::retry::Backoff;
 use serde_norway::Value;
 
 fn template() -> Value {
@@ -189,6 +190,13 @@ fn violations(t: &Value) -> Vec<String> {
                 "DLQ retention {dlq_retention} s must be 14 days and above the queue's {queue_retention} s"
             ));
         }
+        out.extend(retry_path_violations(
+            t,
+            env,
+            &redrive["maxReceiveCount"],
+            timeout,
+            queue_retention,
+        ));
         match duration(t, &env["IDEMPOTENCY_RETENTION"]) {
             Some(r) if r.as_secs() > dlq_retention.max(queue_retention) => {}
             other => out.push(format!(
@@ -292,6 +300,69 @@ fn violations(t: &Value) -> Vec<String> {
     out
 }
 
+/// A parameter's `field` (`Default`, `MaxValue`) behind `!Ref` or `!Sub "${Name}s"`,
+/// else the value itself.
+fn parameter_field(t: &Value, v: &Value, field: &str) -> Option<u64> {
+    let name = match v {
+        Value::Tagged(tagged) if tagged.tag == "Ref" => tagged.value.as_str(),
+        _ => sub_of_parameter(v).map(|(name, _)| name),
+    };
+    match name {
+        Some(name) => number(t, get(t, &["Parameters", name, field])),
+        None => number(t, v).or_else(|| duration(t, v).map(|d| d.as_secs())),
+    }
+}
+
+/// The retry path against the queue (ARCHITECTURE.md, "Retries"): SQS deletes a
+/// message that outlives the queue's retention, with no DLQ, so the longest path (every
+/// delay at its cap of jitter, one function timeout per receive) must end well before
+/// it: within half of it by default, within it at every parameter's maximum. And a
+/// 24-hour outage must not move an order to the DLQ: the shortest path (every delay at
+/// the bottom of its jitter) must outlast it.
+fn retry_path_violations(
+    t: &Value,
+    env: &Value,
+    max_receive_count: &Value,
+    timeout: u64,
+    queue_retention: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let seconds = |v: &Value, field: &str, default: u64| {
+        Duration::from_secs(parameter_field(t, v, field).unwrap_or(default))
+    };
+    let path = |field: &str| {
+        let backoff = Backoff {
+            base: seconds(&env["RETRY_BASE"], field, 30),
+            cap: seconds(&env["RETRY_CAP"], field, 900),
+        };
+        let receives = u32::try_from(parameter_field(t, max_receive_count, field).unwrap_or(3))
+            .unwrap_or(u32::MAX);
+        let longest = backoff.longest_path(receives) + Duration::from_secs(timeout) * receives;
+        (backoff, receives, longest)
+    };
+    let retention = Duration::from_secs(queue_retention);
+    let (backoff, receives, longest) = path("Default");
+    if longest > retention / 2 {
+        out.push(format!(
+            "the longest retry path ({} receives: {:?}) does not end well before the queue's retention ({retention:?})",
+            receives, longest
+        ));
+    }
+    let (_, max_receives, longest_at_max) = path("MaxValue");
+    if longest_at_max >= retention {
+        out.push(format!(
+            "at the parameters' maxima the longest retry path ({max_receives} receives: {longest_at_max:?}) outlives the queue's retention ({retention:?}): messages would expire"
+        ));
+    }
+    let shortest = backoff.shortest_path(receives);
+    if shortest < Duration::from_secs(24 * 3600) {
+        out.push(format!(
+            "a 24-hour outage would move orders to the DLQ: {receives} receives last at least {shortest:?}"
+        ));
+    }
+    out
+}
+
 #[test]
 fn the_template_keeps_every_rule() {
     assert_eq!(violations(&template()), Vec::<String>::new());
@@ -375,6 +446,8 @@ fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
         "invalid",
         "unstarted",
         "skipped",
+        "deferred",
+        "dead_lettered",
         "store_latency_ms",
         "payment_latency_ms",
         "ApproximateAgeOfOldestMessage",
@@ -505,7 +578,7 @@ fn broader_iam_is_caught() {
         "0",
         "PolicyDocument",
         "Statement",
-        "1",
+        "2",
     ];
     let action = at(&statement, &["Action"]);
     broken(
@@ -522,6 +595,38 @@ fn broader_iam_is_caught() {
         &at(&statement, &["Resource"]),
         Value::from("*"),
         "not limited to the idempotency table",
+    );
+}
+
+#[test]
+fn a_retry_path_that_outlives_the_queue_or_not_a_day_of_outage_is_caught() {
+    // The old settings: 3 receives end in minutes.
+    broken(
+        &["Parameters", "MaxReceiveCount", "Default"],
+        Value::from(3),
+        "a 24-hour outage",
+    );
+    // A 4-day queue cannot hold the default path twice over.
+    broken(
+        &[
+            "Resources",
+            "OrdersQueue",
+            "Properties",
+            "MessageRetentionPeriod",
+        ],
+        Value::from(345_600),
+        "does not end well before the queue's retention",
+    );
+    // Allowed to reach an hour per delay and 300 receives: 12 days.
+    broken(
+        &["Parameters", "RetryCapSeconds", "MaxValue"],
+        Value::from(3600),
+        "messages would expire",
+    );
+    broken(
+        &at(&FN_PROPS, &["Environment", "Variables", "RETRY_CAP"]),
+        Value::from("1h"),
+        "does not end well before",
     );
 }
 
@@ -644,6 +749,7 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
         }
     }
     let queue = serde_json::json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]});
+    let dlq = serde_json::json!({"Fn::GetAtt": ["OrdersDeadLetterQueue", "Arn"]});
     let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
     let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
     let anything = serde_json::json!("*");
@@ -653,6 +759,8 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
         let resource = &statement["Resource"];
         for action in strings(&statement["Action"]) {
             let expected = match action.split(':').next() {
+                // Dead letters: only sent, only to the DLQ.
+                Some("sqs") if action == "sqs:SendMessage" => &dlq,
                 Some("sqs") => &queue,
                 Some("dynamodb") => &table,
                 Some("secretsmanager") => &secret,
@@ -680,13 +788,16 @@ fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
     sqs_actions.sort();
     if sqs_actions
         != [
+            "sqs:ChangeMessageVisibility",
             "sqs:DeleteMessage",
             "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
             "sqs:ReceiveMessage",
+            "sqs:SendMessage",
         ]
     {
         out.push(format!(
-            "the role's SQS actions on the orders queue are {sqs_actions:?}"
+            "the role's SQS actions on the orders queue and the DLQ are {sqs_actions:?}"
         ));
     }
     let traced = cfn["Resources"][FUNCTION]["Properties"]["TracingConfig"]["Mode"] == "Active";
@@ -709,6 +820,41 @@ fn after_the_sam_transform_the_function_role_reaches_only_its_queue_table_and_se
     assert_eq!(
         role_violations(&transformed(&template())),
         Vec::<String>::new()
+    );
+}
+
+#[test]
+fn dead_letters_sent_anywhere_but_the_dlq_or_a_missing_visibility_right_are_caught() {
+    let policies = ["Resources", "ChargeFunctionRole", "Properties", "Policies"];
+    let mut t = template();
+    let statements = get_mut(&mut t, &policies)[0]["PolicyDocument"]["Statement"]
+        .as_sequence_mut()
+        .unwrap();
+    for statement in statements.iter_mut().filter(|s| s["Sid"] == "DeadLetters") {
+        statement["Resource"] = Value::from("*");
+    }
+    let found = role_violations(&transformed(&t));
+    assert!(
+        found
+            .iter()
+            .any(|v| v.starts_with("sqs:SendMessage on \"*\"")),
+        "{found:?}"
+    );
+
+    let mut t = template();
+    let statements = get_mut(&mut t, &policies)[0]["PolicyDocument"]["Statement"]
+        .as_sequence_mut()
+        .unwrap();
+    for statement in statements.iter_mut().filter(|s| s["Sid"] == "OrdersQueue") {
+        statement["Action"]
+            .as_sequence_mut()
+            .unwrap()
+            .retain(|a| a != "sqs:ChangeMessageVisibility");
+    }
+    let found = role_violations(&transformed(&t));
+    assert!(
+        found.iter().any(|v| v.contains("the role's SQS actions")),
+        "{found:?}"
     );
 }
 
@@ -799,9 +945,15 @@ fn the_environment_parses_as_the_consumer_would() {
             Value::Tagged(_) if name == "IDEMPOTENCY_RETENTION" => {
                 duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
             }
+            Value::Tagged(_) if name.starts_with("RETRY_") => {
+                duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
+            }
             // Resource references resolve at deploy time; any valid stand-in will do.
             Value::Tagged(_) if name == "IDEMPOTENCY_TABLE" => {
                 Some("charge-once-idempotency".to_owned())
+            }
+            Value::Tagged(_) if name == "DEAD_LETTER_QUEUE_URL" => {
+                Some("https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq".to_owned())
             }
             Value::Tagged(_) => {
                 Some("arn:aws:secretsmanager:eu-west-1:123456789012:secret:x".to_owned())
@@ -814,10 +966,11 @@ fn the_environment_parses_as_the_consumer_would() {
     assert_eq!(config.max_concurrency, 10);
     assert_eq!(config.deadline_margin, Duration::from_secs(12));
     assert_eq!(config.retention, Duration::from_secs(400 * 24 * 3600));
-    assert_eq!(
-        config.max_declines, 3,
-        "MAX_DECLINES follows maxReceiveCount"
-    );
+    assert_eq!(config.max_declines, 3, "MAX_DECLINES has its own parameter");
+    assert_eq!(config.retry_base, Duration::from_secs(30));
+    assert_eq!(config.retry_cap, Duration::from_secs(15 * 60));
+    assert_eq!(config.breaker_threshold, 5);
+    assert!(config.require_dead_letter_queue_url().is_ok());
 }
 
 const AUDIT: &str = "AuditFunction";

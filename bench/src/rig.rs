@@ -149,11 +149,11 @@ impl Lane {
                 .open(&log)
                 .unwrap()
         };
-        let endpoints = Endpoints {
-            dynamodb: rig.store_url.clone(),
-            payment: payment_url.to_owned(),
-            table: rig.table.clone(),
-        };
+        let endpoints = Endpoints::without_queue(
+            rig.store_url.clone(),
+            payment_url.to_owned(),
+            rig.table.clone(),
+        );
         lambda_environment(&mut command, &runtime.addr, &endpoints)
             .env("PAYMENT_TIMEOUT_SECONDS", "1") // the peers' spelling
             .stdin(Stdio::null())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use serde_json::{Value, json};
 
-use crate::runtime_api::{Reply, RuntimeApi};
+use crate::runtime_api::{Endpoints, Reply, RuntimeApi};
 use crate::servers::Backend;
 
 pub struct Queues {
@@ -97,6 +97,23 @@ impl Queues {
         }
     }
 
+    /// Receives up to 10 messages as the event source would (all attributes), hidden
+    /// for `visibility`.
+    pub async fn receive(&self, visibility: Duration) -> Vec<aws_sdk_sqs::types::Message> {
+        self.client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(10)
+            .visibility_timeout(i32::try_from(visibility.as_secs()).unwrap())
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
     /// Messages visible or in flight in the source queue.
     pub async fn pending(&self) -> u64 {
         let attrs = self
@@ -114,9 +131,20 @@ impl Queues {
             .unwrap_or(0)
     }
 
+    /// The endpoints of a consumer that uses these queues (SQS on moto, this DLQ).
+    pub fn endpoints(&self, dynamodb: String, payment: String, table: String) -> Endpoints {
+        Endpoints {
+            dynamodb,
+            payment,
+            table,
+            sqs: Backend::Moto.url().to_owned(),
+            dead_letter_queue: self.dlq_url.clone(),
+        }
+    }
+
     /// Takes every message out of the DLQ (a redrive re-sends them as new messages).
-    pub async fn drain_dlq(&self) -> Vec<String> {
-        let mut bodies = Vec::new();
+    pub async fn drain_dlq(&self) -> Vec<DlqMessage> {
+        let mut drained = Vec::new();
         for _ in 0..1000 {
             let out = self
                 .client
@@ -124,6 +152,7 @@ impl Queues {
                 .queue_url(&self.dlq_url)
                 .max_number_of_messages(10)
                 .visibility_timeout(60)
+                .message_attribute_names("All")
                 .send()
                 .await
                 .unwrap();
@@ -132,7 +161,21 @@ impl Queues {
                 break;
             }
             for m in messages {
-                bodies.push(m.body.clone().unwrap_or_default());
+                let note = m
+                    .message_attributes()
+                    .and_then(|a| a.get(charge_once::queue::NOTE_ATTRIBUTE))
+                    .and_then(|v| v.string_value())
+                    .map(|v| serde_json::from_str(v).unwrap());
+                let mut attributes: Vec<String> = m
+                    .message_attributes()
+                    .map(|a| a.keys().cloned().collect())
+                    .unwrap_or_default();
+                attributes.sort();
+                drained.push(DlqMessage {
+                    body: m.body.clone().unwrap_or_default(),
+                    note,
+                    attributes,
+                });
                 self.client
                     .delete_message()
                     .queue_url(&self.dlq_url)
@@ -142,7 +185,25 @@ impl Queues {
                     .unwrap();
             }
         }
-        bodies
+        drained
+    }
+}
+
+/// A message taken out of the DLQ.
+#[derive(Clone, Debug)]
+pub struct DlqMessage {
+    pub body: String,
+    /// Its `charge-once` attribute, when the consumer sent it there; `None` when the
+    /// queue's redrive policy moved it.
+    pub note: Option<Value>,
+    /// The names of its message attributes, sorted.
+    pub attributes: Vec<String>,
+}
+
+impl DlqMessage {
+    /// The note's field `name` as text.
+    pub fn note_str(&self, name: &str) -> Option<&str> {
+        self.note.as_ref()?.get(name)?.as_str()
     }
 }
 
@@ -182,6 +243,7 @@ pub async fn poll(
             .queue_url(&queues.url)
             .max_number_of_messages(10)
             .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
             .send()
             .await;
         let messages = match received {
@@ -196,31 +258,7 @@ pub async fn poll(
             .deliveries
             .fetch_add(messages.len() as u64, Ordering::Relaxed);
         stats.invocations.fetch_add(1, Ordering::Relaxed);
-        let records: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                let attributes: BTreeMap<String, String> = m
-                    .attributes()
-                    .map(|a| {
-                        a.iter()
-                            .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                json!({
-                    "messageId": m.message_id(),
-                    "receiptHandle": m.receipt_handle(),
-                    "body": m.body(),
-                    "attributes": attributes,
-                    "messageAttributes": {},
-                    "md5OfBody": m.md5_of_body(),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": queues.arn,
-                    "awsRegion": "us-east-1",
-                })
-            })
-            .collect();
-        let event = json!({ "Records": records }).to_string();
+        let event = event_of(&messages, &queues.arn).to_string();
         let ids: HashSet<&str> = messages.iter().filter_map(|m| m.message_id()).collect();
         let failed: Option<HashSet<String>> = match runtime.invoke(event, function_timeout).await {
             Reply::Response(body) => parse_failures(&body, &ids),
@@ -242,6 +280,52 @@ pub async fn poll(
             }
         }
     }
+}
+
+/// The SQS event Lambda's event source mapping builds from received messages.
+pub fn event_of(messages: &[aws_sdk_sqs::types::Message], arn: &str) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            let attributes: BTreeMap<String, String> = m
+                .attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            // String and Number attributes as Lambda passes them (the tests send no
+            // binary ones).
+            let message_attributes: BTreeMap<String, Value> = m
+                .message_attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| {
+                            (
+                                k.clone(),
+                                json!({"stringValue": v.string_value(),
+                                "dataType": v.data_type(), "stringListValues": [],
+                                "binaryListValues": []}),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "attributes": attributes,
+                "messageAttributes": message_attributes,
+                "md5OfBody": m.md5_of_body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    json!({ "Records": records })
 }
 
 /// The failed ids of a partial batch response, or `None` when Lambda would fail the

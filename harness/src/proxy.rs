@@ -32,6 +32,11 @@ pub struct Faults {
     pub payment_delay: Duration,
     pub latency: Duration,
     pub calls: Mutex<BTreeMap<String, u64>>,
+    /// An outage of the payment API: while set, every request is refused with a 503,
+    /// half of them only after hanging for `outage_hang`; counted in `outage_calls`.
+    pub outage: AtomicBool,
+    pub outage_hang: Duration,
+    pub outage_calls: AtomicU64,
 }
 
 impl Faults {
@@ -98,6 +103,14 @@ async fn proxy(
         .or_default() += 1;
     if !state.faults.latency.is_zero() {
         tokio::time::sleep(state.faults.latency).await;
+    }
+    if state.target == Target::Payment && state.faults.outage.load(Ordering::Relaxed) {
+        state.faults.outage_calls.fetch_add(1, Ordering::Relaxed);
+        if rand::rng().random_bool(0.5) {
+            tokio::time::sleep(state.faults.outage_hang).await;
+        }
+        let body = json!({"error": {"type": "api_error", "message": "injected outage"}});
+        return (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
     }
     let fault =
         state.faults.enabled.load(Ordering::Relaxed) && rand::rng().random_bool(state.faults.rate);

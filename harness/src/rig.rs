@@ -15,6 +15,8 @@ use charge_once::idempotency::{
     ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
 };
 use charge_once::payment::PaymentProvider;
+use charge_once::retry::Backoff;
+use charge_once::retry::breaker::Breakers;
 use charge_once::store::dynamodb::DynamoStore;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -29,6 +31,11 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 pub const INVOCATION: Duration = Duration::from_secs(60);
 pub const PROVIDER_KEY_TTL: Duration = Duration::from_secs(23 * 3600);
 pub const MAX_DECLINES: u32 = 3;
+/// The template's backoff defaults.
+pub const BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(30),
+    cap: Duration::from_secs(15 * 60),
+};
 
 /// The real store, with injectable faults on `complete`: the server is real; only the
 /// answer to chosen calls is replaced by a backend error, or never comes (the process
@@ -117,6 +124,19 @@ pub struct Options {
     pub wall_clock: bool,
     /// `FIFO_FAILURE_SCOPE` (default: the message group).
     pub fifo_failure_scope: FifoScope,
+    /// `BREAKER_THRESHOLD`; by default the breakers never open, so that a test of
+    /// faults sees every call it injects.
+    pub breaker_threshold: Option<u32>,
+}
+
+impl Options {
+    fn breakers(&self) -> Breakers {
+        Breakers::new(
+            self.breaker_threshold.unwrap_or(u32::MAX),
+            BACKOFF.base,
+            BACKOFF.cap,
+        )
+    }
 }
 
 impl<P: PaymentProvider + 'static> Harness<P> {
@@ -157,12 +177,14 @@ impl<P: PaymentProvider + 'static> Harness<P> {
             store_timeout: charge_once::config::STORE_TIMEOUT,
             max_declines: MAX_DECLINES,
             clock: now.clone(),
+            breakers: Arc::new(options.breakers()),
         };
         let limits = Limits {
             max_concurrency: 10,
             deadline_margin: DEADLINE_MARGIN,
             invoke_deadline: INVOCATION,
             fifo_failure_scope: options.fifo_failure_scope,
+            backoff: BACKOFF,
         };
         let consumer = Consumer::new(store.clone(), provider.clone(), settings.clone(), limits);
         Self {

@@ -203,6 +203,27 @@ pub struct Endpoints {
     pub dynamodb: String,
     pub payment: String,
     pub table: String,
+    /// SQS (`AWS_ENDPOINT_URL_SQS`) and the dead-letter queue's URL.
+    pub sqs: String,
+    pub dead_letter_queue: String,
+}
+
+/// A loopback port nothing listens on: a queue call there is refused at once.
+const NO_QUEUE: &str = "http://127.0.0.1:9";
+
+impl Endpoints {
+    /// For a run that needs no queue calls (no record is meant to fail): SQS is a
+    /// loopback port nothing listens on, so a queue call fails at once and its record
+    /// comes back at the queue's visibility, as when SQS cannot be reached.
+    pub fn without_queue(dynamodb: String, payment: String, table: String) -> Self {
+        Self {
+            dynamodb,
+            payment,
+            table,
+            sqs: NO_QUEUE.to_owned(),
+            dead_letter_queue: format!("{NO_QUEUE}/000000000000/no-dead-letter-queue"),
+        }
+    }
 }
 
 /// A clean environment for a function process: what Lambda sets (Runtime API, name,
@@ -224,6 +245,8 @@ pub fn lambda_environment<'a>(
         // What the template's LoggingConfig (LogFormat: JSON) makes Lambda set.
         .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
         .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
+        .env("AWS_ENDPOINT_URL_SQS", &endpoints.sqs)
+        .env("DEAD_LETTER_QUEUE_URL", &endpoints.dead_letter_queue)
         .env("IDEMPOTENCY_TABLE", &endpoints.table)
         .env("PAYMENT_API_URL", &endpoints.payment)
         .env("PAYMENT_API_KEY", stripe::TEST_KEY)

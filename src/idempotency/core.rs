@@ -430,7 +430,10 @@ impl Core {
 
     /// Feeds the answer to the last step; returns the next one.
     pub fn on(&mut self, input: Input) -> Step {
-        let phase = std::mem::replace(&mut self.phase, Phase::Done(Outcome::InProgress));
+        let phase = std::mem::replace(
+            &mut self.phase,
+            Phase::Done(Outcome::InProgress { until: None }),
+        );
         let step = self.next(phase, input);
         if let Step::Done(outcome) = &step {
             self.phase = Phase::Done(outcome.clone());
@@ -456,7 +459,7 @@ impl Core {
                         Step::Done(Outcome::Duplicate { receipt })
                     }
                     Reservation::Conflict { .. } => Step::Done(Outcome::Conflict),
-                    Reservation::InProgress { .. } => Step::Done(Outcome::InProgress),
+                    Reservation::InProgress { until } => Step::Done(Outcome::InProgress { until }),
                     Reservation::DeclineLimit { declines } => {
                         Step::Done(Outcome::DeclineLimit { declines })
                     }

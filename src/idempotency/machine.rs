@@ -7,6 +7,7 @@
 //! late loses its whole partial response, charged records included.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::warn;
@@ -20,13 +21,20 @@ pub use crate::clock::Clock;
 use crate::clock::Time;
 use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
 use crate::order::Order;
-use crate::payment::{PaymentError, PaymentProvider};
-use crate::telemetry::{PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
+use crate::payment::{FailureKind, PaymentError, PaymentProvider};
+use crate::retry::Jitter;
+use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
+use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
 use crate::{crash_points, error_chain};
 
 /// A store call is started with less than its full timeout left, but not with less
 /// than this: a healthy store answers in milliseconds, and `complete` is worth trying.
 const MIN_STORE_BUDGET: Duration = Duration::from_millis(250);
+
+/// The pause before the one in-invocation retry of a transient charge failure (same
+/// key), jittered so that the records of a batch do not retry together.
+const CHARGE_RETRY_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_millis(400));
 
 /// What the state machine needs from the configuration.
 #[derive(Clone)]
@@ -42,6 +50,8 @@ pub struct Settings {
     /// Declines per order before deliveries stop calling the provider.
     pub max_declines: u32,
     pub clock: Clock,
+    /// This execution environment's breakers, shared by every invocation.
+    pub breakers: Arc<Breakers>,
 }
 
 impl From<&Config> for Settings {
@@ -54,6 +64,11 @@ impl From<&Config> for Settings {
             store_timeout: STORE_TIMEOUT,
             max_declines: config.max_declines,
             clock: crate::clock::system(),
+            breakers: Arc::new(Breakers::new(
+                config.breaker_threshold,
+                config.retry_base,
+                config.retry_cap,
+            )),
         }
     }
 }
@@ -106,6 +121,33 @@ impl Charger<'_> {
     /// ends there and no call runs past it.
     pub async fn process(&self, order: &Order, key: &Key, deadline: Time) -> Outcome {
         let now = self.settings.now();
+        let breakers = self.settings.breakers.as_ref();
+        let store = breakers.store.admit(now, deadline);
+        let provider = breakers.provider.admit(now, deadline);
+        let mut calls = Calls::default();
+        let outcome = match (store, provider) {
+            (Admission::Open, _) => Outcome::Deferred {
+                dependency: Dependency::Store,
+            },
+            (_, Admission::Open) => Outcome::Deferred {
+                dependency: Dependency::Provider,
+            },
+            _ => self.run(order, key, deadline, &mut calls).await,
+        };
+        // A probe that never reached its dependency proves nothing: the next record
+        // probes.
+        let now = self.settings.now();
+        if store == Admission::Probe && !calls.store {
+            breakers.store.return_probe(now);
+        }
+        if provider == Admission::Probe && !calls.provider {
+            breakers.provider.return_probe(now);
+        }
+        outcome
+    }
+
+    async fn run(&self, order: &Order, key: &Key, deadline: Time, calls: &mut Calls) -> Outcome {
+        let now = self.settings.now();
         let (mut core, mut step) = Core::new(Start {
             key: key.clone(),
             fingerprint: Fingerprint::of(order),
@@ -125,6 +167,7 @@ impl Charger<'_> {
                         let write = core.write(kind, self.settings.now());
                         self.store_call(deadline, perform(self.store, &write)).await
                     };
+                    calls.store |= self.observe_store(&answer);
                     observe(kind, &answer, now);
                     let next = core.on(Input::Written(answer));
                     if next == Step::Write(WriteKind::CompleteAttempt) {
@@ -137,9 +180,17 @@ impl Charger<'_> {
                 }
                 Step::Charge { key } => {
                     let key = key.unwrap_or_default();
-                    let answer = self
+                    let mut answer = self
                         .provider_call(deadline, self.provider.charge(order, &key))
                         .await;
+                    calls.provider |= self.observe_provider(&answer);
+                    if self.may_retry_charge(&answer, deadline).await {
+                        metrics::counter!(CHARGE_RETRIED).increment(1);
+                        answer = self
+                            .provider_call(deadline, self.provider.charge(order, &key))
+                            .await;
+                        self.observe_provider(&answer);
+                    }
                     if let Err(Cut::Failed(PaymentError::ReplayedServerError { status })) = &answer
                     {
                         warn!(
@@ -157,10 +208,61 @@ impl Charger<'_> {
                     let answer = self
                         .provider_call(deadline, self.provider.find_charge(order))
                         .await;
+                    calls.provider |= self.observe_provider(&answer);
                     core.on(Input::Looked(answer))
                 }
             };
         }
+    }
+
+    /// Tells the store's breaker how a call went; whether the call was made.
+    fn observe_store<T>(&self, answer: &Result<T, Cut<StoreError>>) -> bool {
+        observe_call(
+            &self.settings.breakers.store,
+            answer,
+            self.settings.now(),
+            |_| true,
+        )
+    }
+
+    /// Tells the provider's breaker how a call went; whether the call was made.
+    fn observe_provider<T>(&self, answer: &Result<T, Cut<PaymentError>>) -> bool {
+        observe_call(
+            &self.settings.breakers.provider,
+            answer,
+            self.settings.now(),
+            provider_is_down,
+        )
+    }
+
+    /// At most one in-invocation retry of a charge that failed transiently, under the
+    /// same key (a replay, so it cannot charge twice), after a short jittered pause:
+    /// only while the provider's breaker is closed and the deadline rule allows it. A
+    /// timeout is not retried here: a hanging provider would cost its timeout twice.
+    async fn may_retry_charge<T>(
+        &self,
+        answer: &Result<T, Cut<PaymentError>>,
+        deadline: Time,
+    ) -> bool {
+        let transient = matches!(
+            answer,
+            Err(Cut::Failed(PaymentError::Retryable {
+                kind: FailureKind::Connection
+                    | FailureKind::Server(_)
+                    | FailureKind::RateLimited
+                    | FailureKind::Conflict,
+                ..
+            }))
+        );
+        if !transient || !self.settings.breakers.provider.is_closed() {
+            return false;
+        }
+        let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
+        if self.time_left(deadline) < pause + self.settings.payment_timeout {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        self.settings.breakers.provider.is_closed()
     }
 
     /// Time left for a call before `deadline` less the safety margin.
@@ -195,6 +297,48 @@ impl Charger<'_> {
         }
         bounded(timeout, STORE_LATENCY, call).await
     }
+}
+
+/// What each record's calls have reached, so that a probe that reached nothing is
+/// handed back.
+#[derive(Default)]
+struct Calls {
+    store: bool,
+    provider: bool,
+}
+
+/// Feeds a call's answer to its breaker: a call that was not started says nothing; an
+/// answer that `is_down` says the dependency is down is a failure; anything else, an
+/// error that the dependency chose to answer with included, is a success.
+fn observe_call<T, E>(
+    breaker: &Breaker,
+    answer: &Result<T, Cut<E>>,
+    now: Time,
+    is_down: impl Fn(&E) -> bool,
+) -> bool {
+    match answer {
+        Err(Cut::NoTime) => return false,
+        Err(Cut::TimedOut) => breaker.failure(now),
+        Err(Cut::Failed(e)) if is_down(e) => breaker.failure(now),
+        _ => breaker.success(),
+    }
+    true
+}
+
+/// A provider failure that says the provider is down or overloaded, not an answer
+/// about this charge (a decline, a rejection, a reused key, a 409 on a key in use).
+fn provider_is_down(error: &PaymentError) -> bool {
+    matches!(
+        error,
+        PaymentError::Retryable {
+            kind: FailureKind::Timeout
+                | FailureKind::Connection
+                | FailureKind::Server(_)
+                | FailureKind::RateLimited
+                | FailureKind::BadResponse,
+            ..
+        }
+    )
 }
 
 /// Metrics, warnings and crash points on a write's answer; what the answer means is

@@ -7,8 +7,11 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::clock::Time;
 use crate::idempotency::StoreError;
 use crate::payment::PaymentError;
+use crate::retry::Class;
+use crate::retry::breaker::Dependency;
 
 /// The end of one record. Only the first three acknowledge the message.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -27,8 +30,11 @@ pub enum Outcome {
     },
     /// Same order id, other payload: never charged.
     Conflict,
-    /// Another delivery holds a live lease on this order.
-    InProgress,
+    /// Another delivery holds a live lease on this order, until then (`None`: not
+    /// known).
+    InProgress {
+        until: Option<Time>,
+    },
     Declined {
         code: String,
         decline_code: Option<String>,
@@ -59,6 +65,11 @@ pub enum Outcome {
     /// Cannot be settled automatically.
     NeedsReconciliation {
         cause: ReconcileCause,
+    },
+    /// The dependency's breaker is open in this execution environment: no write and no
+    /// call were made; the record comes back with the backoff.
+    Deferred {
+        dependency: Dependency,
     },
 }
 
@@ -173,6 +184,27 @@ impl Outcome {
         )
     }
 
+    /// What retrying it can do (ARCHITECTURE.md, "Retries"): nothing needed, wait and
+    /// retry, or nothing at all (the DLQ at once).
+    pub fn class(&self) -> Class {
+        match self {
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Class::Done,
+            Self::FailedRetryable { .. } | Self::Deadline { .. } | Self::Deferred { .. } => {
+                Class::Transient
+            }
+            Self::InProgress { until } => Class::InProgress { until: *until },
+            Self::Declined { .. } => Class::Declined,
+            Self::NeedsReconciliation {
+                cause:
+                    ReconcileCause::PendingAtProvider { .. } | ReconcileCause::PendingAnswer { .. },
+            } => Class::Pending,
+            Self::Conflict
+            | Self::DeclineLimit { .. }
+            | Self::Rejected { .. }
+            | Self::NeedsReconciliation { .. } => Class::Poison,
+        }
+    }
+
     /// Stable name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -180,11 +212,12 @@ impl Outcome {
             Self::Reconciled { .. } => "reconciled",
             Self::Duplicate { .. } => "duplicate",
             Self::Conflict => "conflict",
-            Self::InProgress => "in_progress",
+            Self::InProgress { .. } => "in_progress",
             Self::Declined { .. } | Self::DeclineLimit { .. } => "declined",
             Self::Rejected { .. } => "rejected",
             Self::FailedRetryable { .. } => "failed_retryable",
             Self::Deadline { .. } => "deadline",
+            Self::Deferred { .. } => "deferred",
             Self::NeedsReconciliation { .. } => "needs_reconciliation",
         }
     }
@@ -198,7 +231,8 @@ impl Outcome {
             | Self::DeclineLimit { .. }
             | Self::FailedRetryable { .. }
             | Self::Deadline { .. }
-            | Self::InProgress => Level::Warn,
+            | Self::Deferred { .. }
+            | Self::InProgress { .. } => Level::Warn,
             Self::Conflict | Self::Rejected { .. } | Self::NeedsReconciliation { .. } => {
                 Level::Error
             }
@@ -233,7 +267,19 @@ impl Outcome {
                 "too little time left before the invocation deadline to start the next call; \
                  the lease ends at the deadline and the retry goes on"
             }
-            Self::InProgress => "another delivery holds a live lease on this order",
+            Self::InProgress { .. } => "another delivery holds a live lease on this order",
+            Self::Deferred {
+                dependency: Dependency::Store,
+            } => {
+                "the store's breaker is open (transient failures in a row): not reserved, \
+                 retried with the backoff"
+            }
+            Self::Deferred {
+                dependency: Dependency::Provider,
+            } => {
+                "the provider's breaker is open (transient failures in a row): not \
+                 reserved, retried with the backoff"
+            }
             Self::Conflict => "same order id with a different payload; not charged",
         };
         Some(Cow::Borrowed(fixed))
@@ -284,9 +330,10 @@ impl Outcome {
                 attempt: *attempt,
                 ..Details::default()
             },
-            Self::Conflict | Self::InProgress | Self::NeedsReconciliation { .. } => {
-                Details::default()
-            }
+            Self::Conflict
+            | Self::InProgress { .. }
+            | Self::NeedsReconciliation { .. }
+            | Self::Deferred { .. } => Details::default(),
         }
     }
 
@@ -371,7 +418,7 @@ mod tests {
         }
         for failed in [
             Outcome::Conflict,
-            Outcome::InProgress,
+            Outcome::InProgress { until: None },
             Outcome::retryable(RetryCause::LookupTimedOut, None),
             Outcome::NeedsReconciliation {
                 cause: ReconcileCause::UnknownState,

@@ -1,0 +1,205 @@
+//! The queue side of a batch on moto's SQS, through the binary outside Lambda
+//! (`invoke --sqs`, the simulator as the provider): a message no retry can fix goes to
+//! the DLQ with its reason and attributes and is acknowledged; a failed record's retry
+//! delay is set on its receipt handle; without `--sqs` nothing is sent and the log
+//! says what would have been.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageAttributeValue;
+use harness::event_source::{Queues, event_of};
+use harness::servers::{Backend, test_account};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
+
+fn order(id: &str, customer: &str) -> String {
+    json!({"id": id, "amount": 1200, "currency": "EUR", "customer": customer}).to_string()
+}
+
+/// `charge-once invoke <event> [--sqs]` with JSON log lines, on the simulator.
+fn invoke(event: &Path, db: &Path, dlq: &str, sqs: bool) -> Output {
+    let mut command = Command::new(BIN);
+    test_account(&mut command)
+        .arg("invoke")
+        .arg(event)
+        .args(sqs.then_some("--sqs"))
+        .arg("--db")
+        .arg(db)
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env_remove("PAYMENT_API_URL")
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .env("AWS_ENDPOINT_URL_SQS", Backend::Moto.url())
+        .env("DEAD_LETTER_QUEUE_URL", dlq)
+        .output()
+        .unwrap()
+}
+
+/// The outcome lines of a run's stderr, by message id.
+fn outcome_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["outcome"].is_string())
+        .collect()
+}
+
+fn line_of<'a>(lines: &'a [Value], message_id: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["span"]["message_id"] == message_id)
+        .unwrap_or_else(|| panic!("no outcome line for {message_id}: {lines:?}"))
+}
+
+fn failed_ids(out: &Output) -> Vec<String> {
+    let response: Value = serde_json::from_slice(&out.stdout).unwrap();
+    response["batchItemFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Sends an order, an invalid body (with a message attribute) and a declining order,
+/// and receives them as the event source would, hidden for 1 s.
+async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [String; 3]) {
+    queues.send(&[order("q-ok", "cus_123")]).await;
+    queues
+        .client
+        .send_message()
+        .queue_url(&queues.url)
+        .message_body(r#"{"id":"q-bad","amount":12.5,"currency":"EUR","customer":"cus_123"}"#)
+        .message_attributes(
+            "trace",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("t-1")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    queues.send(&[order("q-declined", "cus_declined")]).await;
+    let mut messages = Vec::new();
+    for _ in 0..20 {
+        messages.extend(queues.receive(Duration::from_secs(1)).await);
+        if messages.len() >= 3 {
+            break;
+        }
+    }
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    let id_of = |needle: &str| {
+        messages
+            .iter()
+            .find(|m| m.body().unwrap().contains(needle))
+            .and_then(|m| m.message_id())
+            .unwrap()
+            .to_owned()
+    };
+    let ids = [id_of("q-ok"), id_of("q-bad"), id_of("q-declined")];
+    (messages, ids)
+}
+
+#[tokio::test]
+async fn with_sqs_the_poison_is_dead_lettered_with_its_reason_and_a_decline_is_delayed() {
+    let queues = Queues::create(Duration::from_secs(1), 10).await;
+    let (messages, [ok, bad, declined]) = three_messages(&queues).await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
+
+    let out = invoke(&event, &dir.path().join("q.sqlite3"), &queues.dlq_url, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The invalid body is acknowledged: it is in the DLQ.
+    assert_eq!(failed_ids(&out), std::slice::from_ref(&declined));
+    let lines = outcome_lines(&out);
+    let bad_line = &line_of(&lines, &bad)["fields"];
+    assert_eq!(bad_line["outcome"], "invalid");
+    assert_eq!(bad_line["dead_lettered"], true, "{bad_line}");
+    let declined_line = &line_of(&lines, &declined)["fields"];
+    assert_eq!(declined_line["outcome"], "declined");
+    // A decline waits at least RETRY_CAP (15 min by default).
+    assert!(
+        declined_line["retry_in_s"].as_u64().unwrap() >= 900,
+        "{declined_line}"
+    );
+    assert!(declined_line["queue_error"].is_null(), "{declined_line}");
+    assert!(line_of(&lines, &ok)["fields"]["retry_in_s"].is_null());
+
+    let dlq = queues.drain_dlq().await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    let letter = &dlq[0];
+    assert!(letter.body.contains("q-bad"));
+    assert_eq!(letter.attributes, ["charge-once", "trace"]);
+    assert_eq!(letter.note_str("outcome"), Some("invalid"));
+    assert_eq!(letter.note_str("message_id"), Some(bad.as_str()));
+    assert!(
+        letter.note_str("reason").unwrap().contains("amount"),
+        "{letter:?}"
+    );
+    assert_eq!(letter.note.as_ref().unwrap()["receive_count"], 1);
+
+    // The queue's visibility (1 s) has passed. The event source would delete the
+    // acknowledged records; nobody does here, so they are back. The declined one is
+    // still hidden, for its own delay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut back = Vec::new();
+    for _ in 0..5 {
+        back.extend(
+            queues
+                .receive(Duration::from_secs(30))
+                .await
+                .into_iter()
+                .filter_map(|m| m.message_id().map(str::to_owned)),
+        );
+    }
+    assert!(back.contains(&ok) && back.contains(&bad), "{back:?}");
+    assert!(!back.contains(&declined), "{back:?}");
+}
+
+#[tokio::test]
+async fn without_sqs_nothing_is_sent_and_the_log_says_what_would_be() {
+    let queues = Queues::create(Duration::from_secs(1), 10).await;
+    let (messages, [_, bad, declined]) = three_messages(&queues).await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
+
+    let out = invoke(
+        &event,
+        &dir.path().join("q.sqlite3"),
+        &queues.dlq_url,
+        false,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Not sent, so not acknowledged: the invalid body fails as the queue would see it.
+    let mut failed = failed_ids(&out);
+    failed.sort();
+    let mut expected = vec![bad.clone(), declined.clone()];
+    expected.sort();
+    assert_eq!(failed, expected);
+    let lines = outcome_lines(&out);
+    let bad_line = &line_of(&lines, &bad)["fields"];
+    assert_eq!(bad_line["dead_lettered"], false, "{bad_line}");
+    assert!(
+        bad_line["queue_error"].as_str().unwrap().contains("--sqs"),
+        "{bad_line}"
+    );
+    let declined_line = &line_of(&lines, &declined)["fields"];
+    assert!(declined_line["retry_in_s"].as_u64().unwrap() >= 900);
+    assert!(queues.drain_dlq().await.is_empty());
+}
