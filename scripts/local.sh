@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local servers for `make watch` / `make invoke`: moto (behind its lock) and
-# stripe-stateful-mock on fixed 127.0.0.1 ports, an idempotency table, and the
-# customers the events/ files use. `scripts/local.sh up|down|env`.
+# stripe-stateful-mock on fixed 127.0.0.1 ports, an idempotency table, a dead-letter
+# queue, and the customers the events/ files use. `scripts/local.sh up|down|env`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +31,7 @@ AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT
 IDEMPOTENCY_TABLE=$TABLE
 PAYMENT_API_URL=http://127.0.0.1:$STRIPE_PORT
 PAYMENT_API_KEY=sk_test_local
+DEAD_LETTER_QUEUE_URL=http://127.0.0.1:$MOTO_PORT/123456789012/charge-once-local-dlq
 ENV
 }
 

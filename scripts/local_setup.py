@@ -2,6 +2,7 @@
 
 usage: local_setup.py MOTO_URL TABLE STRIPE_URL
 - the idempotency table (pk S, on demand, TTL on `expira`) in moto;
+- the dead-letter queue `charge-once-local-dlq` in moto's SQS (DEAD_LETTER_QUEUE_URL);
 - the customers used by events/: cus_123, cus_456, cus_789, cus_fanout (a card that
   charges) and cus_declined (a card that declines), in stripe-stateful-mock.
 """
@@ -33,6 +34,14 @@ if table not in dynamodb.list_tables()["TableNames"]:
         TableName=table,
         TimeToLiveSpecification={"AttributeName": "expira", "Enabled": True},
     )
+
+boto3.client(
+    "sqs",
+    endpoint_url=moto_url,
+    region_name="us-east-1",
+    aws_access_key_id="test",
+    aws_secret_access_key="test",
+).create_queue(QueueName="charge-once-local-dlq")
 
 customers = {
     "cus_123": "tok_visa",

@@ -1,4 +1,4 @@
-//! The SQS batch (ARCHITECTURE.md, "The batch" and "Retries"): parse every record,
+//! The SQS batch (DESIGN §6; README, "Retries"): parse every record,
 //! group by key, run groups concurrently (bounded) and records of a group in message
 //! order, stop a group after its first non-success, keep FIFO batches strictly in
 //! order, respect the deadline margin, isolate panics; then settle each record that is
@@ -361,9 +361,18 @@ impl Consumer {
             .into_iter()
             .map(|o| o.unwrap_or((RecordOutcome::NoOutcome, Duration::ZERO)))
             .collect();
-        let mut settled = self.dispose(&parsed, &ended, started.elapsed());
-        self.send_dead_letters(&event.records, &parsed, &ended, &mut settled, deadline)
-            .await;
+        // SQS's 12-hour limit counts from the receive: the time spent here comes off.
+        let longest = retry::longest_delay(started.elapsed());
+        let mut settled = self.dispose(&parsed, &ended, longest);
+        self.send_dead_letters(
+            &event.records,
+            &parsed,
+            &ended,
+            &mut settled,
+            deadline,
+            longest,
+        )
+        .await;
         self.change_visibility(&event.records, &mut settled, deadline)
             .await;
 
@@ -385,15 +394,9 @@ impl Consumer {
         &self,
         parsed: &[Parsed<'_>],
         ended: &[(RecordOutcome<'_>, Duration)],
-        elapsed: Duration,
+        longest: Duration,
     ) -> Vec<Settled> {
-        let now = self.settings.now();
-        let longest = retry::longest_delay(elapsed);
-        let backoff = &self.limits.backoff;
-        let dispose = |class, record: &Parsed<'_>| {
-            let receives = record.receive_count.unwrap_or(1);
-            retry::dispose(class, receives, now, backoff, Jitter::random(), longest)
-        };
+        let dispose = |class, record: &Parsed<'_>| self.dispose_one(class, record, longest);
         let dispositions: Vec<Disposition> = parsed
             .iter()
             .zip(ended)
@@ -420,6 +423,14 @@ impl Consumer {
             .collect()
     }
 
+    /// One record's disposition now, delivered `ApproximateReceiveCount` times (1 when
+    /// the attribute is missing).
+    fn dispose_one(&self, class: Class, record: &Parsed<'_>, longest: Duration) -> Disposition {
+        let receives = record.receive_count.unwrap_or(1);
+        let (now, backoff) = (self.settings.now(), &self.limits.backoff);
+        retry::dispose(class, receives, now, backoff, Jitter::random(), longest)
+    }
+
     /// Sends the dead letters; a record is acknowledged only once its send succeeded,
     /// else it fails with the backoff and its next delivery tries again.
     async fn send_dead_letters(
@@ -429,6 +440,7 @@ impl Consumer {
         ended: &[(RecordOutcome<'_>, Duration)],
         settled: &mut [Settled],
         deadline: Time,
+        longest: Duration,
     ) {
         let chosen: Vec<usize> = (0..settled.len())
             .filter(|i| settled[*i].disposition == Disposition::DeadLetter)
@@ -447,20 +459,11 @@ impl Consumer {
         let results = self
             .queue_step(deadline, letters.len(), self.queue.dead_letter(&letters))
             .await;
-        let longest = retry::longest_delay(Duration::ZERO);
         for (i, result) in chosen.into_iter().zip(results) {
             let s = &mut settled[i];
             s.dead_lettered = Some(result.is_ok());
             if let Err(e) = result {
-                let receives = parsed[i].receive_count.unwrap_or(1);
-                s.disposition = retry::dispose(
-                    Class::Transient,
-                    receives,
-                    self.settings.now(),
-                    &self.limits.backoff,
-                    Jitter::random(),
-                    longest,
-                );
+                s.disposition = self.dispose_one(Class::Transient, &parsed[i], longest);
                 s.queue_error = Some(e);
             }
         }

@@ -188,6 +188,27 @@ async fn after_a_failure_the_same_keys_later_records_fail_without_calls() {
     h.provider.assert_no_order_charged_twice();
 }
 
+#[tokio::test]
+async fn skipped_records_retry_with_the_delay_of_the_failure_ahead_of_them() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    h.provider
+        .script("ord-8001", &[Fault::ServerError, Fault::ServerError]);
+    h.invoke("tests/same-order-thrice.json").await;
+    let lines = outcome_lines(&logs);
+    let delays: Vec<(&str, u64)> = lines
+        .iter()
+        .map(|(_, outcome, _, fields)| (outcome.as_str(), fields["retry_in_s"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(delays.len(), 3, "{lines:?}");
+    let (first, delay) = delays[0];
+    assert_eq!(first, "failed_retryable");
+    // The first receive's step is RETRY_BASE (30 s); the jitter keeps the upper half.
+    assert!((15..=30).contains(&delay), "{delays:?}");
+    assert_eq!(delays[1..], [("skipped", delay), ("skipped", delay)]);
+}
+
 /// A FIFO batch of `(order id, MessageGroupId)`, in message order.
 fn fifo_batch(records: &[(&str, Option<&str>)]) -> SqsEvent {
     let bodies: Vec<String> = records

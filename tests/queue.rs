@@ -203,3 +203,38 @@ async fn without_sqs_nothing_is_sent_and_the_log_says_what_would_be() {
     assert!(declined_line["retry_in_s"].as_u64().unwrap() >= 900);
     assert!(queues.drain_dlq().await.is_empty());
 }
+
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_sent_is_not_acknowledged_and_retries() {
+    let queues = Queues::create(Duration::from_secs(1), 10).await;
+    let (messages, [_, bad, declined]) = three_messages(&queues).await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
+    let nowhere = format!("{}/123456789012/no-such-dlq", Backend::Moto.url());
+
+    let out = invoke(&event, &dir.path().join("q.sqlite3"), &nowhere, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut failed = failed_ids(&out);
+    failed.sort();
+    let mut expected = vec![bad.clone(), declined];
+    expected.sort();
+    assert_eq!(failed, expected, "the poison stays in the queue");
+    let lines = outcome_lines(&out);
+    let bad_line = &line_of(&lines, &bad)["fields"];
+    assert_eq!(bad_line["dead_lettered"], false, "{bad_line}");
+    assert!(
+        bad_line["queue_error"]
+            .as_str()
+            .unwrap()
+            .contains("SendMessageBatch"),
+        "{bad_line}"
+    );
+    // It comes back with the backoff (first step 30 s, upper half), set on its handle.
+    let retry = bad_line["retry_in_s"].as_u64().unwrap();
+    assert!((15..=30).contains(&retry), "{bad_line}");
+}

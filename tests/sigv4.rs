@@ -1,0 +1,277 @@
+//! Every AWS call the function makes, checked by a server that verifies SigV4: moto
+//! with IAM authentication switched on after the setup (`POST /moto-api/reset-auth`,
+//! body `0`), then the real binary in Lambda mode with an IAM user's key whose policy
+//! holds exactly the template's actions. One batch makes every kind of call: the key
+//! from Secrets Manager at cold start, DynamoDB's conditional writes, SQS's
+//! `GetQueueUrl`, `ChangeMessageVisibilityBatch` and `SendMessageBatch`. A wrong secret
+//! is refused. Its own test binary: its moto server is the only one with
+//! authentication on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::process::Command;
+use std::time::Duration;
+
+use harness::event_source::{Queues, event_of};
+use harness::runtime_api::{ConsumerProcess, Launch, Reply, RuntimeApi, lambda_environment};
+use harness::servers::{Backend, moto_sdk_config, stripe_mock_url};
+use harness::{log_dir, stripe};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
+
+/// Authentication is one switch of the whole server: one test at a time holds it.
+static AUTHENTICATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// An IAM call to moto while authentication is off (moto routes by the credential
+/// scope of the Authorization header, which it does not check yet).
+async fn iam(params: &[(&str, &str)]) -> String {
+    let mut form = vec![("Version", "2010-05-08")];
+    form.extend_from_slice(params);
+    let response = harness::http_client()
+        .post(Backend::Moto.url())
+        .header(
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/iam/aws4_request, \
+             SignedHeaders=host, Signature=0",
+        )
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "IAM {params:?}");
+    response.text().await.unwrap()
+}
+
+fn xml_field<'a>(xml: &'a str, name: &str) -> &'a str {
+    let open = format!("<{name}>");
+    let start = xml.find(&open).unwrap() + open.len();
+    let end = start + xml[start..].find(&format!("</{name}>")).unwrap();
+    &xml[start..end]
+}
+
+/// Switches moto's authentication on after `0` more requests, or off (`inf`).
+async fn authentication_after(requests: &str) {
+    let response = harness::http_client()
+        .post(format!("{}/moto-api/reset-auth", Backend::Moto.url()))
+        .header("content-type", "text/plain")
+        .body(requests.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+}
+
+/// The template's actions for the function (tests/template.rs holds the template to
+/// them), on every resource (moto's IAM checks actions, not resource ARNs), for an IAM
+/// user; its access key. Moto asks for the batch calls' own names
+/// (`sqs:SendMessageBatch`), which AWS does not have: AWS authorizes a batch call by
+/// its single-message action, the template's.
+async fn function_user() -> (String, String) {
+    let name = format!(
+        "charge-once-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    iam(&[("Action", "CreateUser"), ("UserName", &name)]).await;
+    let policy = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem", "sqs:GetQueueUrl",
+            "sqs:ChangeMessageVisibility", "sqs:SendMessage", "secretsmanager:GetSecretValue",
+            "sqs:ChangeMessageVisibilityBatch", "sqs:SendMessageBatch"],
+        "Resource": "*"}]});
+    iam(&[
+        ("Action", "PutUserPolicy"),
+        ("UserName", &name),
+        ("PolicyName", "charge-once"),
+        ("PolicyDocument", &policy.to_string()),
+    ])
+    .await;
+    let key = iam(&[("Action", "CreateAccessKey"), ("UserName", &name)]).await;
+    (
+        xml_field(&key, "AccessKeyId").to_owned(),
+        xml_field(&key, "SecretAccessKey").to_owned(),
+    )
+}
+
+async fn api_key_secret() -> String {
+    let client = aws_sdk_secretsmanager::Client::new(&moto_sdk_config());
+    client
+        .create_secret()
+        .name(format!("payment-{}", uuid::Uuid::new_v4().simple()))
+        .secret_string(stripe::TEST_KEY)
+        .send()
+        .await
+        .unwrap()
+        .arn
+        .unwrap()
+}
+
+/// The function's settings with the IAM user's key `(id, secret)`.
+fn signed_by((id, secret): (&str, &str), secret_arn: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", id.to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", secret.to_owned()),
+        ("PAYMENT_API_KEY_SECRET_ARN", secret_arn.to_owned()),
+        (
+            "AWS_ENDPOINT_URL_SECRETS_MANAGER",
+            Backend::Moto.url().to_owned(),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_the_function_is_signed_as_moto_with_iam_authentication_accepts() {
+    let _one_at_a_time = AUTHENTICATION.lock().await;
+    // Setup, with authentication off.
+    let table = Backend::Moto.fresh_table().await;
+    let queues = Queues::create(Duration::from_secs(30), 10).await;
+    let secret_arn = api_key_secret().await;
+    let (id, secret) = function_user().await;
+    let customer = stripe::customer("tok_visa").await;
+    let declining = stripe::customer("tok_chargeCustomerFail").await;
+    let order = |id: &str, customer: &str| {
+        json!({"id": id, "amount": 900, "currency": "EUR", "customer": customer}).to_string()
+    };
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    queues
+        .send(&[
+            order(&format!("sig-{run}-ok"), &customer),
+            r#"{"id":"sig-bad","amount":"nine"}"#.to_owned(),
+            order(&format!("sig-{run}-declined"), &declining),
+        ])
+        .await;
+    let mut messages = Vec::new();
+    for _ in 0..20 {
+        messages.extend(queues.receive(Duration::from_secs(60)).await);
+        if messages.len() >= 3 {
+            break;
+        }
+    }
+    assert_eq!(messages.len(), 3);
+    let declined_id = messages
+        .iter()
+        .find(|m| m.body().unwrap().contains("declined"))
+        .and_then(|m| m.message_id())
+        .unwrap()
+        .to_owned();
+
+    authentication_after("0").await;
+    let runtime = RuntimeApi::start().await;
+    let endpoints = queues.endpoints(
+        Backend::Moto.url().to_owned(),
+        stripe_mock_url().to_owned(),
+        table.name.clone(),
+    );
+    let log = log_dir().join(format!("sigv4-{run}.log"));
+    let mut process = ConsumerProcess::launch(
+        BIN.as_ref(),
+        &runtime,
+        &endpoints,
+        Launch {
+            env: [
+                signed_by((&id, &secret), &secret_arn),
+                vec![
+                    ("MAX_DECLINES", "1".to_owned()),
+                    ("RUST_LOG", "info".to_owned()),
+                ],
+            ]
+            .concat(),
+            ..Launch::logging_to(log.clone())
+        },
+    );
+    let event = event_of(&messages, &queues.arn).to_string();
+    let reply = runtime.invoke(event, Duration::from_secs(20)).await;
+    process.stop();
+    authentication_after("inf").await;
+
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let Reply::Response(body) = reply else {
+        panic!("{reply:?}\n{logs}");
+    };
+    let response: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        response["batchItemFailures"],
+        json!([{"itemIdentifier": declined_id}]),
+        "{logs}"
+    );
+    // Every queue call was accepted: no line says one failed.
+    assert!(!logs.contains("queue_error"), "{logs}");
+    let lines: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &Value| l["fields"]["outcome"].is_string())
+        .collect();
+    let outcomes: Vec<&str> = lines
+        .iter()
+        .map(|l| l["fields"]["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 3, "{logs}");
+    for expected in ["charged", "invalid", "declined"] {
+        assert!(outcomes.contains(&expected), "{outcomes:?}");
+    }
+    let dlq = queues.drain_dlq().await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(dlq[0].note_str("outcome"), Some("invalid"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_refused_and_the_cold_start_stops_with_one_line() {
+    let _one_at_a_time = AUTHENTICATION.lock().await;
+    let secret_arn = api_key_secret().await;
+    let (id, _) = function_user().await;
+    let table = Backend::Moto.fresh_table().await;
+    let queues = Queues::create(Duration::from_secs(30), 10).await;
+    let endpoints = queues.endpoints(
+        Backend::Moto.url().to_owned(),
+        stripe_mock_url().to_owned(),
+        table.name.clone(),
+    );
+    let runtime = RuntimeApi::start().await;
+    authentication_after("0").await;
+    let mut command = Command::new(BIN);
+    lambda_environment(&mut command, &runtime.addr, &endpoints)
+        .envs(signed_by((&id, "not-the-secret"), &secret_arn))
+        .env("RUST_LOG", "warn");
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    authentication_after("inf").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("PAYMENT_API_KEY_SECRET_ARN")
+            && lines[0].contains("reading the secret failed"),
+        "{stderr}"
+    );
+    assert!(
+        !lines[0].contains("not-the-secret"),
+        "the secret is never logged: {stderr}"
+    );
+
+    // What moto answered that call: a refused signature (as XML, which the JSON
+    // client cannot read, hence the line's "unexpected token").
+    authentication_after("0").await;
+    let wrong = aws_sdk_secretsmanager::Client::from_conf(
+        aws_sdk_secretsmanager::config::Builder::from(&moto_sdk_config())
+            .credentials_provider(aws_sdk_secretsmanager::config::Credentials::new(
+                id,
+                "not-the-secret",
+                None,
+                None,
+                "tests",
+            ))
+            .build(),
+    );
+    let refused = wrong.get_secret_value().secret_id(&secret_arn).send().await;
+    authentication_after("inf").await;
+    let raw = refused.expect_err("refused").raw_response().map(|r| {
+        (
+            r.status().as_u16(),
+            String::from_utf8_lossy(r.body().bytes().unwrap_or_default()).into_owned(),
+        )
+    });
+    let (status, body) = raw.expect("an HTTP answer");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("SignatureDoesNotMatch"), "{body}");
+}
