@@ -126,11 +126,13 @@ impl Charger<'_> {
         let provider = breakers.provider.admit(now, deadline);
         let mut calls = Calls::default();
         let outcome = match (store, provider) {
-            (Admission::Open, _) => Outcome::Deferred {
+            (Admission::Open { until }, _) => Outcome::Deferred {
                 dependency: Dependency::Store,
+                until,
             },
-            (_, Admission::Open) => Outcome::Deferred {
+            (_, Admission::Open { until }) => Outcome::Deferred {
                 dependency: Dependency::Provider,
+                until,
             },
             _ => self.run(order, key, deadline, &mut calls).await,
         };

@@ -70,6 +70,8 @@ pub enum Outcome {
     /// call were made; the record comes back with the backoff.
     Deferred {
         dependency: Dependency,
+        /// When the breaker lets a probe through (or its probe's deadline).
+        until: Time,
     },
 }
 
@@ -189,9 +191,8 @@ impl Outcome {
     pub fn class(&self) -> Class {
         match self {
             Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Class::Done,
-            Self::FailedRetryable { .. } | Self::Deadline { .. } | Self::Deferred { .. } => {
-                Class::Transient
-            }
+            Self::FailedRetryable { .. } | Self::Deadline { .. } => Class::Transient,
+            Self::Deferred { until, .. } => Class::Deferred { until: *until },
             Self::InProgress { until } => Class::InProgress { until: *until },
             Self::Declined { .. } => Class::Declined,
             Self::NeedsReconciliation {
@@ -270,12 +271,14 @@ impl Outcome {
             Self::InProgress { .. } => "another delivery holds a live lease on this order",
             Self::Deferred {
                 dependency: Dependency::Store,
+                ..
             } => {
                 "the store's breaker is open (transient failures in a row): not reserved, \
                  retried with the backoff"
             }
             Self::Deferred {
                 dependency: Dependency::Provider,
+                ..
             } => {
                 "the provider's breaker is open (transient failures in a row): not \
                  reserved, retried with the backoff"

@@ -34,8 +34,9 @@ pub enum Admission {
     Closed,
     /// The one record that tests whether the dependency is back.
     Probe,
-    /// Open: do not call; the record is deferred.
-    Open,
+    /// Open until then (the next probe, or the running probe's deadline): do not
+    /// call; the record is deferred.
+    Open { until: Time },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +105,10 @@ impl Breaker {
                 };
                 Admission::Probe
             }
-            State::Open { .. } | State::Probing { .. } => Admission::Open,
+            State::Open { until, .. }
+            | State::Probing {
+                probe_until: until, ..
+            } => Admission::Open { until },
         })
     }
 
@@ -201,7 +205,8 @@ mod tests {
         b.failure(at(0));
         assert_eq!(b.admit(at(0), at(60)), Admission::Closed);
         b.failure(at(1));
-        assert_eq!(b.admit(at(2), at(60)), Admission::Open);
+        // Open for the first period from the failure that opened it.
+        assert_eq!(b.admit(at(2), at(60)), Admission::Open { until: at(11) });
         assert!(!b.is_closed());
     }
 
@@ -220,13 +225,10 @@ mod tests {
     fn after_the_open_period_one_record_probes_and_its_success_closes() {
         let b = breaker();
         (0..3).for_each(|_| b.failure(at(0)));
-        assert_eq!(b.admit(at(9), at(60)), Admission::Open);
+        assert!(matches!(b.admit(at(9), at(60)), Admission::Open { .. }));
         assert_eq!(b.admit(at(10), at(60)), Admission::Probe);
-        assert_eq!(
-            b.admit(at(11), at(60)),
-            Admission::Open,
-            "one probe at a time"
-        );
+        // One probe at a time: the others wait for its deadline at the latest.
+        assert_eq!(b.admit(at(11), at(70)), Admission::Open { until: at(60) });
         b.success();
         assert_eq!(b.admit(at(12), at(60)), Admission::Closed);
     }
@@ -240,7 +242,12 @@ mod tests {
             now += 100;
             assert_eq!(b.admit(at(now), at(now + 5)), Admission::Probe);
             b.failure(at(now));
-            assert_eq!(b.admit(at(now + period - 1), at(now + 60)), Admission::Open);
+            assert_eq!(
+                b.admit(at(now + period - 1), at(now + 60)),
+                Admission::Open {
+                    until: at(now + period)
+                }
+            );
             assert_eq!(b.admit(at(now + period), at(now + 60)), Admission::Probe);
             b.failure(at(now + period));
             now += period;
@@ -252,7 +259,7 @@ mod tests {
         let b = breaker();
         (0..3).for_each(|_| b.failure(at(0)));
         assert_eq!(b.admit(at(10), at(15)), Admission::Probe);
-        assert_eq!(b.admit(at(14), at(30)), Admission::Open);
+        assert!(matches!(b.admit(at(14), at(30)), Admission::Open { .. }));
         assert_eq!(b.admit(at(15), at(30)), Admission::Probe);
         b.return_probe(at(16));
         assert_eq!(b.admit(at(16), at(30)), Admission::Probe);

@@ -15,9 +15,12 @@ use crate::clock::Time;
 pub enum Class {
     /// Acknowledged: nothing to retry.
     Done,
-    /// Transient or unknown (a failed call, a deadline, a record not started, a
-    /// breaker open): back off on the receive count.
+    /// Transient or unknown (a failed call, a deadline, a record not started): back
+    /// off on the receive count.
     Transient,
+    /// A breaker is open until then: the backoff, but no longer than until shortly
+    /// after the breaker lets a probe through, and never below half the step.
+    Deferred { until: Time },
     /// Another delivery holds a lease on the order until then (`None`: unknown).
     InProgress { until: Option<Time> },
     /// Declined below the order's limit: card networks penalise rapid retries.
@@ -141,6 +144,15 @@ pub fn dispose(
         Class::Done => return Disposition::Ack,
         Class::Poison => return Disposition::DeadLetter,
         Class::Transient => backoff.delay(receive_count, jitter),
+        // Waiting past the breaker's next probe only delays the recovery; half the
+        // step stays the floor, so the receives of an outage last as long as the
+        // backoff's (`shortest_path`).
+        Class::Deferred { until } => {
+            let after_probe = now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1);
+            backoff
+                .delay(receive_count, jitter)
+                .min(after_probe.max(backoff.step(receive_count) / 2))
+        }
         Class::InProgress { until: Some(until) } => {
             now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1)
         }
@@ -237,6 +249,31 @@ mod tests {
         assert_eq!(
             retry_in(Class::InProgress { until: None }, 2, 0.0),
             Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn a_deferred_record_waits_for_the_breakers_probe_but_never_below_half_a_step() {
+        // Receive 8: step 900 s, the backoff draws 675..900 s.
+        let soon = Time::from_ms(0) + Duration::from_secs(10);
+        assert_eq!(
+            retry_in(Class::Deferred { until: soon }, 8, 0.5),
+            Duration::from_secs(450)
+        );
+        let late = Time::from_ms(0) + Duration::from_secs(600);
+        assert_eq!(
+            retry_in(Class::Deferred { until: late }, 8, 0.5),
+            Duration::from_secs(603)
+        );
+        let never = Time::from_ms(0) + Duration::from_secs(5000);
+        assert_eq!(
+            retry_in(Class::Deferred { until: never }, 8, 0.5),
+            retry_in(Class::Transient, 8, 0.5)
+        );
+        // Early on, the step's half is the floor: 15 s on the first receive.
+        assert_eq!(
+            retry_in(Class::Deferred { until: soon }, 1, 0.0),
+            Duration::from_secs(15)
         );
     }
 
