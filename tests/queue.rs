@@ -2,7 +2,7 @@
 //! (`invoke --sqs`, the simulator as the provider): a message no retry can fix goes to
 //! the DLQ with its reason and attributes and is acknowledged; a failed record's retry
 //! delay is set on its receipt handle; without `--sqs` nothing is sent and the log
-//! says what would have been.
+//! says what would have been; in Lambda, no DLQ stops the cold start.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -237,4 +237,28 @@ async fn a_dead_letter_that_cannot_be_sent_is_not_acknowledged_and_retries() {
     // It comes back with the backoff (first step 30 s, upper half), set on its handle.
     let retry = bad_line["retry_in_s"].as_u64().unwrap();
     assert!((15..=30).contains(&retry), "{bad_line}");
+}
+
+#[tokio::test]
+async fn in_lambda_a_missing_dead_letter_queue_stops_the_cold_start_with_one_line() {
+    let runtime = harness::runtime_api::RuntimeApi::start().await;
+    let endpoints = harness::runtime_api::Endpoints::without_queue(
+        "http://127.0.0.1:9".to_owned(),
+        "http://127.0.0.1:9".to_owned(),
+        "charge-once-idempotency".to_owned(),
+    );
+    let mut command = Command::new(BIN);
+    harness::runtime_api::lambda_environment(&mut command, &runtime.addr, &endpoints)
+        .env_remove("DEAD_LETTER_QUEUE_URL");
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("DEAD_LETTER_QUEUE_URL is required"),
+        "{stderr}"
+    );
 }

@@ -496,13 +496,18 @@ async fn an_outage_of_the_provider_ends_with_every_order_charged_once_and_only_p
         run.outage_calls,
         summary.line
     );
-    // Every order is back within one RETRY_CAP of the end: its last delay is at most
-    // the cap, and a deferred one waits at most for its breaker's next probe (the
-    // breaker's open period is at most the cap) plus 1-5 s of jitter. Then the backlog
-    // drains through two environments (a few seconds).
+    // No record waits longer than RETRY_CAP (the unit test
+    // `no_transient_or_deferred_record_waits_longer_than_the_cap`). A record back
+    // while its breaker is still open (its open period is at most the cap) waits for
+    // the breaker's next probe plus 1-5 s, or half its step: every order is back within
+    // one cap plus that jitter of the end, 1.5 caps at worst. Then the backlog drains
+    // through two environments, as fast as this machine lets moto go (12.5 s measured
+    // on a quiet machine, 29 s beside CI's release build). Time on a shared machine is
+    // not asserted tightly: this bound says that no record waited for more rounds of
+    // the backoff.
     let recovered = run.recovered_in.expect("recovered");
     assert!(
-        recovered <= Duration::from_secs(8 + 5 + 7),
+        recovered <= Duration::from_secs(5 * 8),
         "recovered in {recovered:?}: {}",
         summary.line
     );

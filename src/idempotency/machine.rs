@@ -5,6 +5,11 @@
 //! Every store and provider call is bounded, and none starts unless its timeout ends
 //! before the invocation deadline less [`DEADLINE_SAFETY`]: a handler that answers
 //! late loses its whole partial response, charged records included.
+//!
+//! It also keeps the execution environment's breakers (`retry/breaker.rs`): a record
+//! whose store or provider breaker is open is `Deferred` before any call, every call's
+//! answer is fed to its breaker, and a charge that failed transiently is sent again
+//! once, under the same key, while the provider's breaker is closed.
 
 use std::future::Future;
 use std::sync::Arc;

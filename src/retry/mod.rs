@@ -278,6 +278,24 @@ mod tests {
     }
 
     #[test]
+    fn no_transient_or_deferred_record_waits_longer_than_the_cap() {
+        // Whatever its receive count, and whenever its breaker lets a probe through,
+        // a record that failed during an outage is visible again at most RETRY_CAP
+        // later; a deferred one soon after its breaker's probe, or half its step.
+        let bound = BACKOFF.cap;
+        for receives in [1, 2, 5, 6, 50, 250] {
+            for jitter in [0.0, 0.5, 0.999_999] {
+                assert!(retry_in(Class::Transient, receives, jitter) <= BACKOFF.cap);
+                for open_for in [0, 1, 60, 899, 900] {
+                    let until = Time::from_ms(0) + Duration::from_secs(open_for);
+                    let delay = retry_in(Class::Deferred { until }, receives, jitter);
+                    assert!(delay <= bound, "{receives} {jitter} {open_for}: {delay:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_decline_waits_longer_than_any_transient_failure_and_a_pending_charge_the_cap() {
         let decline = retry_in(Class::Declined, 1, 0.0);
         assert!(decline >= BACKOFF.cap, "{decline:?}");
