@@ -1,7 +1,7 @@
 //! The model checker of DESIGN §10 (`make model`, `make model MUTANT=<name>`).
 //!
 //! It explores, breadth first, every interleaving of a few consumer invocations that
-//! run the product's own state machine (`charge_once::idempotency::core::Core`)
+//! run the product's own state machine (`charge_once::idempotency::machine::Machine`)
 //! against models of the other parts:
 //!
 //! * the table: one linearisable item, written only through the core's own
@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 use charge_once::clock::Time;
 
 use charge_once::idempotency::Outcome;
-use charge_once::idempotency::core::{Core, Cut, Input, Start, Step, Write, apply, holds};
+use charge_once::idempotency::machine::{Input, Machine, NoAnswer, Start, Step};
+use charge_once::idempotency::table::{Write, apply, holds};
 use charge_once::idempotency::{
     Fingerprint, Key, Owner, Record, Rules, State as RecordState, StoreError, WriteOutcome,
 };
@@ -235,7 +236,7 @@ struct Consumer {
     msg: usize,
     payload: Payload,
     deadline: u8,
-    core: Core,
+    core: Machine,
     step: Step,
     /// The core ended with a poison outcome: the consumer is sending the message to
     /// the DLQ (the step is that `Done`).
@@ -389,7 +390,7 @@ impl ChargeModel {
         let p = &self.p;
         // Unique per delivery, as a fresh random token would be.
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
-        let (core, step) = Core::new(Start {
+        let (core, step) = Machine::new(Start {
             key,
             fingerprint,
             owner: Owner::new(name.clone()),
@@ -417,7 +418,7 @@ impl ChargeModel {
         s: &mut State,
         write: &Write<'_>,
         env: Env,
-    ) -> Result<WriteOutcome, Cut<StoreError>> {
+    ) -> Result<WriteOutcome, NoAnswer<StoreError>> {
         let rules = self.p.rules;
         let attempt = |s: &mut State| -> WriteOutcome {
             if holds(write, s.table.as_ref(), rules) {
@@ -444,9 +445,9 @@ impl ChargeModel {
             }
             Env::AnswerLost => {
                 attempt(s);
-                Err(Cut::TimedOut)
+                Err(NoAnswer::TimedOut)
             }
-            _ => Err(Cut::Failed(StoreError::backend(
+            _ => Err(NoAnswer::Failed(StoreError::backend(
                 "model",
                 "o",
                 std::io::Error::other("store error"),
@@ -460,29 +461,29 @@ impl ChargeModel {
         c: usize,
         key: Option<String>,
         env: Env,
-    ) -> Result<Receipt, Cut<PaymentError>> {
+    ) -> Result<Receipt, NoAnswer<PaymentError>> {
         let consumer = &s.consumers[c];
         if s.now > consumer.deadline {
-            return Err(Cut::NoTime);
+            return Err(NoAnswer::NoTime);
         }
         if env == Env::Timeout {
-            return Err(Cut::TimedOut);
+            return Err(NoAnswer::TimedOut);
         }
         let payload = consumer.payload;
         if let Some(entry) = key.as_deref().and_then(|k| s.key_entry(k)) {
             if entry.payload != payload {
-                return Err(Cut::Failed(PaymentError::KeyReused));
+                return Err(NoAnswer::Failed(PaymentError::KeyReused));
             }
             return match entry.stored {
                 Stored::Charged(i) => Ok(Receipt {
                     id: format!("ch{i}"),
                 }),
-                Stored::ChargedPending(i) => Err(Cut::Failed(PaymentError::Pending {
+                Stored::ChargedPending(i) => Err(NoAnswer::Failed(PaymentError::Pending {
                     charge_id: format!("ch{i}"),
                     status: "pending".to_owned(),
                 })),
-                Stored::Declined => Err(Cut::Failed(declined())),
-                Stored::ServerError => Err(Cut::Failed(PaymentError::ReplayedServerError {
+                Stored::Declined => Err(NoAnswer::Failed(declined())),
+                Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
                     status: 500,
                 })),
             };
@@ -504,23 +505,23 @@ impl ChargeModel {
         match env {
             Env::Decline => {
                 store(s, Stored::Declined);
-                Err(Cut::Failed(declined()))
+                Err(NoAnswer::Failed(declined()))
             }
             Env::ChargedAnswerLost => {
                 let i = new_charge(s, Status::Succeeded);
                 store(s, Stored::Charged(i));
-                Err(Cut::TimedOut)
+                Err(NoAnswer::TimedOut)
             }
             Env::PendingAnswerLost => {
                 let i = new_charge(s, Status::Pending);
                 store(s, Stored::ChargedPending(i));
-                Err(Cut::TimedOut)
+                Err(NoAnswer::TimedOut)
             }
             Env::StoredServerError => {
                 store(s, Stored::ServerError);
-                Err(Cut::Failed(PaymentError::retryable(FailureKind::Server(
-                    500,
-                ))))
+                Err(NoAnswer::Failed(PaymentError::retryable(
+                    FailureKind::Server(500),
+                )))
             }
             _ => {
                 let i = new_charge(s, Status::Succeeded);
@@ -532,13 +533,13 @@ impl ChargeModel {
         }
     }
 
-    fn lookup(&self, s: &State, c: usize, env: Env) -> Result<Lookup, Cut<PaymentError>> {
+    fn lookup(&self, s: &State, c: usize, env: Env) -> Result<Lookup, NoAnswer<PaymentError>> {
         let consumer = &s.consumers[c];
         if s.now > consumer.deadline {
-            return Err(Cut::NoTime);
+            return Err(NoAnswer::NoTime);
         }
         if env == Env::Timeout {
-            return Err(Cut::TimedOut);
+            return Err(NoAnswer::TimedOut);
         }
         let mine = |status| {
             s.charges

@@ -449,7 +449,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
 /// retention) is applied to the store and to `holds`/`apply` in lockstep.
 async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     const STEPS: i64 = 300;
-    use charge_once::idempotency::core::{Write, apply, holds};
+    use charge_once::idempotency::table::{Write, apply, holds};
     use charge_once::idempotency::{Rules, perform};
     use rand::{Rng, SeedableRng};
 

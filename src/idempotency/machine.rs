@@ -1,399 +1,516 @@
-//! The driver of one record: performs each step the pure core (`core.rs`) asks for
-//! with the real store and provider, and feeds the answer back. It owns what the core
-//! must not touch: the clock, the owner token, timeouts, metrics and log lines.
-//!
-//! Every store and provider call is bounded, and none starts unless its timeout ends
-//! before the invocation deadline less [`DEADLINE_SAFETY`]: a handler that answers
-//! late loses its whole partial response, charged records included.
-//!
-//! It also keeps the execution environment's breakers (`retry/breaker.rs`): a record
-//! whose store or provider breaker is open is `Deferred` before any call, every call's
-//! answer is fed to its breaker, and a charge that failed transiently is sent again
-//! once, under the same key, while the provider's breaker is closed.
+//! The state machine of one record, pure (ARCHITECTURE.md, "The state machine"): the
+//! machine's state plus the answer to its last step gives the next step, which is a
+//! conditional store write to attempt, a provider call to make, or the record's final
+//! [`Outcome`]. No I/O, clock or randomness in here: the time and the owner token come
+//! in as inputs. The driver (`driver.rs`) performs each step with the real store and
+//! provider; the model checker (`examples/model.rs`) performs them against a model of
+//! both. What each write requires and leaves is the table's contract (`table.rs`);
+//! each rule can be switched off through [`Rules`], for the mutants only.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use tracing::warn;
-
-use super::core::{Core, Cut, Input, Rules, Start, Step, Write, WriteKind, judge};
+use super::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
+use super::table::{Reservation, Write, judge};
 use super::{
-    Fingerprint, IdempotencyStore, Key, Outcome, Owner, Reservation, ReserveRequest, StoreError,
-    WriteOutcome,
+    CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
+    Rules, State, StoreError, WriteOutcome,
 };
-pub use crate::clock::Clock;
+use std::time::Duration;
+
 use crate::clock::Time;
-use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
-use crate::order::Order;
-use crate::payment::{FailureKind, PaymentError, PaymentProvider};
-use crate::retry::Jitter;
-use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
-use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
-use crate::{crash_points, error_chain};
+use crate::payment::{Lookup, PaymentError, Receipt};
 
-/// A store call is started with less than its full timeout left, but not with less
-/// than this: a healthy store answers in milliseconds, and `complete` is worth trying.
-const MIN_STORE_BUDGET: Duration = Duration::from_millis(250);
-
-/// The pause before the one in-invocation retry of a transient charge failure (same
-/// key), jittered so that the records of a batch do not retry together.
-const CHARGE_RETRY_PAUSE: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_millis(400));
-
-/// What the state machine needs from the configuration.
-#[derive(Clone)]
-pub struct Settings {
-    /// `expira` = now + this.
-    pub retention: Duration,
-    /// Upper bound of one provider call, enforced here as well as in the client.
-    pub payment_timeout: Duration,
-    /// Keys first sent longer ago than this are reconciled before reuse.
-    pub provider_key_ttl: Duration,
-    /// Upper bound of one store call (the SDK has the same operation timeout).
-    pub store_timeout: Duration,
-    /// Declines per order before deliveries stop calling the provider.
-    pub max_declines: u32,
-    pub clock: Clock,
-    /// This execution environment's breakers, shared by every invocation.
-    pub breakers: Arc<Breakers>,
+/// Why a call gave no answer (a store or provider call of the driver).
+#[derive(Debug)]
+pub enum NoAnswer<E> {
+    /// Too little time left before the deadline: not started.
+    NoTime,
+    /// Started, and its timeout ended first: the outcome is unknown.
+    TimedOut,
+    /// It answered with an error.
+    Failed(E),
 }
 
-impl From<&Config> for Settings {
-    /// What the state machine needs from the configuration, on the wall clock.
-    fn from(config: &Config) -> Self {
-        Self {
-            retention: config.retention,
-            payment_timeout: config.payment_timeout,
-            provider_key_ttl: config.provider_key_ttl,
-            store_timeout: STORE_TIMEOUT,
-            max_declines: config.max_declines,
-            clock: crate::clock::system(),
-            breakers: Arc::new(Breakers::new(
-                config.breaker_threshold,
-                config.retry_base,
-                config.retry_cap,
+/// The kinds of write the core asks for; [`Machine::write`] builds the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteKind {
+    Reserve,
+    Complete,
+    CompleteAttempt,
+    Release(ReleaseKind),
+    NextAttempt,
+}
+
+/// What the driver does next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Perform [`Machine::write`] for this kind; answer with [`Input::Written`].
+    Write(WriteKind),
+    /// Charge the order under this provider key (`None`: only under a mutant);
+    /// answer with [`Input::Charged`].
+    Charge { key: Option<String> },
+    /// Look the order's charge up; answer with [`Input::Looked`].
+    Lookup,
+    /// The record's end.
+    Done(Outcome),
+}
+
+/// The answer to the last step.
+#[derive(Debug)]
+pub enum Input {
+    Written(Result<WriteOutcome, NoAnswer<StoreError>>),
+    Charged(Result<Receipt, NoAnswer<PaymentError>>),
+    Looked(Result<Lookup, NoAnswer<PaymentError>>),
+}
+
+impl Input {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Written(_) => "written",
+            Self::Charged(_) => "charged",
+            Self::Looked(_) => "looked up",
+        }
+    }
+}
+
+/// Where the core is: which answer it waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Phase {
+    Reserving,
+    Looking,
+    MovingKey,
+    Charging,
+    Completing,
+    CompletingByAttempt,
+    /// Releasing; then the record ends with this outcome.
+    Releasing(Outcome),
+    Done(Outcome),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Reserving => "reserving",
+            Self::Looking => "looking",
+            Self::MovingKey => "moving key",
+            Self::Charging => "charging",
+            Self::Completing => "completing",
+            Self::CompletingByAttempt => "completing by attempt",
+            Self::Releasing(_) => "releasing",
+            Self::Done(_) => "done",
+        }
+    }
+}
+
+/// What one record starts from: all of it comes from outside the core.
+#[derive(Clone, Debug)]
+pub struct Start {
+    pub key: Key,
+    pub fingerprint: Fingerprint,
+    /// The fresh random owner token of this attempt.
+    pub owner: Owner,
+    pub now: Time,
+    /// The invocation deadline: the lease's end.
+    pub deadline: Time,
+    /// `expira` written with the reservation and the completion.
+    pub expires: Time,
+    pub max_declines: u32,
+    /// Keys first sent longer ago than this are reconciled before reuse.
+    pub key_ttl: Duration,
+    pub rules: Rules,
+}
+
+/// One record's state machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Machine {
+    key: Key,
+    fingerprint: Fingerprint,
+    owner: Owner,
+    started_at: Time,
+    deadline: Time,
+    expires: Time,
+    max_declines: u32,
+    key_ttl: Duration,
+    rules: Rules,
+    phase: Phase,
+    attempt: u32,
+    must_reconcile: bool,
+    /// The charge to record, and the outcome once it is recorded.
+    receipt: Option<String>,
+    success: Option<Outcome>,
+}
+
+impl Machine {
+    /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
+    pub fn new(start: Start) -> (Self, Step) {
+        let core = Self {
+            key: start.key,
+            fingerprint: start.fingerprint,
+            owner: start.owner,
+            started_at: start.now,
+            deadline: start.deadline,
+            expires: start.expires,
+            max_declines: start.max_declines,
+            key_ttl: start.key_ttl,
+            rules: start.rules,
+            phase: Phase::Reserving,
+            attempt: 1,
+            must_reconcile: false,
+            receipt: None,
+            success: None,
+        };
+        (core, Step::Write(WriteKind::Reserve))
+    }
+
+    /// The attempt whose key the core is on.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The reservation request (its time is the record's start).
+    fn reserve_request(&self) -> ReserveRequest<'_> {
+        ReserveRequest {
+            pk: &self.key,
+            fingerprint: &self.fingerprint,
+            owner: &self.owner,
+            now: self.started_at,
+            lease_until: self.deadline,
+            expires: self.expires,
+            max_declines: self.max_declines,
+        }
+    }
+
+    /// The request of a write step; `now` is the time it is sent.
+    pub fn write(&self, kind: WriteKind, now: Time) -> Write<'_> {
+        let complete = CompleteRequest {
+            pk: &self.key,
+            owner: &self.owner,
+            attempt: self.attempt,
+            receipt: self.receipt.as_deref().unwrap_or(""),
+            expires: self.expires,
+        };
+        match kind {
+            WriteKind::Reserve => Write::Reserve(self.reserve_request()),
+            WriteKind::Complete => Write::Complete(complete),
+            WriteKind::CompleteAttempt => Write::CompleteAttempt(complete),
+            WriteKind::Release(kind) => Write::Release(ReleaseRequest {
+                pk: &self.key,
+                owner: &self.owner,
+                kind,
+            }),
+            WriteKind::NextAttempt => Write::NextAttempt {
+                pk: &self.key,
+                owner: &self.owner,
+                now,
+            },
+        }
+    }
+
+    /// Feeds the answer to the last step; returns the next one.
+    pub fn on(&mut self, input: Input) -> Step {
+        let phase = std::mem::replace(
+            &mut self.phase,
+            Phase::Done(Outcome::InProgress { until: None }),
+        );
+        let step = self.next(phase, input);
+        if let Step::Done(outcome) = &step {
+            self.phase = Phase::Done(outcome.clone());
+        }
+        step
+    }
+
+    /// One method per phase; an answer its phase does not expect is a bug, and fails
+    /// the record with a safe retry.
+    fn next(&mut self, phase: Phase, input: Input) -> Step {
+        match (phase, input) {
+            (Phase::Reserving, Input::Written(answer)) => self.on_reserved(answer),
+            (Phase::Looking, Input::Looked(answer)) => self.on_looked(answer),
+            (Phase::MovingKey, Input::Written(answer)) => self.on_moved_key(answer),
+            (Phase::Charging, Input::Charged(answer)) => self.on_charged(answer),
+            (Phase::Completing, Input::Written(answer)) => self.on_completed(answer, false),
+            (Phase::CompletingByAttempt, Input::Written(answer)) => self.on_completed(answer, true),
+            // A failed or skipped release is never fatal: the lease ends at the
+            // deadline anyway, and the record already fails.
+            (Phase::Releasing(outcome), Input::Written(_)) => Step::Done(outcome),
+            (Phase::Done(outcome), _) => Step::Done(outcome),
+            (phase, input) => Step::Done(Outcome::retryable(
+                RetryCause::OutOfPhase {
+                    phase: phase.name(),
+                    answer: input.name(),
+                },
+                Some(self.attempt),
             )),
         }
     }
-}
 
-impl Settings {
-    pub fn now(&self) -> Time {
-        (self.clock)()
-    }
-
-    /// `expira` of a record written at `now`: now + retention, in whole seconds (the
-    /// TTL attribute's unit). The one place it is computed.
-    pub fn expires(&self, now: Time) -> Time {
-        Time::from_secs((now + self.retention).as_secs())
-    }
-}
-
-/// Runs the reserve write and classifies a lost condition (DESIGN §5 "reserve").
-pub async fn reserve(
-    store: &dyn IdempotencyStore,
-    req: &ReserveRequest<'_>,
-) -> Result<Reservation, StoreError> {
-    let outcome = timed(STORE_LATENCY, store.reserve(req)).await?;
-    Ok(judge(outcome, req))
-}
-
-/// Performs one conditional write on `store`.
-pub async fn perform(
-    store: &dyn IdempotencyStore,
-    write: &Write<'_>,
-) -> Result<WriteOutcome, StoreError> {
-    match write {
-        Write::Reserve(req) => store.reserve(req).await,
-        Write::Complete(req) => store.complete(req).await,
-        Write::CompleteAttempt(req) => store.complete_attempt(req).await,
-        Write::Release(req) => store.release(req).await,
-        Write::NextAttempt { pk, owner, now } => store.next_attempt(pk, owner, *now).await,
-        Write::LeaseForResolve(req) => store.lease_for_resolve(req).await,
-    }
-}
-
-/// Runs the state machine for one order against a store and a provider.
-pub struct Charger<'a> {
-    pub store: &'a dyn IdempotencyStore,
-    pub provider: &'a dyn PaymentProvider,
-    pub settings: &'a Settings,
-}
-
-impl Charger<'_> {
-    /// Processes one valid order. `deadline` is the invocation deadline; the lease
-    /// ends there and no call runs past it.
-    pub async fn process(&self, order: &Order, key: &Key, deadline: Time) -> Outcome {
-        let now = self.settings.now();
-        let breakers = self.settings.breakers.as_ref();
-        let store = breakers.store.admit(now, deadline);
-        let provider = breakers.provider.admit(now, deadline);
-        let mut calls = Calls::default();
-        let outcome = match (store, provider) {
-            (Admission::Open { until }, _) => Outcome::Deferred {
-                dependency: Dependency::Store,
-                until,
-            },
-            (_, Admission::Open { until }) => Outcome::Deferred {
-                dependency: Dependency::Provider,
-                until,
-            },
-            _ => self.run(order, key, deadline, &mut calls).await,
+    /// Reserve: won → charge (or reconcile an old key first); lost → judged.
+    fn on_reserved(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(no_answer) => return Step::Done(store_no_answer(Call::Reserve, no_answer, None)),
         };
-        // A probe that never reached its dependency proves nothing: the next record
-        // probes.
-        let now = self.settings.now();
-        if store == Admission::Probe && !calls.store {
-            breakers.store.return_probe(now);
-        }
-        if provider == Admission::Probe && !calls.provider {
-            breakers.provider.return_probe(now);
-        }
-        outcome
-    }
-
-    async fn run(&self, order: &Order, key: &Key, deadline: Time, calls: &mut Calls) -> Outcome {
-        let now = self.settings.now();
-        let (mut core, mut step) = Core::new(Start {
-            key: key.clone(),
-            fingerprint: Fingerprint::of(order),
-            owner: Owner::fresh(),
-            now,
-            deadline,
-            expires: self.settings.expires(now),
-            max_declines: self.settings.max_declines,
-            key_ttl: self.settings.provider_key_ttl,
-            rules: Rules::ALL,
-        });
-        loop {
-            step = match step {
-                Step::Done(outcome) => return outcome,
-                Step::Write(kind) => {
-                    let answer = {
-                        let write = core.write(kind, self.settings.now());
-                        self.store_call(deadline, perform(self.store, &write)).await
-                    };
-                    calls.store |= self.observe_store(&answer);
-                    observe(kind, &answer, now);
-                    let next = core.on(Input::Written(answer));
-                    if next == Step::Write(WriteKind::CompleteAttempt) {
-                        warn!(
-                            attempt = core.attempt(),
-                            "lease lost before complete; completing by attempt"
-                        );
-                    }
-                    next
-                }
-                Step::Charge { key } => {
-                    let key = key.unwrap_or_default();
-                    let mut answer = self
-                        .provider_call(deadline, self.provider.charge(order, &key))
-                        .await;
-                    calls.provider |= self.observe_provider(&answer);
-                    if self.may_retry_charge(&answer, deadline).await {
-                        metrics::counter!(CHARGE_RETRIED).increment(1);
-                        answer = self
-                            .provider_call(deadline, self.provider.charge(order, &key))
-                            .await;
-                        self.observe_provider(&answer);
-                    }
-                    if let Err(Cut::Failed(PaymentError::ReplayedServerError { status })) = &answer
-                    {
-                        warn!(
-                            status,
-                            attempt = core.attempt(),
-                            "provider replayed a server error; reconciling"
-                        );
-                    }
-                    if answer.is_ok() {
-                        crash_points::reached("after-charge");
-                    }
-                    core.on(Input::Charged(answer))
-                }
-                Step::Lookup => {
-                    let answer = self
-                        .provider_call(deadline, self.provider.find_charge(order))
-                        .await;
-                    calls.provider |= self.observe_provider(&answer);
-                    core.on(Input::Looked(answer))
-                }
-            };
-        }
-    }
-
-    /// Tells the store's breaker how a call went; whether the call was made.
-    fn observe_store<T>(&self, answer: &Result<T, Cut<StoreError>>) -> bool {
-        observe_call(
-            &self.settings.breakers.store,
-            answer,
-            self.settings.now(),
-            |_| true,
-        )
-    }
-
-    /// Tells the provider's breaker how a call went; whether the call was made.
-    fn observe_provider<T>(&self, answer: &Result<T, Cut<PaymentError>>) -> bool {
-        observe_call(
-            &self.settings.breakers.provider,
-            answer,
-            self.settings.now(),
-            provider_is_down,
-        )
-    }
-
-    /// At most one in-invocation retry of a charge that failed transiently, under the
-    /// same key (a replay, so it cannot charge twice), after a short jittered pause:
-    /// only while the provider's breaker is closed and the deadline rule allows it. A
-    /// timeout is not retried here: a hanging provider would cost its timeout twice.
-    async fn may_retry_charge<T>(
-        &self,
-        answer: &Result<T, Cut<PaymentError>>,
-        deadline: Time,
-    ) -> bool {
-        let transient = matches!(
-            answer,
-            Err(Cut::Failed(PaymentError::Retryable {
-                kind: FailureKind::Connection
-                    | FailureKind::Server(_)
-                    | FailureKind::RateLimited
-                    | FailureKind::Conflict,
-                ..
-            }))
-        );
-        if !transient || !self.settings.breakers.provider.is_closed() {
-            return false;
-        }
-        let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
-        if self.time_left(deadline) < pause + self.settings.payment_timeout {
-            return false;
-        }
-        tokio::time::sleep(pause).await;
-        self.settings.breakers.provider.is_closed()
-    }
-
-    /// Time left for a call before `deadline` less the safety margin.
-    fn time_left(&self, deadline: Time) -> Duration {
-        self.settings.now().until(deadline - DEADLINE_SAFETY)
-    }
-
-    /// A provider call, only with its full timeout left: one cut short would leave a
-    /// charge's outcome unknown for nothing.
-    async fn provider_call<T>(
-        &self,
-        deadline: Time,
-        call: impl Future<Output = Result<T, PaymentError>>,
-    ) -> Result<T, Cut<PaymentError>> {
-        let timeout = self.settings.payment_timeout;
-        if self.time_left(deadline) < timeout {
-            return Err(Cut::NoTime);
-        }
-        bounded(timeout, PAYMENT_LATENCY, call).await
-    }
-
-    /// A store call, with its timeout cut to the time left (a store answers in
-    /// milliseconds; recording a charge is worth a short try).
-    async fn store_call<T>(
-        &self,
-        deadline: Time,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, Cut<StoreError>> {
-        let timeout = self.settings.store_timeout.min(self.time_left(deadline));
-        if timeout < MIN_STORE_BUDGET {
-            return Err(Cut::NoTime);
-        }
-        bounded(timeout, STORE_LATENCY, call).await
-    }
-}
-
-/// What each record's calls have reached, so that a probe that reached nothing is
-/// handed back.
-#[derive(Default)]
-struct Calls {
-    store: bool,
-    provider: bool,
-}
-
-/// Feeds a call's answer to its breaker: a call that was not started says nothing; an
-/// answer that `is_down` says the dependency is down is a failure; anything else, an
-/// error that the dependency chose to answer with included, is a success.
-fn observe_call<T, E>(
-    breaker: &Breaker,
-    answer: &Result<T, Cut<E>>,
-    now: Time,
-    is_down: impl Fn(&E) -> bool,
-) -> bool {
-    match answer {
-        Err(Cut::NoTime) => return false,
-        Err(Cut::TimedOut) => breaker.failure(now),
-        Err(Cut::Failed(e)) if is_down(e) => breaker.failure(now),
-        _ => breaker.success(),
-    }
-    true
-}
-
-/// A provider failure that says the provider is down or overloaded, not an answer
-/// about this charge (a decline, a rejection, a reused key, a 409 on a key in use).
-fn provider_is_down(error: &PaymentError) -> bool {
-    matches!(
-        error,
-        PaymentError::Retryable {
-            kind: FailureKind::Timeout
-                | FailureKind::Connection
-                | FailureKind::Server(_)
-                | FailureKind::RateLimited
-                | FailureKind::BadResponse,
-            ..
-        }
-    )
-}
-
-/// Metrics, warnings and crash points on a write's answer; what the answer means is
-/// the core's to decide.
-fn observe(kind: WriteKind, answer: &Result<WriteOutcome, Cut<StoreError>>, started_at: Time) {
-    match (kind, answer) {
-        (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
-            if record.created.is_some_and(|created| created < started_at) {
-                // A retry reserved a record left `libre` or with an expired lease.
-                metrics::counter!(TAKEOVER).increment(1);
+        let req = self.reserve_request();
+        let outcome = match judge(answer, &req) {
+            Reservation::Won(record) => {
+                self.attempt = record.attempt();
+                let age = record
+                    .sent
+                    .unwrap_or(self.started_at)
+                    .until(self.started_at);
+                self.must_reconcile = self.rules.reconcile_old_keys && age > self.key_ttl;
+                return self.charge_or_look();
             }
-            crash_points::reached("after-reserve");
+            Reservation::Duplicate { receipt } => Outcome::Duplicate { receipt },
+            Reservation::Conflict { .. } => Outcome::Conflict,
+            Reservation::InProgress { until } => Outcome::InProgress { until },
+            Reservation::DeclineLimit { declines } => Outcome::DeclineLimit { declines },
+            Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation { cause },
+        };
+        Step::Done(outcome)
+    }
+
+    /// Reconciliation: found succeeded → complete with it; pending → release, keep the
+    /// key; not found → the next attempt's key.
+    fn on_looked(&mut self, answer: Result<Lookup, NoAnswer<PaymentError>>) -> Step {
+        let attempt = Some(self.attempt);
+        match answer {
+            Ok(Lookup::Succeeded(receipt)) => {
+                let success = Outcome::Reconciled {
+                    receipt: receipt.id.clone(),
+                    attempt: self.attempt,
+                };
+                self.complete(receipt, success)
+            }
+            // A live charge may still succeed: a new key now could charge twice.
+            Ok(Lookup::Pending { charge_id, status }) if self.rules.pending_is_live => self
+                .release(
+                    ReleaseKind::KeepKey,
+                    Outcome::NeedsReconciliation {
+                        cause: ReconcileCause::PendingAtProvider { charge_id, status },
+                    },
+                ),
+            Ok(Lookup::NotFound | Lookup::Pending { .. }) => {
+                self.phase = Phase::MovingKey;
+                Step::Write(WriteKind::NextAttempt)
+            }
+            Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
+                before: Call::Lookup,
+                attempt,
+            }),
+            Err(NoAnswer::TimedOut) => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::retryable(RetryCause::LookupTimedOut, attempt),
+            ),
+            Err(NoAnswer::Failed(e)) => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), attempt),
+            ),
         }
-        (WriteKind::Complete, Ok(WriteOutcome::Applied(_))) => {
-            crash_points::reached("after-complete");
+    }
+
+    /// The move to the next attempt's key, after reconciliation found nothing.
+    fn on_moved_key(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+        let attempt = Some(self.attempt);
+        match answer {
+            Ok(WriteOutcome::Applied(record)) => {
+                self.attempt = record.attempt();
+                self.phase = Phase::Charging;
+                self.charge_step()
+            }
+            Ok(WriteOutcome::Refused(_)) => Step::Done(Outcome::retryable(
+                RetryCause::LeaseLostBeforeNextAttempt,
+                attempt,
+            )),
+            Err(failed @ NoAnswer::Failed(_)) => {
+                let outcome = store_no_answer(Call::NextAttempt, failed, attempt);
+                self.release(ReleaseKind::KeepKey, outcome)
+            }
+            Err(no_answer) => Step::Done(store_no_answer(Call::NextAttempt, no_answer, attempt)),
         }
-        (WriteKind::Release(_), Ok(WriteOutcome::Refused(_))) => {
-            warn!("release refused: the lease is no longer ours");
+    }
+
+    /// The charge: a receipt → complete; a replayed 5xx → reconcile first; anything
+    /// else → release, the key moved only after a decline.
+    fn on_charged(&mut self, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
+        match answer {
+            Ok(receipt) => {
+                let success = Outcome::Charged {
+                    receipt: receipt.id.clone(),
+                    attempt: self.attempt,
+                };
+                self.complete(receipt, success)
+            }
+            Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
+                before: Call::Charge,
+                attempt: Some(self.attempt),
+            }),
+            Err(NoAnswer::TimedOut) => self.after_failed_charge(PaymentError::retryable(
+                crate::payment::FailureKind::Timeout,
+            )),
+            // The original outcome is unknown: look it up before anything else.
+            Err(NoAnswer::Failed(PaymentError::ReplayedServerError { .. }))
+                if !self.must_reconcile =>
+            {
+                self.must_reconcile = true;
+                self.charge_or_look()
+            }
+            Err(NoAnswer::Failed(e)) => self.after_failed_charge(e),
         }
-        (WriteKind::Release(_), Err(Cut::NoTime)) => {
-            warn!("release not started: too close to the deadline, where the lease ends");
+    }
+
+    /// `complete`, fenced; when the fence is lost, by attempt (`by_attempt`): the
+    /// charge is a fact about this attempt's key. A store error fails the record: a
+    /// charge whose receipt is not stored is never acknowledged; the retry replays the
+    /// same key.
+    fn on_completed(
+        &mut self,
+        answer: Result<WriteOutcome, NoAnswer<StoreError>>,
+        by_attempt: bool,
+    ) -> Step {
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(no_answer) => {
+                return Step::Done(store_no_answer(
+                    Call::Complete,
+                    no_answer,
+                    Some(self.attempt),
+                ));
+            }
+        };
+        match answer {
+            WriteOutcome::Applied(_) => Step::Done(self.take_success()),
+            WriteOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
+                Step::Done(self.take_success())
+            }
+            WriteOutcome::Refused(_) if !by_attempt => {
+                self.phase = Phase::CompletingByAttempt;
+                Step::Write(WriteKind::CompleteAttempt)
+            }
+            WriteOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
+                cause: ReconcileCause::RecordMovedOn {
+                    receipt: self.receipt.clone().unwrap_or_default(),
+                    attempt: self.attempt,
+                    state: old
+                        .as_ref()
+                        .map(|r| super::schema::state_value(&r.state).to_owned()),
+                    record_attempt: old.as_ref().and_then(|r| r.attempt),
+                    record_receipt: old.and_then(|r| r.receipt),
+                },
+            }),
         }
-        (WriteKind::Release(_), Err(Cut::TimedOut)) => {
-            warn!("release timed out; the lease ends at its deadline");
+    }
+
+    fn charge_or_look(&mut self) -> Step {
+        if self.must_reconcile {
+            self.phase = Phase::Looking;
+            Step::Lookup
+        } else {
+            self.phase = Phase::Charging;
+            self.charge_step()
         }
-        (WriteKind::Release(_), Err(Cut::Failed(e))) => {
-            warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
+    }
+
+    fn charge_step(&self) -> Step {
+        Step::Charge {
+            key: self
+                .rules
+                .provider_key
+                .then(|| self.key.provider_key(self.attempt)),
         }
-        _ => {}
+    }
+
+    fn complete(&mut self, receipt: Receipt, success: Outcome) -> Step {
+        self.receipt = Some(receipt.id);
+        self.success = Some(success);
+        self.phase = Phase::Completing;
+        Step::Write(WriteKind::Complete)
+    }
+
+    fn take_success(&mut self) -> Outcome {
+        self.success.take().unwrap_or_else(|| {
+            let cause = RetryCause::OutOfPhase {
+                phase: "completed",
+                answer: "no success to report",
+            };
+            Outcome::retryable(cause, None)
+        })
+    }
+
+    fn is_done_with(&self, record: &Record) -> bool {
+        record.state == State::Done && record.receipt.as_deref() == self.receipt.as_deref()
+    }
+
+    fn release(&mut self, kind: ReleaseKind, then: Outcome) -> Step {
+        self.phase = Phase::Releasing(then);
+        Step::Write(WriteKind::Release(kind))
+    }
+
+    fn after_failed_charge(&mut self, e: PaymentError) -> Step {
+        let attempt = self.attempt;
+        match e {
+            PaymentError::Declined { code, decline_code } => self.release(
+                ReleaseKind::Declined,
+                Outcome::Declined {
+                    code,
+                    decline_code,
+                    attempt,
+                },
+            ),
+            PaymentError::Rejected { status, code } => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::Rejected {
+                    status,
+                    code,
+                    attempt,
+                },
+            ),
+            PaymentError::Pending { charge_id, status } if self.rules.pending_is_live => self
+                .release(
+                    ReleaseKind::KeepKey,
+                    Outcome::NeedsReconciliation {
+                        cause: ReconcileCause::PendingAnswer { charge_id, status },
+                    },
+                ),
+            PaymentError::KeyReused => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::NeedsReconciliation {
+                    cause: ReconcileCause::KeyReused {
+                        provider_key: self.key.provider_key(attempt),
+                    },
+                },
+            ),
+            other => {
+                // Uncertain: the provider may hold a charge under this key, so the
+                // next attempt must replay it.
+                let kind = if self.rules.keep_key_when_uncertain {
+                    ReleaseKind::KeepKey
+                } else {
+                    ReleaseKind::NextKey {
+                        reset_declines: false,
+                    }
+                };
+                self.release(
+                    kind,
+                    Outcome::retryable(RetryCause::Charge(Shared::new(other)), Some(attempt)),
+                )
+            }
+        }
     }
 }
 
-/// Runs `call` for at most `timeout`, its latency recorded in `metric`.
-async fn bounded<T, E>(
-    timeout: Duration,
-    metric: &'static str,
-    call: impl Future<Output = Result<T, E>>,
-) -> Result<T, Cut<E>> {
-    match tokio::time::timeout(timeout, timed(metric, call)).await {
-        Ok(result) => result.map_err(Cut::Failed),
-        Err(_elapsed) => Err(Cut::TimedOut),
+/// The outcome of a store call that gave no answer. A charge made before it is safe:
+/// the retry replays the same key.
+fn store_no_answer(call: Call, cut: NoAnswer<StoreError>, attempt: Option<u32>) -> Outcome {
+    match cut {
+        NoAnswer::NoTime => Outcome::Deadline {
+            before: call,
+            attempt,
+        },
+        NoAnswer::TimedOut => Outcome::retryable(RetryCause::StoreTimedOut(call), attempt),
+        NoAnswer::Failed(source) => Outcome::retryable(
+            RetryCause::Store {
+                call,
+                source: Shared::new(source),
+            },
+            attempt,
+        ),
     }
-}
-
-/// Runs `fut`, recording how long it took in the histogram `metric` (ms).
-async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
-    let started = Instant::now();
-    let out = fut.await;
-    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
-    out
 }

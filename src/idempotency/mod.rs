@@ -1,26 +1,40 @@
 //! The idempotency policy: keys, the stored record, the store contract and the state
-//! machine of DESIGN §4–5. Nothing in here knows about AWS: adapters in `store/` and
-//! `payment/` do the I/O, this module decides. [`core`] is the state machine as a pure
-//! function (no I/O, clock or randomness); `machine` drives it with real parts.
+//! machine (ARCHITECTURE.md, "The table" and "The state machine"). Nothing in here
+//! knows about AWS: adapters in `store/` and `payment/` do the I/O, this module
+//! decides.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | `key`, `record`, [`schema`] | the key and the fingerprint; the record in English; its Spanish storage names |
+//! | `store` | the store contract: the requests and answers of each write |
+//! | [`table`] | the write specification: each write's condition and effect, how a refused reservation is judged |
+//! | [`rules`] | the safety rules, each switchable for a mutant of the model |
+//! | [`machine`] | the state machine of one record, pure |
+//! | `outcome` | how a record ends: typed causes, level, metric name, retry class |
+//! | `resolve` | the state machine of `resolve`, pure |
+//! | `driver` | the driver of both machines with the real store and provider |
 
-pub mod core;
+mod driver;
 mod key;
-mod machine;
+pub mod machine;
 mod outcome;
 mod record;
 mod resolve;
+pub mod rules;
 pub mod schema;
 mod store;
+pub mod table;
 
-pub use core::{Reservation, Rules};
+pub use driver::{Charger, Clock, Settings, perform, reserve, resolve};
 pub use key::Key;
-pub use machine::{Charger, Clock, Settings, perform, reserve};
 pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
 pub use record::{Fingerprint, Owner, Record, State};
 pub use resolve::{
-    Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver, resolve,
+    Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver,
 };
+pub use rules::Rules;
 pub use store::{
     CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, StoreError, WriteOutcome,
 };
+pub use table::Reservation;

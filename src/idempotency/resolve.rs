@@ -5,15 +5,14 @@
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
 
-use super::core::Write;
-use super::machine::{Settings, perform};
+use super::table::Write;
 use super::{
-    CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
-    ReleaseRequest, ResolveLeaseRequest, State, StoreError, WriteOutcome,
+    CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest,
+    ResolveLeaseRequest, State, StoreError, WriteOutcome,
 };
 use crate::clock::Time;
 use crate::order::Order;
-use crate::payment::{Lookup, PaymentError, PaymentProvider};
+use crate::payment::{Lookup, PaymentError};
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,43 +248,6 @@ impl Resolver {
     fn release(&mut self, kind: ReleaseKind, then: ResolveError) -> ResolveStep {
         self.phase = Phase::ReleasingThen(then);
         ResolveStep::Write(ResolveWrite::Release(kind))
-    }
-}
-
-/// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
-pub async fn resolve(
-    store: &dyn IdempotencyStore,
-    provider: &dyn PaymentProvider,
-    settings: &Settings,
-    order: &Order,
-    confirmed: Confirmed,
-) -> Result<Resolution, ResolveError> {
-    let now = settings.now();
-    let lease_until = now + settings.payment_timeout * 3;
-    let (mut resolver, mut step) = Resolver::new(
-        order,
-        Owner::new(format!("resolve-{}", Owner::fresh())),
-        now,
-        lease_until,
-        settings.expires(now),
-        confirmed,
-    );
-    loop {
-        step = match step {
-            ResolveStep::Done(result) => return result,
-            ResolveStep::Read => {
-                let read = store.get(resolver.key()).await;
-                resolver.on(ResolveInput::Read(read))
-            }
-            ResolveStep::Write(kind) => {
-                let answer = perform(store, &resolver.write(kind)).await;
-                resolver.on(ResolveInput::Written(answer))
-            }
-            ResolveStep::Lookup => {
-                let found = provider.find_charge(order).await;
-                resolver.on(ResolveInput::Looked(found))
-            }
-        };
     }
 }
 

@@ -1,0 +1,440 @@
+//! The driver of one record: performs each step the pure core (`core.rs`) asks for
+//! with the real store and provider, and feeds the answer back. It owns what the core
+//! must not touch: the clock, the owner token, timeouts, metrics and log lines.
+//!
+//! Every store and provider call is bounded, and none starts unless its timeout ends
+//! before the invocation deadline less [`DEADLINE_SAFETY`]: a handler that answers
+//! late loses its whole partial response, charged records included.
+//!
+//! It also keeps the execution environment's breakers (`retry/breaker.rs`): a record
+//! whose store or provider breaker is open is `Deferred` before any call, every call's
+//! answer is fed to its breaker, and a charge that failed transiently is sent again
+//! once, under the same key, while the provider's breaker is closed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use super::Rules;
+use super::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
+use super::resolve::{Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver};
+use super::table::{Write, judge};
+use super::{
+    Fingerprint, IdempotencyStore, Key, Outcome, Owner, Reservation, ReserveRequest, StoreError,
+    WriteOutcome,
+};
+pub use crate::clock::Clock;
+use crate::clock::Time;
+use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
+use crate::order::Order;
+use crate::payment::{FailureKind, PaymentError, PaymentProvider};
+use crate::retry::Jitter;
+use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
+use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
+use crate::{crash_points, error_chain};
+
+/// A store call is started with less than its full timeout left, but not with less
+/// than this: a healthy store answers in milliseconds, and `complete` is worth trying.
+const MIN_STORE_BUDGET: Duration = Duration::from_millis(250);
+
+/// The pause before the one in-invocation retry of a transient charge failure (same
+/// key), jittered so that the records of a batch do not retry together.
+const CHARGE_RETRY_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_millis(400));
+
+/// What the state machine needs from the configuration.
+#[derive(Clone)]
+pub struct Settings {
+    /// `expira` = now + this.
+    pub retention: Duration,
+    /// Upper bound of one provider call, enforced here as well as in the client.
+    pub payment_timeout: Duration,
+    /// Keys first sent longer ago than this are reconciled before reuse.
+    pub provider_key_ttl: Duration,
+    /// Upper bound of one store call (the SDK has the same operation timeout).
+    pub store_timeout: Duration,
+    /// Declines per order before deliveries stop calling the provider.
+    pub max_declines: u32,
+    pub clock: Clock,
+    /// This execution environment's breakers, shared by every invocation.
+    pub breakers: Arc<Breakers>,
+}
+
+impl From<&Config> for Settings {
+    /// What the state machine needs from the configuration, on the wall clock.
+    fn from(config: &Config) -> Self {
+        Self {
+            retention: config.retention,
+            payment_timeout: config.payment_timeout,
+            provider_key_ttl: config.provider_key_ttl,
+            store_timeout: STORE_TIMEOUT,
+            max_declines: config.max_declines,
+            clock: crate::clock::system(),
+            breakers: Arc::new(Breakers::new(
+                config.breaker_threshold,
+                config.retry_base,
+                config.retry_cap,
+            )),
+        }
+    }
+}
+
+impl Settings {
+    pub fn now(&self) -> Time {
+        (self.clock)()
+    }
+
+    /// `expira` of a record written at `now`: now + retention, in whole seconds (the
+    /// TTL attribute's unit). The one place it is computed.
+    pub fn expires(&self, now: Time) -> Time {
+        Time::from_secs((now + self.retention).as_secs())
+    }
+}
+
+/// Runs the reserve write and classifies a lost condition (DESIGN §5 "reserve").
+pub async fn reserve(
+    store: &dyn IdempotencyStore,
+    req: &ReserveRequest<'_>,
+) -> Result<Reservation, StoreError> {
+    let outcome = timed(STORE_LATENCY, store.reserve(req)).await?;
+    Ok(judge(outcome, req))
+}
+
+/// Performs one conditional write on `store`.
+pub async fn perform(
+    store: &dyn IdempotencyStore,
+    write: &Write<'_>,
+) -> Result<WriteOutcome, StoreError> {
+    match write {
+        Write::Reserve(req) => store.reserve(req).await,
+        Write::Complete(req) => store.complete(req).await,
+        Write::CompleteAttempt(req) => store.complete_attempt(req).await,
+        Write::Release(req) => store.release(req).await,
+        Write::NextAttempt { pk, owner, now } => store.next_attempt(pk, owner, *now).await,
+        Write::LeaseForResolve(req) => store.lease_for_resolve(req).await,
+    }
+}
+
+/// Runs the state machine for one order against a store and a provider.
+pub struct Charger<'a> {
+    pub store: &'a dyn IdempotencyStore,
+    pub provider: &'a dyn PaymentProvider,
+    pub settings: &'a Settings,
+}
+
+impl Charger<'_> {
+    /// Processes one valid order. `deadline` is the invocation deadline; the lease
+    /// ends there and no call runs past it.
+    pub async fn process(&self, order: &Order, key: &Key, deadline: Time) -> Outcome {
+        let now = self.settings.now();
+        let breakers = self.settings.breakers.as_ref();
+        let store = breakers.store.admit(now, deadline);
+        let provider = breakers.provider.admit(now, deadline);
+        let mut calls = Calls::default();
+        let outcome = match (store, provider) {
+            (Admission::Open { until }, _) => Outcome::Deferred {
+                dependency: Dependency::Store,
+                until,
+            },
+            (_, Admission::Open { until }) => Outcome::Deferred {
+                dependency: Dependency::Provider,
+                until,
+            },
+            _ => self.run(order, key, deadline, &mut calls).await,
+        };
+        // A probe that never reached its dependency proves nothing: the next record
+        // probes.
+        let now = self.settings.now();
+        if store == Admission::Probe && !calls.store {
+            breakers.store.return_probe(now);
+        }
+        if provider == Admission::Probe && !calls.provider {
+            breakers.provider.return_probe(now);
+        }
+        outcome
+    }
+
+    async fn run(&self, order: &Order, key: &Key, deadline: Time, calls: &mut Calls) -> Outcome {
+        let now = self.settings.now();
+        let (mut core, mut step) = Machine::new(Start {
+            key: key.clone(),
+            fingerprint: Fingerprint::of(order),
+            owner: Owner::fresh(),
+            now,
+            deadline,
+            expires: self.settings.expires(now),
+            max_declines: self.settings.max_declines,
+            key_ttl: self.settings.provider_key_ttl,
+            rules: Rules::ALL,
+        });
+        loop {
+            step = match step {
+                Step::Done(outcome) => return outcome,
+                Step::Write(kind) => {
+                    let answer = {
+                        let write = core.write(kind, self.settings.now());
+                        self.store_call(deadline, perform(self.store, &write)).await
+                    };
+                    calls.store |= self.observe_store(&answer);
+                    observe(kind, &answer, now);
+                    let next = core.on(Input::Written(answer));
+                    if next == Step::Write(WriteKind::CompleteAttempt) {
+                        warn!(
+                            attempt = core.attempt(),
+                            "lease lost before complete; completing by attempt"
+                        );
+                    }
+                    next
+                }
+                Step::Charge { key } => {
+                    let key = key.unwrap_or_default();
+                    let mut answer = self
+                        .provider_call(deadline, self.provider.charge(order, &key))
+                        .await;
+                    calls.provider |= self.observe_provider(&answer);
+                    if self.may_retry_charge(&answer, deadline).await {
+                        metrics::counter!(CHARGE_RETRIED).increment(1);
+                        answer = self
+                            .provider_call(deadline, self.provider.charge(order, &key))
+                            .await;
+                        self.observe_provider(&answer);
+                    }
+                    if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) =
+                        &answer
+                    {
+                        warn!(
+                            status,
+                            attempt = core.attempt(),
+                            "provider replayed a server error; reconciling"
+                        );
+                    }
+                    if answer.is_ok() {
+                        crash_points::reached("after-charge");
+                    }
+                    core.on(Input::Charged(answer))
+                }
+                Step::Lookup => {
+                    let answer = self
+                        .provider_call(deadline, self.provider.find_charge(order))
+                        .await;
+                    calls.provider |= self.observe_provider(&answer);
+                    core.on(Input::Looked(answer))
+                }
+            };
+        }
+    }
+
+    /// Tells the store's breaker how a call went; whether the call was made.
+    fn observe_store<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
+        observe_call(
+            &self.settings.breakers.store,
+            answer,
+            self.settings.now(),
+            |_| true,
+        )
+    }
+
+    /// Tells the provider's breaker how a call went; whether the call was made.
+    fn observe_provider<T>(&self, answer: &Result<T, NoAnswer<PaymentError>>) -> bool {
+        observe_call(
+            &self.settings.breakers.provider,
+            answer,
+            self.settings.now(),
+            provider_is_down,
+        )
+    }
+
+    /// At most one in-invocation retry of a charge that failed transiently, under the
+    /// same key (a replay, so it cannot charge twice), after a short jittered pause:
+    /// only while the provider's breaker is closed and the deadline rule allows it. A
+    /// timeout is not retried here: a hanging provider would cost its timeout twice.
+    async fn may_retry_charge<T>(
+        &self,
+        answer: &Result<T, NoAnswer<PaymentError>>,
+        deadline: Time,
+    ) -> bool {
+        let transient = matches!(
+            answer,
+            Err(NoAnswer::Failed(PaymentError::Retryable {
+                kind: FailureKind::Connection
+                    | FailureKind::Server(_)
+                    | FailureKind::RateLimited
+                    | FailureKind::Conflict,
+                ..
+            }))
+        );
+        if !transient || !self.settings.breakers.provider.is_closed() {
+            return false;
+        }
+        let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
+        if self.time_left(deadline) < pause + self.settings.payment_timeout {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        self.settings.breakers.provider.is_closed()
+    }
+
+    /// Time left for a call before `deadline` less the safety margin.
+    fn time_left(&self, deadline: Time) -> Duration {
+        self.settings.now().until(deadline - DEADLINE_SAFETY)
+    }
+
+    /// A provider call, only with its full timeout left: one cut short would leave a
+    /// charge's outcome unknown for nothing.
+    async fn provider_call<T>(
+        &self,
+        deadline: Time,
+        call: impl Future<Output = Result<T, PaymentError>>,
+    ) -> Result<T, NoAnswer<PaymentError>> {
+        let timeout = self.settings.payment_timeout;
+        if self.time_left(deadline) < timeout {
+            return Err(NoAnswer::NoTime);
+        }
+        bounded(timeout, PAYMENT_LATENCY, call).await
+    }
+
+    /// A store call, with its timeout cut to the time left (a store answers in
+    /// milliseconds; recording a charge is worth a short try).
+    async fn store_call<T>(
+        &self,
+        deadline: Time,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, NoAnswer<StoreError>> {
+        let timeout = self.settings.store_timeout.min(self.time_left(deadline));
+        if timeout < MIN_STORE_BUDGET {
+            return Err(NoAnswer::NoTime);
+        }
+        bounded(timeout, STORE_LATENCY, call).await
+    }
+}
+
+/// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
+pub async fn resolve(
+    store: &dyn IdempotencyStore,
+    provider: &dyn PaymentProvider,
+    settings: &Settings,
+    order: &Order,
+    confirmed: Confirmed,
+) -> Result<Resolution, ResolveError> {
+    let now = settings.now();
+    let lease_until = now + settings.payment_timeout * 3;
+    let (mut resolver, mut step) = Resolver::new(
+        order,
+        Owner::new(format!("resolve-{}", Owner::fresh())),
+        now,
+        lease_until,
+        settings.expires(now),
+        confirmed,
+    );
+    loop {
+        step = match step {
+            ResolveStep::Done(result) => return result,
+            ResolveStep::Read => {
+                let read = store.get(resolver.key()).await;
+                resolver.on(ResolveInput::Read(read))
+            }
+            ResolveStep::Write(kind) => {
+                let answer = perform(store, &resolver.write(kind)).await;
+                resolver.on(ResolveInput::Written(answer))
+            }
+            ResolveStep::Lookup => {
+                let found = provider.find_charge(order).await;
+                resolver.on(ResolveInput::Looked(found))
+            }
+        };
+    }
+}
+
+/// What each record's calls have reached, so that a probe that reached nothing is
+/// handed back.
+#[derive(Default)]
+struct Calls {
+    store: bool,
+    provider: bool,
+}
+
+/// Feeds a call's answer to its breaker: a call that was not started says nothing; an
+/// answer that `is_down` says the dependency is down is a failure; anything else, an
+/// error that the dependency chose to answer with included, is a success.
+fn observe_call<T, E>(
+    breaker: &Breaker,
+    answer: &Result<T, NoAnswer<E>>,
+    now: Time,
+    is_down: impl Fn(&E) -> bool,
+) -> bool {
+    match answer {
+        Err(NoAnswer::NoTime) => return false,
+        Err(NoAnswer::TimedOut) => breaker.failure(now),
+        Err(NoAnswer::Failed(e)) if is_down(e) => breaker.failure(now),
+        _ => breaker.success(),
+    }
+    true
+}
+
+/// A provider failure that says the provider is down or overloaded, not an answer
+/// about this charge (a decline, a rejection, a reused key, a 409 on a key in use).
+fn provider_is_down(error: &PaymentError) -> bool {
+    matches!(
+        error,
+        PaymentError::Retryable {
+            kind: FailureKind::Timeout
+                | FailureKind::Connection
+                | FailureKind::Server(_)
+                | FailureKind::RateLimited
+                | FailureKind::BadResponse,
+            ..
+        }
+    )
+}
+
+/// Metrics, warnings and crash points on a write's answer; what the answer means is
+/// the core's to decide.
+fn observe(kind: WriteKind, answer: &Result<WriteOutcome, NoAnswer<StoreError>>, started_at: Time) {
+    match (kind, answer) {
+        (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
+            if record.created.is_some_and(|created| created < started_at) {
+                // A retry reserved a record left `libre` or with an expired lease.
+                metrics::counter!(TAKEOVER).increment(1);
+            }
+            crash_points::reached("after-reserve");
+        }
+        (WriteKind::Complete, Ok(WriteOutcome::Applied(_))) => {
+            crash_points::reached("after-complete");
+        }
+        (WriteKind::Release(_), Ok(WriteOutcome::Refused(_))) => {
+            warn!("release refused: the lease is no longer ours");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::NoTime)) => {
+            warn!("release not started: too close to the deadline, where the lease ends");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::TimedOut)) => {
+            warn!("release timed out; the lease ends at its deadline");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::Failed(e))) => {
+            warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
+        }
+        _ => {}
+    }
+}
+
+/// Runs `call` for at most `timeout`, its latency recorded in `metric`.
+async fn bounded<T, E>(
+    timeout: Duration,
+    metric: &'static str,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, NoAnswer<E>> {
+    match tokio::time::timeout(timeout, timed(metric, call)).await {
+        Ok(result) => result.map_err(NoAnswer::Failed),
+        Err(_elapsed) => Err(NoAnswer::TimedOut),
+    }
+}
+
+/// Runs `fut`, recording how long it took in the histogram `metric` (ms).
+async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = fut.await;
+    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
+    out
+}

@@ -1,0 +1,39 @@
+//! The safety rules of the state machine (ARCHITECTURE.md, "The rules and their
+//! mutants"). Each can be switched off, for the model checker's mutants only:
+//! production always runs [`Rules::ALL`].
+
+/// The safety rules of DESIGN §4–5. Each exists because switching it off lets the
+/// model checker find a double charge or a lost message (`make model MUTANT=…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rules {
+    /// `complete` and `release` are fenced on the owner token.
+    pub fenced: bool,
+    /// An uncertain charge failure (timeout, 5xx, …) keeps the provider key.
+    pub keep_key_when_uncertain: bool,
+    /// `hecho` is final, whatever `expira` says.
+    pub done_is_final: bool,
+    /// The provider gets the idempotency key `<pk>#<intento>`.
+    pub provider_key: bool,
+    /// A `pending` charge found by reconciliation is live: no new key.
+    pub pending_is_live: bool,
+    /// A key older than the provider-key TTL is reconciled before it is reused.
+    pub reconcile_old_keys: bool,
+}
+
+impl Rules {
+    /// Every rule on: the only value production uses.
+    pub const ALL: Self = Self {
+        fenced: true,
+        keep_key_when_uncertain: true,
+        done_is_final: true,
+        provider_key: true,
+        pending_is_live: true,
+        reconcile_old_keys: true,
+    };
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
