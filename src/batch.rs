@@ -18,7 +18,8 @@ use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, info_span, warn};
 
 use crate::clock::Time;
-use crate::config::{Config, DEADLINE_SAFETY, FifoScope};
+use crate::config::{Config, FifoScope};
+use crate::deadline::{self, CallKind};
 use crate::idempotency::{Charger, Details, IdempotencyStore, Key, Level, Outcome, Settings};
 use crate::order::{Order, OrderError};
 use crate::payment::PaymentProvider;
@@ -38,8 +39,6 @@ pub enum BatchError {
 pub struct Limits {
     /// Key groups processed at once.
     pub max_concurrency: usize,
-    /// No record starts with less time left than this.
-    pub deadline_margin: Duration,
     /// The deadline given to a batch whose invocation has none usable (outside
     /// Lambda, or an emulator that sends no epoch deadline).
     pub invoke_deadline: Duration,
@@ -53,7 +52,6 @@ impl From<&Config> for Limits {
     fn from(config: &Config) -> Self {
         Self {
             max_concurrency: config.max_concurrency,
-            deadline_margin: config.deadline_margin,
             invoke_deadline: config.invoke_deadline,
             fifo_failure_scope: config.fifo_failure_scope,
             backoff: Backoff {
@@ -64,29 +62,15 @@ impl From<&Config> for Limits {
     }
 }
 
-/// The longest one step of queue calls (the dead letters, then the visibility
-/// changes) may take; a healthy SQS answers in tens of milliseconds.
-const QUEUE_STEP: Duration = Duration::from_millis(750);
-/// A queue step is not started with less time than this left.
-const MIN_QUEUE_STEP: Duration = Duration::from_millis(100);
-
 /// The consumer: clients and settings built once at cold start, shared by every
 /// invocation.
 pub struct Consumer {
     store: Arc<dyn IdempotencyStore>,
     provider: Arc<dyn PaymentProvider>,
     queue: Arc<dyn Queue>,
-    /// Time kept at the end of an invocation for the queue steps: the records'
-    /// calls end this much earlier (zero when there is no queue to call).
-    queue_reserve: Duration,
     settings: Settings,
     limits: Limits,
 }
-
-/// 2001-09-09 in ms: any real invocation deadline is far later. Smaller values come
-/// from emulators that send a duration instead of an epoch (`cargo lambda watch`
-/// sends 600000).
-const PLAUSIBLE_DEADLINE_MS: i64 = 1_000_000_000_000;
 
 /// A record that is not an order: it fails on its own, with no I/O.
 #[derive(Debug, thiserror::Error)]
@@ -269,7 +253,6 @@ impl Consumer {
             store,
             provider,
             queue: Arc::new(Offline),
-            queue_reserve: Duration::ZERO,
             settings,
             limits,
         }
@@ -277,12 +260,9 @@ impl Consumer {
 
     /// The consumer that tells `queue` what becomes of each failed record (in Lambda,
     /// and `invoke --sqs`); without it nothing is sent and the log says what would be.
-    pub fn with_queue(self, queue: Arc<dyn Queue>) -> Self {
-        Self {
-            queue,
-            queue_reserve: QUEUE_STEP * 2,
-            ..self
-        }
+    pub fn with_queue(mut self, queue: Arc<dyn Queue>) -> Self {
+        self.settings.budget = self.settings.budget.with_queue_steps();
+        Self { queue, ..self }
     }
 
     /// The Lambda handler: the invocation deadline comes from the context. Its span
@@ -304,7 +284,7 @@ impl Consumer {
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, BatchError> {
         let sent = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
-        let deadline = if sent < PLAUSIBLE_DEADLINE_MS {
+        let deadline = deadline::plausible(sent).unwrap_or_else(|| {
             let fallback = self.default_deadline();
             warn!(
                 sent,
@@ -312,9 +292,7 @@ impl Consumer {
                 "the invocation deadline is not an epoch time (an emulator?); using INVOKE_DEADLINE"
             );
             fallback
-        } else {
-            Time::from_ms(sent)
-        };
+        });
         self.handle(&event.payload, deadline).await
     }
 
@@ -347,7 +325,7 @@ impl Consumer {
             }
         };
         // The records' calls end early enough for the queue steps to follow.
-        let records_deadline = deadline - self.queue_reserve;
+        let records_deadline = self.settings.budget.records_deadline(deadline);
         self.run_groups(
             &parsed,
             groups,
@@ -525,14 +503,16 @@ impl Consumer {
         entries: usize,
         call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
     ) -> Vec<Result<(), QueueError>> {
-        let left = self.settings.now().until(deadline - DEADLINE_SAFETY);
-        let timeout = QUEUE_STEP.min(left);
-        let results = if timeout < MIN_QUEUE_STEP {
-            vec![Err(QueueError::NoTime); entries]
-        } else {
-            tokio::time::timeout(timeout, call)
+        let now = self.settings.now();
+        let results = match self
+            .settings
+            .budget
+            .call_timeout(CallKind::Queue, now, deadline)
+        {
+            None => vec![Err(QueueError::NoTime); entries],
+            Some(timeout) => tokio::time::timeout(timeout, call)
                 .await
-                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries])
+                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries]),
         };
         let failures = results
             .iter()
@@ -607,8 +587,11 @@ impl Consumer {
         let span = record.span();
         async move {
             let started = Instant::now();
-            let time_left = self.time_left(deadline);
-            let outcome = if time_left < self.limits.deadline_margin {
+            let start = self
+                .settings
+                .budget
+                .may_start(self.settings.now(), deadline);
+            let outcome = if let Err(time_left) = start {
                 RecordOutcome::Unstarted { time_left }
             } else {
                 let charger = Charger {
@@ -630,10 +613,6 @@ impl Consumer {
         }
         .instrument(span)
         .await
-    }
-
-    fn time_left(&self, deadline: Time) -> Duration {
-        self.settings.now().until(deadline)
     }
 }
 

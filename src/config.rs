@@ -107,13 +107,6 @@ const MIN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How far below the provider's key lifetime `PROVIDER_KEY_TTL` must stay: a key's age
 /// is checked before the charge is sent, up to one invocation (15 min) earlier.
 const KEY_TTL_HEADROOM: Duration = Duration::from_secs(3600);
-/// Every store call of the consumer is bounded by this (and by the SDK's own
-/// operation timeout, the same value, in the binary).
-pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Time kept free before the invocation deadline for answering: no call may still be
-/// running then.
-pub const DEADLINE_SAFETY: Duration = Duration::from_millis(500);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
 /// SQS's longest visibility timeout: no retry delay can be longer.
@@ -204,7 +197,7 @@ impl Config {
             None => payment_timeout + Duration::from_secs(2),
             Some(v) => parse_duration("DEADLINE_MARGIN", &v)?,
         };
-        if deadline_margin < payment_timeout + DEADLINE_SAFETY {
+        if deadline_margin < payment_timeout + crate::deadline::SAFETY {
             return Err(invalid(
                 "DEADLINE_MARGIN",
                 &humantime::format_duration(deadline_margin).to_string(),

@@ -10,6 +10,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`clock`] | "now": the clock type and the wall clock |
+//! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
 //! | [`config`] | every setting, typed and validated once at cold start |
 //! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
 //! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
@@ -32,6 +33,7 @@ pub mod batch;
 pub mod clock;
 pub mod config;
 pub mod crash_points;
+pub mod deadline;
 pub mod emf;
 pub mod idempotency;
 pub mod order;

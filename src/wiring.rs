@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::batch::Consumer;
 use crate::config::{Config, ConfigError};
+use crate::deadline;
 use crate::idempotency::{IdempotencyStore, Settings, StoreError};
 use crate::payment::PaymentProvider;
 use crate::payment::api_key::{self, ApiKeyError};
@@ -70,9 +70,9 @@ pub fn tls(config: &Config) -> Result<Tls, WiringError> {
 /// (and release the lease) well before the invocation deadline, not hang it.
 pub async fn sdk_config(tls: &Tls) -> aws_config::SdkConfig {
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(1))
-        .operation_attempt_timeout(Duration::from_secs(2))
-        .operation_timeout(crate::config::STORE_TIMEOUT)
+        .connect_timeout(deadline::SDK_CONNECT_TIMEOUT)
+        .operation_attempt_timeout(deadline::SDK_ATTEMPT_TIMEOUT)
+        .operation_timeout(deadline::STORE_TIMEOUT)
         .build();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(crate::sdk_http::client(tls))

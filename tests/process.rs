@@ -36,9 +36,11 @@ fn bench() -> Bench {
         provider: TestProvider::new(),
         settings: Settings {
             retention: Duration::from_secs(400 * 24 * 3600),
-            payment_timeout: PAYMENT_TIMEOUT,
             provider_key_ttl: KEY_TTL,
-            store_timeout: Duration::from_secs(5),
+            budget: charge_once::deadline::Budget::new(
+                PAYMENT_TIMEOUT + charge_once::deadline::SAFETY,
+                PAYMENT_TIMEOUT,
+            ),
             max_declines: MAX_DECLINES,
             clock: clock.clock(),
             breakers: std::sync::Arc::new(charge_once::retry::breaker::Breakers::new(

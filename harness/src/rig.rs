@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::batch::{Consumer, Limits};
 use charge_once::config::FifoScope;
+use charge_once::deadline::Budget;
 use charge_once::idempotency::{
     Clock, CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseRequest, ReserveRequest,
     ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
@@ -172,16 +173,14 @@ impl<P: PaymentProvider + 'static> Harness<P> {
         };
         let settings = Settings {
             retention: Duration::from_secs(400 * 24 * 3600),
-            payment_timeout: PAYMENT_TIMEOUT,
             provider_key_ttl: PROVIDER_KEY_TTL,
-            store_timeout: charge_once::config::STORE_TIMEOUT,
+            budget: Budget::new(DEADLINE_MARGIN, PAYMENT_TIMEOUT),
             max_declines: MAX_DECLINES,
             clock: now.clone(),
             breakers: Arc::new(options.breakers()),
         };
         let limits = Limits {
             max_concurrency: 10,
-            deadline_margin: DEADLINE_MARGIN,
             invoke_deadline: INVOCATION,
             fifo_failure_scope: options.fifo_failure_scope,
             backoff: BACKOFF,

@@ -3,8 +3,8 @@
 //! must not touch: the clock, the owner token, timeouts, metrics and log lines.
 //!
 //! Every store and provider call is bounded, and none starts unless its timeout ends
-//! before the invocation deadline less [`DEADLINE_SAFETY`]: a handler that answers
-//! late loses its whole partial response, charged records included.
+//! before the invocation deadline less the safety margin (`deadline.rs`): a handler
+//! that answers late loses its whole partial response, charged records included.
 //!
 //! It also keeps the execution environment's breakers (`retry/breaker.rs`): a record
 //! whose store or provider breaker is open is `Deferred` before any call, every call's
@@ -27,17 +27,14 @@ use super::{
 };
 pub use crate::clock::Clock;
 use crate::clock::Time;
-use crate::config::{Config, DEADLINE_SAFETY, STORE_TIMEOUT};
+use crate::config::Config;
+use crate::deadline::{Budget, CallKind};
 use crate::order::Order;
 use crate::payment::{FailureKind, PaymentError, PaymentProvider};
 use crate::retry::Jitter;
 use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
 use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
 use crate::{crash_points, error_chain};
-
-/// A store call is started with less than its full timeout left, but not with less
-/// than this: a healthy store answers in milliseconds, and `complete` is worth trying.
-const MIN_STORE_BUDGET: Duration = Duration::from_millis(250);
 
 /// The pause before the one in-invocation retry of a transient charge failure (same
 /// key), jittered so that the records of a batch do not retry together.
@@ -49,12 +46,10 @@ const CHARGE_RETRY_PAUSE: (Duration, Duration) =
 pub struct Settings {
     /// `expira` = now + this.
     pub retention: Duration,
-    /// Upper bound of one provider call, enforced here as well as in the client.
-    pub payment_timeout: Duration,
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub provider_key_ttl: Duration,
-    /// Upper bound of one store call (the SDK has the same operation timeout).
-    pub store_timeout: Duration,
+    /// The invocation's time: when a record may start, how long each call may take.
+    pub budget: Budget,
     /// Declines per order before deliveries stop calling the provider.
     pub max_declines: u32,
     pub clock: Clock,
@@ -67,9 +62,8 @@ impl From<&Config> for Settings {
     fn from(config: &Config) -> Self {
         Self {
             retention: config.retention,
-            payment_timeout: config.payment_timeout,
             provider_key_ttl: config.provider_key_ttl,
-            store_timeout: STORE_TIMEOUT,
+            budget: Budget::new(config.deadline_margin, config.payment_timeout),
             max_declines: config.max_declines,
             clock: crate::clock::system(),
             breakers: Arc::new(Breakers::new(
@@ -269,16 +263,15 @@ impl Charger<'_> {
             return false;
         }
         let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
-        if self.time_left(deadline) < pause + self.settings.payment_timeout {
+        if !self
+            .settings
+            .budget
+            .fits_after(pause, self.settings.now(), deadline)
+        {
             return false;
         }
         tokio::time::sleep(pause).await;
         self.settings.breakers.provider.is_closed()
-    }
-
-    /// Time left for a call before `deadline` less the safety margin.
-    fn time_left(&self, deadline: Time) -> Duration {
-        self.settings.now().until(deadline - DEADLINE_SAFETY)
     }
 
     /// A provider call, only with its full timeout left: one cut short would leave a
@@ -288,11 +281,8 @@ impl Charger<'_> {
         deadline: Time,
         call: impl Future<Output = Result<T, PaymentError>>,
     ) -> Result<T, NoAnswer<PaymentError>> {
-        let timeout = self.settings.payment_timeout;
-        if self.time_left(deadline) < timeout {
-            return Err(NoAnswer::NoTime);
-        }
-        bounded(timeout, PAYMENT_LATENCY, call).await
+        self.bounded_call(CallKind::Provider, deadline, PAYMENT_LATENCY, call)
+            .await
     }
 
     /// A store call, with its timeout cut to the time left (a store answers in
@@ -302,11 +292,23 @@ impl Charger<'_> {
         deadline: Time,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, NoAnswer<StoreError>> {
-        let timeout = self.settings.store_timeout.min(self.time_left(deadline));
-        if timeout < MIN_STORE_BUDGET {
-            return Err(NoAnswer::NoTime);
+        self.bounded_call(CallKind::Store, deadline, STORE_LATENCY, call)
+            .await
+    }
+
+    /// A call of `kind` under the budget's timeout for it, or not started.
+    async fn bounded_call<T, E>(
+        &self,
+        kind: CallKind,
+        deadline: Time,
+        metric: &'static str,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, NoAnswer<E>> {
+        let now = self.settings.now();
+        match self.settings.budget.call_timeout(kind, now, deadline) {
+            None => Err(NoAnswer::NoTime),
+            Some(timeout) => bounded(timeout, metric, call).await,
         }
-        bounded(timeout, STORE_LATENCY, call).await
     }
 }
 
@@ -319,7 +321,7 @@ pub async fn resolve(
     confirmed: Confirmed,
 ) -> Result<Resolution, ResolveError> {
     let now = settings.now();
-    let lease_until = now + settings.payment_timeout * 3;
+    let lease_until = settings.budget.resolve_lease(now);
     let (mut resolver, mut step) = Resolver::new(
         order,
         Owner::new(format!("resolve-{}", Owner::fresh())),
