@@ -122,6 +122,21 @@ impl Emf {
         out.flush()
     }
 
+    /// Writes one invocation's documents on stdout, where Lambda's CloudWatch agent
+    /// reads them (with the logs on stderr); a failed write is a warning, never a
+    /// failed invocation.
+    pub fn write_invocation(&self, recorded: &Recorded, request_id: &str) {
+        let written = self.write(
+            recorded,
+            &[("RequestId", request_id)],
+            crate::clock::wall_ms(),
+            std::io::stdout().lock(),
+        );
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "metrics could not be written");
+        }
+    }
+
     fn documents(
         &self,
         recorded: &Recorded,

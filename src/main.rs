@@ -8,13 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::audit::{self, run::Window};
+use charge_once::audit;
 use charge_once::batch::Consumer;
 use charge_once::config::{Config, Function};
-use charge_once::emf::{Emf, Recorded};
-use charge_once::payment::http::HttpProvider;
-use charge_once::store::dynamodb::DynamoStore;
-use charge_once::{clock, telemetry, wiring};
+use charge_once::emf::Emf;
+use charge_once::{telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
 
@@ -88,22 +86,14 @@ async fn run_lambda() -> anyhow::Result<()> {
             let consumer = Arc::new(wiring::consumer(&config, store, provider).with_queue(queue));
             consume(consumer, metrics).await
         }
-        Function::Audit => audit(&config, store, provider, metrics).await,
+        Function::Audit => {
+            let (since, stuck_after) = (config.audit_since, config.audit_stuck_after);
+            audit::lambda::serve(since, stuck_after, store, provider, metrics)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))
+        }
     }
     .context("Lambda runtime stopped")
-}
-
-/// Writes one invocation's EMF document on stdout (CloudWatch reads both streams).
-fn write_metrics(metrics: &Emf, recorded: &Recorded, request_id: &str) {
-    let written = metrics.write(
-        recorded,
-        &[("RequestId", request_id)],
-        clock::wall_ms(),
-        std::io::stdout().lock(),
-    );
-    if let Err(e) = written {
-        tracing::warn!(error = %e, "metrics could not be written");
-    }
 }
 
 async fn consume(consumer: Arc<Consumer>, metrics: &'static Emf) -> anyhow::Result<()> {
@@ -115,62 +105,8 @@ async fn consume(consumer: Arc<Consumer>, metrics: &'static Emf) -> anyhow::Resu
         async move {
             let request_id = event.context.request_id.clone();
             let (response, recorded) = metrics.measure(consumer.handle_lambda_event(event)).await;
-            write_metrics(metrics, &recorded, &request_id);
+            metrics.write_invocation(&recorded, &request_id);
             response.map_err(lambda_runtime::Error::from)
-        }
-    }))
-    .await
-    .map_err(|e| anyhow::anyhow!(e))
-}
-
-/// The scheduled audit: any event runs it over `AUDIT_SINCE`. Each finding is one
-/// error line; the counts are metrics; a read that fails fails the invocation.
-async fn audit(
-    config: &Config,
-    store: Arc<DynamoStore>,
-    provider: Arc<HttpProvider>,
-    metrics: &'static Emf,
-) -> anyhow::Result<()> {
-    let (since, stuck_after) = (config.audit_since, config.audit_stuck_after);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-        let (store, provider) = (Arc::clone(&store), Arc::clone(&provider));
-        async move {
-            let now = clock::Time::from_ms(clock::wall_ms());
-            let window = Window {
-                now,
-                since: now - since,
-                stuck_after,
-            };
-            let (result, recorded) = metrics
-                .measure(async {
-                    let result = audit::run::audit(store.as_ref(), provider.as_ref(), window).await;
-                    match &result {
-                        Ok(report) => report.record_metrics(),
-                        Err(_) => metrics::counter!(audit::INCOMPLETE_METRIC).increment(1),
-                    }
-                    result
-                })
-                .await;
-            write_metrics(metrics, &recorded, &event.context.request_id);
-            match result {
-                Ok(report) => {
-                    for finding in &report.findings {
-                        tracing::error!(
-                            finding = finding.kind.name(),
-                            order_id = finding.order_id,
-                            evidence = %finding.evidence,
-                            "audit finding"
-                        );
-                    }
-                    let summary = report.summary(&window);
-                    tracing::info!(summary = %summary, "audit finished");
-                    Ok(summary)
-                }
-                Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "audit incomplete");
-                    Err(lambda_runtime::Error::from(e))
-                }
-            }
         }
     }))
     .await

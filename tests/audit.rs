@@ -21,7 +21,7 @@ use charge_once::idempotency::{
     Fingerprint, IdempotencyStore, Key, Owner, ReserveRequest, reserve,
 };
 use charge_once::order::Order;
-use charge_once::payment::PaymentProvider;
+use charge_once::payment::Provider;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
 use charge_once::store::sqlite::SqliteStore;
@@ -60,7 +60,7 @@ impl Pair {
         }
     }
 
-    fn provider(&self) -> Box<dyn PaymentProvider> {
+    fn provider(&self) -> Box<dyn Provider> {
         match self {
             Pair::Local { db } => Box::new(SimulatedProvider::open(db).unwrap()),
             Pair::Aws { .. } => Box::new(

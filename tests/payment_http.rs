@@ -12,7 +12,7 @@ use charge_once::config::{Config, Secret};
 use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
-use charge_once::payment::{FailureKind, PaymentError, PaymentProvider, api_key};
+use charge_once::payment::{ChargeListing, FailureKind, PaymentError, PaymentProvider, api_key};
 use harness::logs::Captured;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
 use harness::stripe::{self, TEST_KEY};

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use charge_once::clock::Time;
 use charge_once::order::Order;
 use charge_once::payment::{
-    FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
+    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
 };
 
 /// A scripted failure for the next charge call of one order.
@@ -262,7 +262,10 @@ impl PaymentProvider for TestProvider {
             None => Lookup::NotFound,
         })
     }
+}
 
+#[async_trait]
+impl ChargeListing for TestProvider {
     /// Not served: the audit is tested on the simulator and stripe-stateful-mock,
     /// which keep what it reads (currency, customer, creation time).
     async fn charges_since(&self, _: Time) -> Result<Vec<ListedCharge>, PaymentError> {

@@ -11,6 +11,7 @@
 //!   its record's fingerprint;
 //! * `stuck`: an `en-curso` record whose lease ended more than `stuck_after` ago.
 
+pub mod lambda;
 pub mod run;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Evidence, FINDINGS_METRIC, Finding, Kind, findings};
 use crate::clock::Time;
 use crate::idempotency::{IdempotencyStore, StoreError};
-use crate::payment::{PaymentError, PaymentProvider};
+use crate::payment::{ChargeListing, PaymentError};
 
 /// What the audit could not read.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +78,7 @@ impl Report {
 /// Reads both sides and judges them.
 pub async fn audit(
     store: &dyn IdempotencyStore,
-    provider: &dyn PaymentProvider,
+    provider: &dyn ChargeListing,
     window: Window,
 ) -> Result<Report, ReadError> {
     let mut evidence = Evidence {

@@ -17,7 +17,9 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Response, StatusCode};
 use serde::Deserialize;
 
-use super::{FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt};
+use super::{
+    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
+};
 use crate::clock::Time;
 use crate::config::Secret;
 use crate::order::Order;
@@ -361,7 +363,10 @@ impl PaymentProvider for HttpProvider {
             )),
         }
     }
+}
 
+#[async_trait]
+impl ChargeListing for HttpProvider {
     async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
         let mut charges = Vec::new();
         let filter = ("created[gte]", since.as_secs().to_string());

@@ -133,6 +133,7 @@ impl PaymentError {
     }
 }
 
+/// What the charge path needs: charge under a key, and look an order's charge up.
 #[async_trait]
 pub trait PaymentProvider: Send + Sync {
     /// Charges `order` under `idempotency_key`. The request must be a pure function of
@@ -142,9 +143,19 @@ pub trait PaymentProvider: Send + Sync {
     /// Looks up the order's live charge: same `metadata[order_id]`, amount and
     /// currency, status not `failed`. "Not found" must be certain (every page read).
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+}
 
-    /// Every charge created at or after `since`, every page read, for the audit. An
-    /// error, never a shorter list, when not everything could be read.
+/// A client that serves both readers (the HTTP client and the simulator do): what
+/// the wiring builds once and hands to each side as the trait it uses.
+pub trait Provider: PaymentProvider + ChargeListing {}
+
+impl<T: PaymentProvider + ChargeListing> Provider for T {}
+
+/// What the audit needs: the provider's charges as they are listed.
+#[async_trait]
+pub trait ChargeListing: Send + Sync {
+    /// Every charge created at or after `since`, every page read. An error, never a
+    /// shorter list, when not everything could be read.
     async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError>;
 
     /// The charge `id`, `None` when the provider has no such charge.

@@ -16,7 +16,9 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
-use super::{FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt};
+use super::{
+    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
+};
 use crate::clock::Time;
 use crate::order::Order;
 use crate::sqlite_file::{OpenError, SharedConnection};
@@ -243,7 +245,10 @@ impl PaymentProvider for SimulatedProvider {
             .await
             .map_err(ledger_error)
     }
+}
 
+#[async_trait]
+impl ChargeListing for SimulatedProvider {
     async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
         self.conn
             .call(move |conn| listed_blocking(conn, Some(since), None))
