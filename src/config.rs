@@ -3,7 +3,10 @@
 //! start stops with a line that says what to fix.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::Duration;
+
+use crate::deadline;
 
 /// What the first failure in a FIFO batch stops (`FIFO_FAILURE_SCOPE`). Order in a
 /// FIFO queue holds per `MessageGroupId`, so `Group` keeps every group's order while
@@ -118,217 +121,108 @@ impl Config {
         Self::from_lookup(|var| std::env::var(var).ok())
     }
 
-    /// Reads settings through `lookup`; an empty value counts as unset.
+    /// Reads settings through `lookup`; an empty value counts as unset. Long because
+    /// it is the list of settings: one statement each, a setting's rules in its range.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
-
-        let retention = duration(&get, "IDEMPOTENCY_RETENTION", "400d")?;
-        if retention < MIN_RETENTION || retention > MAX_RETENTION {
-            return Err(invalid(
-                "IDEMPOTENCY_RETENTION",
-                &humantime::format_duration(retention).to_string(),
-                "must be between 30 days and 5 years (a record must outlive the queue's and \
-                 the DLQ's retention and every redrive)",
-            ));
-        }
-        let max_concurrency = match get("MAX_CONCURRENCY") {
-            None => 10,
-            Some(v) => match v.trim().parse::<usize>() {
-                Ok(n) if (1..=1000).contains(&n) => n,
-                _ => {
-                    return Err(invalid(
-                        "MAX_CONCURRENCY",
-                        &v,
-                        "must be an integer in 1..=1000",
-                    ));
-                }
-            },
-        };
-        let fifo_failure_scope = match get("FIFO_FAILURE_SCOPE").as_deref().map(str::trim) {
-            None | Some("group") => FifoScope::Group,
-            Some("batch") => FifoScope::Batch,
-            Some(other) => {
-                return Err(invalid(
-                    "FIFO_FAILURE_SCOPE",
-                    other,
-                    "must be `group` (a failure stops its message group) or `batch`",
-                ));
-            }
-        };
-        let payment_timeout = duration(&get, "PAYMENT_TIMEOUT", "10s")?;
-        if payment_timeout.is_zero() || payment_timeout > LAMBDA_MAX {
-            return Err(invalid(
-                "PAYMENT_TIMEOUT",
-                &humantime::format_duration(payment_timeout).to_string(),
-                "must be above 0 and at most 15m",
-            ));
-        }
-        let provider_key_lifetime = duration(&get, "PROVIDER_KEY_LIFETIME", "24h")?;
-        if provider_key_lifetime <= KEY_TTL_HEADROOM {
-            return Err(invalid(
-                "PROVIDER_KEY_LIFETIME",
-                &humantime::format_duration(provider_key_lifetime).to_string(),
-                "must be above 1h (how long the provider keeps idempotency keys; Stripe: 24h)",
-            ));
-        }
-        let provider_key_ttl = duration(&get, "PROVIDER_KEY_TTL", "23h")?;
-        if provider_key_ttl.is_zero() || provider_key_ttl + KEY_TTL_HEADROOM > provider_key_lifetime
-        {
-            return Err(ConfigError::Invalid {
-                var: "PROVIDER_KEY_TTL",
-                value: humantime::format_duration(provider_key_ttl).to_string(),
-                problem: format!(
-                    "must be above 0 and at most PROVIDER_KEY_LIFETIME ({}) - 1h, or a key the \
-                     provider has forgotten is sent again and charges twice",
-                    humantime::format_duration(provider_key_lifetime)
-                ),
-            });
-        }
-        let max_declines = match get("MAX_DECLINES") {
-            None => 3,
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(n) if (1..=100).contains(&n) => n,
-                _ => {
-                    return Err(invalid("MAX_DECLINES", &v, "must be an integer in 1..=100"));
-                }
-            },
-        };
-        let deadline_margin = match get("DEADLINE_MARGIN") {
-            None => payment_timeout + Duration::from_secs(2),
-            Some(v) => parse_duration("DEADLINE_MARGIN", &v)?,
-        };
-        if deadline_margin < payment_timeout + crate::deadline::SAFETY {
-            return Err(invalid(
-                "DEADLINE_MARGIN",
-                &humantime::format_duration(deadline_margin).to_string(),
-                "must be at least PAYMENT_TIMEOUT + 500ms, or no record could start its charge",
-            ));
-        }
-        let invoke_deadline = duration(&get, "INVOKE_DEADLINE", "60s")?;
-        if invoke_deadline <= deadline_margin {
-            return Err(invalid(
-                "INVOKE_DEADLINE",
-                &humantime::format_duration(invoke_deadline).to_string(),
-                "must exceed DEADLINE_MARGIN, or no record could ever start",
-            ));
-        }
-        let function = match get("CHARGE_ONCE_FUNCTION").as_deref().map(str::trim) {
-            None | Some("consume") => Function::Consume,
-            Some("audit") => Function::Audit,
-            Some(other) => {
-                return Err(invalid(
-                    "CHARGE_ONCE_FUNCTION",
-                    other,
-                    "must be consume or audit",
-                ));
-            }
-        };
-        let retry_base = duration(&get, "RETRY_BASE", "30s")?;
-        if retry_base < Duration::from_secs(1) || retry_base > MAX_VISIBILITY {
-            return Err(invalid(
-                "RETRY_BASE",
-                &humantime::format_duration(retry_base).to_string(),
-                "must be between 1s and 12h (SQS counts visibility in whole seconds, and \
-                 a delay of 0 would retry an outage in lockstep)",
-            ));
-        }
-        let retry_cap = duration(&get, "RETRY_CAP", "15m")?;
-        if retry_cap < retry_base || retry_cap > MAX_VISIBILITY {
-            return Err(invalid(
-                "RETRY_CAP",
-                &humantime::format_duration(retry_cap).to_string(),
-                "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
-            ));
-        }
-        let breaker_threshold = match get("BREAKER_THRESHOLD") {
-            None => 5,
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(n) if (1..=1000).contains(&n) => n,
-                _ => {
-                    return Err(invalid(
-                        "BREAKER_THRESHOLD",
-                        &v,
-                        "must be an integer in 1..=1000",
-                    ));
-                }
-            },
-        };
-        let dead_letter_queue_url = match get("DEAD_LETTER_QUEUE_URL") {
-            None => None,
-            Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
-                Some(url.trim().to_owned())
-            }
-            Some(url) => {
-                return Err(invalid(
-                    "DEAD_LETTER_QUEUE_URL",
-                    &url,
-                    "must be the DLQ's URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
-                ));
-            }
-        };
-        let audit_since = duration(&get, "AUDIT_SINCE", "1d")?;
-        let audit_stuck_after = duration(&get, "AUDIT_STUCK_AFTER", "1h")?;
-        let payment_api_url = match get("PAYMENT_API_URL") {
-            None => None,
-            Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
-                Some(url.trim_end_matches('/').to_owned())
-            }
-            Some(url) => {
-                return Err(invalid(
-                    "PAYMENT_API_URL",
-                    &url,
-                    "must start with https:// or http://",
-                ));
-            }
-        };
-        let table = get("IDEMPOTENCY_TABLE");
-        if let Some(t) = &table {
-            let ok_chars = t
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if !(3..=255).contains(&t.len()) || !ok_chars {
-                return Err(invalid(
-                    "IDEMPOTENCY_TABLE",
-                    t,
-                    "must be 3-255 characters of A-Z a-z 0-9 _ - .",
-                ));
-            }
-        }
-        let metrics_namespace =
-            get("METRICS_NAMESPACE").unwrap_or_else(|| "charge-once".to_owned());
-        if metrics_namespace.len() > 255 {
-            return Err(invalid(
-                "METRICS_NAMESPACE",
-                &metrics_namespace,
-                "must be at most 255 characters",
-            ));
-        }
-
+        let env = Env(|var: &str| lookup(var).filter(|v| !v.trim().is_empty()));
+        let retention = env.duration(
+            "IDEMPOTENCY_RETENTION",
+            "400d",
+            MIN_RETENTION..=MAX_RETENTION,
+            "must be between 30 days and 5 years (a record must outlive the queue's and \
+             the DLQ's retention and every redrive)",
+        )?;
+        let max_concurrency = env.integer("MAX_CONCURRENCY", 10, 1..=1000)?;
+        let fifo_failure_scope = env.choice(
+            "FIFO_FAILURE_SCOPE",
+            &[("group", FifoScope::Group), ("batch", FifoScope::Batch)],
+            "must be `group` (a failure stops its message group) or `batch`",
+        )?;
+        let payment_timeout = env.duration(
+            "PAYMENT_TIMEOUT",
+            "10s",
+            Duration::from_nanos(1)..=LAMBDA_MAX,
+            "must be above 0 and at most 15m",
+        )?;
+        let provider_key_lifetime = env.duration(
+            "PROVIDER_KEY_LIFETIME",
+            "24h",
+            KEY_TTL_HEADROOM + Duration::from_nanos(1)..=Duration::MAX,
+            "must be above 1h (how long the provider keeps idempotency keys; Stripe: 24h)",
+        )?;
+        let provider_key_ttl = env.duration(
+            "PROVIDER_KEY_TTL",
+            "23h",
+            Duration::from_nanos(1)..=provider_key_lifetime.saturating_sub(KEY_TTL_HEADROOM),
+            &format!(
+                "must be above 0 and at most PROVIDER_KEY_LIFETIME ({}) - 1h, or a key the \
+                 provider has forgotten is sent again and charges twice",
+                humantime::format_duration(provider_key_lifetime)
+            ),
+        )?;
+        let max_declines = env.integer("MAX_DECLINES", 3, 1..=100)?;
+        let deadline_margin = env.duration(
+            "DEADLINE_MARGIN",
+            &humantime::format_duration(payment_timeout + Duration::from_secs(2)).to_string(),
+            payment_timeout + deadline::SAFETY..=Duration::MAX,
+            "must be at least PAYMENT_TIMEOUT + 500ms, or no record could start its charge",
+        )?;
+        let invoke_deadline = env.duration(
+            "INVOKE_DEADLINE",
+            "60s",
+            deadline_margin + Duration::from_nanos(1)..=Duration::MAX,
+            "must exceed DEADLINE_MARGIN, or no record could ever start",
+        )?;
+        let retry_base = env.duration(
+            "RETRY_BASE",
+            "30s",
+            Duration::from_secs(1)..=MAX_VISIBILITY,
+            "must be between 1s and 12h (SQS counts visibility in whole seconds, and a \
+             delay of 0 would retry an outage in lockstep)",
+        )?;
+        let retry_cap = env.duration(
+            "RETRY_CAP",
+            "15m",
+            retry_base..=MAX_VISIBILITY,
+            "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
+        )?;
         Ok(Self {
-            table,
+            table: env.name("IDEMPOTENCY_TABLE")?,
             retention,
             max_concurrency,
             fifo_failure_scope,
-            function,
-            audit_since,
-            audit_stuck_after,
-            payment_api_url,
-            payment_api_key_secret_arn: get("PAYMENT_API_KEY_SECRET_ARN"),
-            payment_api_key: get("PAYMENT_API_KEY").map(Secret::new),
+            function: env.choice(
+                "CHARGE_ONCE_FUNCTION",
+                &[("consume", Function::Consume), ("audit", Function::Audit)],
+                "must be consume or audit",
+            )?,
+            audit_since: env.duration("AUDIT_SINCE", "1d", Duration::ZERO..=Duration::MAX, "")?,
+            audit_stuck_after: env.duration(
+                "AUDIT_STUCK_AFTER",
+                "1h",
+                Duration::ZERO..=Duration::MAX,
+                "",
+            )?,
+            payment_api_url: env
+                .url("PAYMENT_API_URL", "must start with https:// or http://")?
+                .map(|url| url.trim_end_matches('/').to_owned()),
+            payment_api_key_secret_arn: env.text("PAYMENT_API_KEY_SECRET_ARN"),
+            payment_api_key: env.text("PAYMENT_API_KEY").map(Secret::new),
             payment_timeout,
             provider_key_ttl,
             provider_key_lifetime,
             max_declines,
             deadline_margin,
             invoke_deadline,
-            metrics_namespace,
-            dead_letter_queue_url,
+            metrics_namespace: env.namespace("METRICS_NAMESPACE", "charge-once")?,
+            dead_letter_queue_url: env.url(
+                "DEAD_LETTER_QUEUE_URL",
+                "must be the DLQ's URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+            )?,
             retry_base,
             retry_cap,
-            breaker_threshold,
-            ca_bundle: get("AWS_CA_BUNDLE")
-                .filter(|path| !path.trim().is_empty())
-                .map(std::path::PathBuf::from),
+            breaker_threshold: env.integer("BREAKER_THRESHOLD", 5, 1..=1000)?,
+            ca_bundle: env.text("AWS_CA_BUNDLE").map(std::path::PathBuf::from),
         })
     }
 
@@ -367,20 +261,114 @@ fn invalid(var: &'static str, value: &str, problem: &str) -> ConfigError {
     }
 }
 
-fn duration(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: &str,
-) -> Result<Duration, ConfigError> {
-    parse_duration(var, &get(var).unwrap_or_else(|| default.to_owned()))
-}
+/// The typed readers of the settings: each reads one variable (unset when empty),
+/// parses it, checks its range, and names the variable in its error.
+struct Env<F>(F);
 
-fn parse_duration(var: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value.trim()).map_err(|e| ConfigError::Invalid {
-        var,
-        value: value.to_owned(),
-        problem: format!("{e} (use humantime syntax such as 10s, 23h, 400d)"),
-    })
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    fn text(&self, var: &str) -> Option<String> {
+        (self.0)(var).map(|v| v.trim().to_owned())
+    }
+
+    /// A `humantime` duration in `range`.
+    fn duration(
+        &self,
+        var: &'static str,
+        default: &str,
+        range: RangeInclusive<Duration>,
+        problem: &str,
+    ) -> Result<Duration, ConfigError> {
+        let value = self.text(var).unwrap_or_else(|| default.to_owned());
+        let parsed = humantime::parse_duration(&value).map_err(|e| ConfigError::Invalid {
+            var,
+            value: value.clone(),
+            problem: format!("{e} (use humantime syntax such as 10s, 23h, 400d)"),
+        })?;
+        if range.contains(&parsed) {
+            Ok(parsed)
+        } else {
+            let shown = humantime::format_duration(parsed).to_string();
+            Err(invalid(var, &shown, problem))
+        }
+    }
+
+    /// An integer in `range`.
+    fn integer<T>(
+        &self,
+        var: &'static str,
+        default: T,
+        range: RangeInclusive<T>,
+    ) -> Result<T, ConfigError>
+    where
+        T: std::str::FromStr + PartialOrd + fmt::Display,
+    {
+        let Some(value) = self.text(var) else {
+            return Ok(default);
+        };
+        match value.parse::<T>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(invalid(
+                var,
+                &value,
+                &format!("must be an integer in {}..={}", range.start(), range.end()),
+            )),
+        }
+    }
+
+    /// One of `options` by name; the first when unset.
+    fn choice<T: Copy>(
+        &self,
+        var: &'static str,
+        options: &[(&str, T)],
+        problem: &str,
+    ) -> Result<T, ConfigError> {
+        let Some(value) = self.text(var) else {
+            return Ok(options[0].1);
+        };
+        options
+            .iter()
+            .find(|(name, _)| *name == value)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| invalid(var, &value, problem))
+    }
+
+    /// An `http(s)://` URL, when set.
+    fn url(&self, var: &'static str, problem: &str) -> Result<Option<String>, ConfigError> {
+        match self.text(var) {
+            Some(url) if !(url.starts_with("https://") || url.starts_with("http://")) => {
+                Err(invalid(var, &url, problem))
+            }
+            url => Ok(url),
+        }
+    }
+
+    /// A DynamoDB table name, when set.
+    fn name(&self, var: &'static str) -> Result<Option<String>, ConfigError> {
+        let Some(name) = self.text(var) else {
+            return Ok(None);
+        };
+        let ok_chars = name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if (3..=255).contains(&name.len()) && ok_chars {
+            Ok(Some(name))
+        } else {
+            Err(invalid(
+                var,
+                &name,
+                "must be 3-255 characters of A-Z a-z 0-9 _ - .",
+            ))
+        }
+    }
+
+    /// A CloudWatch namespace.
+    fn namespace(&self, var: &'static str, default: &str) -> Result<String, ConfigError> {
+        let namespace = self.text(var).unwrap_or_else(|| default.to_owned());
+        if namespace.len() > 255 {
+            return Err(invalid(var, &namespace, "must be at most 255 characters"));
+        }
+        Ok(namespace)
+    }
 }
 
 #[cfg(test)]
