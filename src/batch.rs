@@ -311,19 +311,7 @@ impl Consumer {
         let parsed = parse_records(&event.records)?;
         let mut outcomes: Vec<Option<(RecordOutcome<'_>, Duration)>> =
             parsed.iter().map(|_| None).collect();
-        let (groups, why_skipped) = if !event.records.iter().any(is_fifo) {
-            (order_groups(&parsed, &mut outcomes), Skip::SameOrder)
-        } else {
-            let by_group = match self.limits.fifo_failure_scope {
-                FifoScope::Group => message_groups(&event.records),
-                FifoScope::Batch => None,
-            };
-            match by_group {
-                Some(groups) => (groups, Skip::FifoGroup),
-                // Batch scope, or a FIFO record without a group: the whole batch in order.
-                None => (vec![(0..parsed.len()).collect()], Skip::Fifo),
-            }
-        };
+        let (groups, why_skipped) = self.groups(&event.records, &parsed, &mut outcomes);
         // The records' calls end early enough for the queue steps to follow.
         let records_deadline = self.settings.budget.records_deadline(deadline);
         self.run_groups(
@@ -364,6 +352,30 @@ impl Consumer {
             }
         }
         Ok(response)
+    }
+
+    /// The groups that run concurrently, each in message order, and why a group's
+    /// records after a failure are skipped. Standard queues group by order (invalid
+    /// records fail on their own, here); FIFO queues by message group, or the whole
+    /// batch as one group.
+    fn groups<'a>(
+        &self,
+        records: &[SqsMessage],
+        parsed: &'a [Parsed<'a>],
+        outcomes: &mut [Option<(RecordOutcome<'a>, Duration)>],
+    ) -> (Vec<Vec<usize>>, Skip) {
+        if !records.iter().any(is_fifo) {
+            return (order_groups(parsed, outcomes), Skip::SameOrder);
+        }
+        let by_group = match self.limits.fifo_failure_scope {
+            FifoScope::Group => message_groups(records),
+            FifoScope::Batch => None,
+        };
+        match by_group {
+            Some(groups) => (groups, Skip::FifoGroup),
+            // Batch scope, or a FIFO record without a group: the whole batch in order.
+            None => (vec![(0..parsed.len()).collect()], Skip::Fifo),
+        }
     }
 
     /// What becomes of each record (`retry.rs`): a skipped record waits as long as

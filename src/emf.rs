@@ -81,6 +81,17 @@ pub struct InstallError(#[source] metrics::SetRecorderError<Router>);
 #[derive(Debug)]
 pub struct Router(&'static Emf);
 
+/// A series' value in document `page`: counters and gauges in the first, each
+/// histogram's values `MAX_VALUES` a page (EMF's limit per metric).
+fn page_value(series: &Series, page: usize) -> Option<Value> {
+    match series {
+        Series::Counter(n) if page == 0 => Some(json!(n)),
+        Series::Gauge(g) if page == 0 => Some(json!(g)),
+        Series::Histogram(v) => v.chunks(MAX_VALUES).nth(page).map(|chunk| json!(chunk)),
+        _ => None,
+    }
+}
+
 impl Emf {
     /// Installs the process-wide recorder (once per process; a second call fails).
     pub fn install(namespace: &str) -> Result<&'static Emf, InstallError> {
@@ -158,17 +169,8 @@ impl Emf {
                 let mut document = Map::new();
                 let mut declared = Vec::new();
                 for (name, series) in values.iter() {
-                    let value = match series {
-                        Series::Counter(n) if page == 0 => json!(n),
-                        Series::Gauge(g) if page == 0 => json!(g),
-                        Series::Histogram(v) => {
-                            let chunk = v.chunks(MAX_VALUES).nth(page);
-                            match chunk {
-                                Some(chunk) => json!(chunk),
-                                None => continue,
-                            }
-                        }
-                        _ => continue,
+                    let Some(value) = page_value(series, page) else {
+                        continue;
                     };
                     let mut metric = Map::new();
                     metric.insert("Name".into(), json!(name));

@@ -164,95 +164,118 @@ fn record_evidence(record: &Record) -> Value {
 
 /// The findings, in order: by kind, then order id.
 pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Finding> {
-    let mut out = Vec::new();
     let mut succeeded: BTreeMap<&str, Vec<&ListedCharge>> = BTreeMap::new();
     for charge in evidence.charges.iter().filter(|c| c.succeeded()) {
         if let Some(order_id) = charge.order_id.as_deref() {
             succeeded.entry(order_id).or_default().push(charge);
         }
     }
-    for (order_id, charges) in &succeeded {
-        let record = evidence.records.get(&Key::for_order_id(order_id));
-        let finding = |kind, extra: Value| {
-            let mut e = json!({
-                "charges": charges.iter().map(|c| charge_evidence(c)).collect::<Vec<_>>(),
-                "record": record.map(record_evidence),
-            });
-            if let (Value::Object(e), Value::Object(extra)) = (&mut e, extra) {
-                e.extend(extra);
-            }
-            Finding {
-                kind,
-                order_id: (*order_id).to_owned(),
-                evidence: e,
-            }
-        };
-        if charges.len() > 1 {
-            out.push(finding(Kind::DoubleCharge, json!({})));
-        }
-        let recorded = record.is_some_and(|r| r.state == State::Done);
-        // A live lease is an attempt still running: its record is about to say `hecho`.
-        let running = record.is_some_and(|r| {
-            r.state == State::InProgress && r.lease_until.is_some_and(|until| until > now)
-        });
-        if !recorded && !running {
-            out.push(finding(Kind::ChargedNotRecorded, json!({})));
-        }
-        if let Some(fingerprint) = record.and_then(|r| r.fingerprint.as_ref()) {
-            let wrong: Vec<&str> = charges
-                .iter()
-                .filter(|c| !charge_matches(c, order_id, fingerprint))
-                .map(|c| c.id.as_str())
-                .collect();
-            if !wrong.is_empty() {
-                out.push(finding(
-                    Kind::Mismatch,
-                    json!({ "fingerprint": fingerprint.to_string(), "mismatched": wrong }),
-                ));
-            }
-        }
-    }
-    for record in evidence.records.values() {
-        let order_id = record.pk.order_id().to_owned();
-        match &record.state {
-            State::Done => {
-                let receipt = record.receipt.as_deref();
-                let charge = receipt.and_then(|id| {
-                    evidence
-                        .charges
-                        .iter()
-                        .find(|c| c.id == id)
-                        .or_else(|| evidence.receipts.get(id).and_then(Option::as_ref))
-                });
-                if !charge.is_some_and(ListedCharge::succeeded) {
-                    out.push(Finding {
-                        kind: Kind::RecordedWithoutCharge,
-                        order_id,
-                        evidence: json!({
-                            "record": record_evidence(record),
-                            "charge": charge.map(charge_evidence),
-                        }),
-                    });
-                }
-            }
-            State::InProgress => {
-                let ended = record.lease_until.unwrap_or(Time::from_ms(0));
-                if ended + stuck_after < now {
-                    out.push(Finding {
-                        kind: Kind::Stuck,
-                        order_id,
-                        evidence: json!({
-                            "record": record_evidence(record),
-                            "lease_ended_s_ago": ended.until(now).as_secs(),
-                        }),
-                    });
-                }
-            }
-            State::Free | State::Other(_) => {}
-        }
-    }
+    let mut out: Vec<Finding> = succeeded
+        .iter()
+        .flat_map(|(order_id, charges)| charge_findings(evidence, order_id, charges, now))
+        .collect();
+    out.extend(
+        evidence
+            .records
+            .values()
+            .filter_map(|record| record_finding(evidence, record, now, stuck_after)),
+    );
     out.sort_by(|a, b| (a.kind, &a.order_id).cmp(&(b.kind, &b.order_id)));
     out
+}
+
+/// What an order's succeeded charges say against its record: charged twice, charged
+/// but not recorded, charged for something else.
+fn charge_findings(
+    evidence: &Evidence,
+    order_id: &str,
+    charges: &[&ListedCharge],
+    now: Time,
+) -> Vec<Finding> {
+    let record = evidence.records.get(&Key::for_order_id(order_id));
+    let finding = |kind, extra: Value| {
+        let mut e = json!({
+            "charges": charges.iter().map(|c| charge_evidence(c)).collect::<Vec<_>>(),
+            "record": record.map(record_evidence),
+        });
+        if let (Value::Object(e), Value::Object(extra)) = (&mut e, extra) {
+            e.extend(extra);
+        }
+        Finding {
+            kind,
+            order_id: order_id.to_owned(),
+            evidence: e,
+        }
+    };
+    let mut out = Vec::new();
+    if charges.len() > 1 {
+        out.push(finding(Kind::DoubleCharge, json!({})));
+    }
+    let recorded = record.is_some_and(|r| r.state == State::Done);
+    // A live lease is an attempt still running: its record is about to say `hecho`.
+    let running = record.is_some_and(|r| {
+        r.state == State::InProgress && r.lease_until.is_some_and(|until| until > now)
+    });
+    if !recorded && !running {
+        out.push(finding(Kind::ChargedNotRecorded, json!({})));
+    }
+    if let Some(fingerprint) = record.and_then(|r| r.fingerprint.as_ref()) {
+        let wrong: Vec<&str> = charges
+            .iter()
+            .filter(|c| !charge_matches(c, order_id, fingerprint))
+            .map(|c| c.id.as_str())
+            .collect();
+        if !wrong.is_empty() {
+            out.push(finding(
+                Kind::Mismatch,
+                json!({ "fingerprint": fingerprint.to_string(), "mismatched": wrong }),
+            ));
+        }
+    }
+    out
+}
+
+/// What a record says against the charges: `hecho` without a succeeded charge, or a
+/// lease that ended long ago.
+fn record_finding(
+    evidence: &Evidence,
+    record: &Record,
+    now: Time,
+    stuck_after: Duration,
+) -> Option<Finding> {
+    let order_id = record.pk.order_id().to_owned();
+    match &record.state {
+        State::Done => {
+            let receipt = record.receipt.as_deref();
+            let charge = receipt.and_then(|id| {
+                evidence
+                    .charges
+                    .iter()
+                    .find(|c| c.id == id)
+                    .or_else(|| evidence.receipts.get(id).and_then(Option::as_ref))
+            });
+            (!charge.is_some_and(ListedCharge::succeeded)).then(|| Finding {
+                kind: Kind::RecordedWithoutCharge,
+                order_id,
+                evidence: json!({
+                    "record": record_evidence(record),
+                    "charge": charge.map(charge_evidence),
+                }),
+            })
+        }
+        State::InProgress => {
+            let ended = record.lease_until.unwrap_or(Time::from_ms(0));
+            (ended + stuck_after < now).then(|| Finding {
+                kind: Kind::Stuck,
+                order_id,
+                evidence: json!({
+                    "record": record_evidence(record),
+                    "lease_ended_s_ago": ended.until(now).as_secs(),
+                }),
+            })
+        }
+        State::Free | State::Other(_) => None,
+    }
 }
 
 #[cfg(test)]

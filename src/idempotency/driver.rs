@@ -30,7 +30,7 @@ use crate::clock::Time;
 use crate::config::Config;
 use crate::deadline::{Budget, CallKind};
 use crate::order::Order;
-use crate::payment::{FailureKind, PaymentError, PaymentProvider};
+use crate::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
 use crate::retry::Jitter;
 use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
 use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
@@ -184,17 +184,7 @@ impl Charger<'_> {
                 }
                 Step::Charge { key } => {
                     let key = key.unwrap_or_default();
-                    let mut answer = self
-                        .provider_call(deadline, self.provider.charge(order, &key))
-                        .await;
-                    calls.provider |= self.observe_provider(&answer);
-                    if self.may_retry_charge(&answer, deadline).await {
-                        metrics::counter!(CHARGE_RETRIED).increment(1);
-                        answer = self
-                            .provider_call(deadline, self.provider.charge(order, &key))
-                            .await;
-                        self.observe_provider(&answer);
-                    }
+                    let answer = self.charge(order, &key, deadline, calls).await;
                     if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) =
                         &answer
                     {
@@ -218,6 +208,30 @@ impl Charger<'_> {
                 }
             };
         }
+    }
+
+    /// The charge under `key`, and its one in-invocation retry when it failed
+    /// transiently.
+    async fn charge(
+        &self,
+        order: &Order,
+        key: &str,
+        deadline: Time,
+        calls: &mut Calls,
+    ) -> Result<Receipt, NoAnswer<PaymentError>> {
+        let answer = self
+            .provider_call(deadline, self.provider.charge(order, key))
+            .await;
+        calls.provider |= self.observe_provider(&answer);
+        if !self.may_retry_charge(&answer, deadline).await {
+            return answer;
+        }
+        metrics::counter!(CHARGE_RETRIED).increment(1);
+        let answer = self
+            .provider_call(deadline, self.provider.charge(order, key))
+            .await;
+        self.observe_provider(&answer);
+        answer
     }
 
     /// Tells the store's breaker how a call went; whether the call was made.

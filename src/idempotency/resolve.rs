@@ -182,50 +182,13 @@ impl Resolver {
             (_, ResolveInput::Read(Err(e)) | ResolveInput::Written(Err(e))) => {
                 ResolveStep::Done(Err(ResolveError::Store(e)))
             }
-            (Phase::Reading, ResolveInput::Read(Ok(record))) => {
-                let Some(record) = record else {
-                    return ResolveStep::Done(Err(ResolveError::NoRecord));
-                };
-                if record.state == State::Done {
-                    return ResolveStep::Done(Ok(Resolution::AlreadyDone {
-                        receipt: record.receipt,
-                    }));
-                }
-                if let Err(refused) = check(
-                    &record,
-                    &self.fingerprint,
-                    self.now,
-                    self.confirmed.card_format_checked,
-                ) {
-                    return ResolveStep::Done(Err(refused));
-                }
-                self.phase = Phase::Leasing;
-                ResolveStep::Write(ResolveWrite::Lease)
-            }
+            (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
             (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.attempt = record.attempt();
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
             }
-            (Phase::Looking, ResolveInput::Looked(found)) => match found {
-                Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
-                // It may still succeed: no new key while it is live.
-                Ok(Lookup::Pending { charge_id, status }) => self.release(
-                    ReleaseKind::KeepKey,
-                    ResolveError::Pending { charge_id, status },
-                ),
-                Ok(Lookup::Succeeded(receipt)) => {
-                    self.receipt = Some(receipt.id);
-                    self.phase = Phase::Completing;
-                    ResolveStep::Write(ResolveWrite::Complete)
-                }
-                Ok(Lookup::NotFound) => {
-                    self.phase = Phase::ReleasingToNextKey;
-                    ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
-                        reset_declines: self.confirmed.retry_declined,
-                    }))
-                }
-            },
+            (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found),
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
                     receipt: self.receipt.take().unwrap_or_default(),
@@ -242,6 +205,48 @@ impl Resolver {
             }
             // A lease or a fenced write refused: someone else moved the record.
             _ => ResolveStep::Done(Err(ResolveError::Changed)),
+        }
+    }
+
+    /// The record as read: settled already, refused, or leased.
+    fn on_read(&mut self, record: Option<Record>) -> ResolveStep {
+        let Some(record) = record else {
+            return ResolveStep::Done(Err(ResolveError::NoRecord));
+        };
+        if record.state == State::Done {
+            return ResolveStep::Done(Ok(Resolution::AlreadyDone {
+                receipt: record.receipt,
+            }));
+        }
+        let card_format_checked = self.confirmed.card_format_checked;
+        if let Err(refused) = check(&record, &self.fingerprint, self.now, card_format_checked) {
+            return ResolveStep::Done(Err(refused));
+        }
+        self.phase = Phase::Leasing;
+        ResolveStep::Write(ResolveWrite::Lease)
+    }
+
+    /// The provider's answer: succeeded → complete; pending → keep the key; not found
+    /// → the next key.
+    fn on_looked(&mut self, found: Result<Lookup, PaymentError>) -> ResolveStep {
+        match found {
+            Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
+            // It may still succeed: no new key while it is live.
+            Ok(Lookup::Pending { charge_id, status }) => self.release(
+                ReleaseKind::KeepKey,
+                ResolveError::Pending { charge_id, status },
+            ),
+            Ok(Lookup::Succeeded(receipt)) => {
+                self.receipt = Some(receipt.id);
+                self.phase = Phase::Completing;
+                ResolveStep::Write(ResolveWrite::Complete)
+            }
+            Ok(Lookup::NotFound) => {
+                self.phase = Phase::ReleasingToNextKey;
+                ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
+                    reset_declines: self.confirmed.retry_declined,
+                }))
+            }
         }
     }
 

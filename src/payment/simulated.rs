@@ -102,26 +102,30 @@ fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, 
     rows.collect()
 }
 
+/// The first call under `key`: its parameters, status and charge id (what a replay
+/// answers with).
+type FirstUse = ((String, i64, String, String), String, Option<String>);
+
+fn first_use_of(tx: &rusqlite::Transaction<'_>, key: &str) -> rusqlite::Result<Option<FirstUse>> {
+    tx.query_row(
+        "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
+             WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
+        named_params! {":key": key},
+        |row| {
+            let params = (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+            Ok((params, row.get(4)?, row.get(5)?))
+        },
+    )
+    .optional()
+}
+
 fn charge_blocking(
     conn: &mut Connection,
     order: &Order,
     key: &str,
 ) -> Result<Result<Receipt, PaymentError>, rusqlite::Error> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let first = tx
-        .query_row(
-            "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
-                 WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
-            named_params! {":key": key},
-            |row| {
-                let params: (String, i64, String, String) =
-                    (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-                let status: String = row.get(4)?;
-                let charge_id: Option<String> = row.get(5)?;
-                Ok((params, status, charge_id))
-            },
-        )
-        .optional()?;
+    let first = first_use_of(&tx, key)?;
     let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
     let this_params = (
         order.id().to_owned(),
