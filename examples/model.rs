@@ -17,15 +17,15 @@
 //!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
 //!   then acknowledged, and the send may fail or its acknowledgement be lost;
 //! * time: a clock that moves in ticks, so leases end, keys age and records pass
-//!   `expira`; TTL removes items past `expira`;
+//!   `expires`; TTL removes items past `expires`;
 //! * faults: a crash at any step, an SDK retry of a write that was applied, a write
 //!   applied with its answer lost, a store error, a provider timeout; writes may be
 //!   applied after their sender's lease ended (the zombie fencing exists for). A
 //!   provider call is never started after the deadline (the driver's rule).
 //!
 //! Properties: at most one successful charge per order; an acknowledged message
-//! means the record is `hecho` with a successful charge, or a copy of the message is
-//! in the DLQ; a `hecho` record never
+//! means the record is `Done` with a successful charge, or a copy of the message is
+//! in the DLQ; a `Done` record never
 //! changes; every message ends acknowledged or in the DLQ; and, so the model is not
 //! vacuous, a takeover after a crash, reconciliation finding a charge and finding
 //! none, a decline followed by success under a later key, a refused conflicting
@@ -71,9 +71,9 @@ struct Params {
     key_ttl: u8,
     /// The provider forgets a key this long after it first saw it.
     key_lifetime: u8,
-    /// `expira` = write time + this (`IDEMPOTENCY_RETENTION`).
+    /// `expires` = write time + this (`IDEMPOTENCY_RETENTION`).
     retention: u8,
-    /// TTL removes an item this long after `expira` at the earliest; `None`: never
+    /// TTL removes an item this long after `expires` at the earliest; `None`: never
     /// within the run ("TTL deletes days late").
     sweep_lag: Option<u8>,
     /// Messages are delivered and redriven only until this tick (queue + DLQ

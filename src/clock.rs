@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// An instant, in milliseconds since the Unix epoch. The table stores most instants in
-/// ms and `expira` in whole seconds (DynamoDB's TTL unit); the schema converts, and
-/// comparisons with `expira` are made in seconds, as the stores make them.
+/// ms and `expires` in whole seconds (DynamoDB's TTL unit); the schema converts, and
+/// comparisons with `expires` are made in seconds, as the stores make them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Time(i64);
 

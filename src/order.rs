@@ -1,6 +1,6 @@
 //! The order message: parsing an SQS body (a raw order, an SNS notification or an
 //! EventBridge event around one), validating it against DESIGN §2, and computing its
-//! fingerprint (`huella`, DESIGN §3).
+//! fingerprint (DESIGN §3).
 //!
 //! Parsing never panics and never guesses: every rejection names the field and the
 //! rule it broke, so the log line of a failed record says exactly what to fix. A

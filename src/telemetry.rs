@@ -14,7 +14,7 @@ use crate::emf::{Emf, InstallError};
 pub const STORE_LATENCY: &str = "store_latency_ms";
 /// Histogram of every provider call (charge and lookup), ms.
 pub const PAYMENT_LATENCY: &str = "payment_latency_ms";
-/// A retry reserved a record left `libre` or with an expired lease.
+/// A retry reserved a record left `Free` or with an expired lease.
 pub const TAKEOVER: &str = "takeover";
 /// A charge retried once in the invocation after a transient failure (same key).
 pub const CHARGE_RETRIED: &str = "charge_retried";

@@ -1,15 +1,15 @@
 //! The audit: the table's records held against the provider's charges, every
 //! disagreement named. This module only judges (no I/O); [`run`] reads both sides.
 //!
-//! What counts as a finding (a `libre` record after declines is not one):
+//! What counts as a finding (a `Free` record after declines is not one):
 //! * `double_charge`: more than one succeeded charge for one order;
-//! * `charged_not_recorded`: a succeeded charge whose order has no `hecho` record
-//!   (none, or `libre`/`en-curso` with no live lease);
-//! * `recorded_without_charge`: a `hecho` record whose receipt is not a succeeded
+//! * `charged_not_recorded`: a succeeded charge whose order has no `Done` record
+//!   (none, or `Free`/`InProgress` with no live lease);
+//! * `recorded_without_charge`: a `Done` record whose receipt is not a succeeded
 //!   charge at the provider;
 //! * `mismatch`: a succeeded charge whose amount, currency or customer does not match
 //!   its record's fingerprint;
-//! * `stuck`: an `en-curso` record whose lease ended more than `stuck_after` ago.
+//! * `stuck`: an `InProgress` record whose lease ended more than `stuck_after` ago.
 
 pub mod lambda;
 pub mod run;
@@ -119,13 +119,13 @@ pub struct Evidence {
     pub charges: Vec<ListedCharge>,
     /// The records of the window and of every charged order, by key.
     pub records: BTreeMap<Key, Record>,
-    /// Charges looked up by id: the receipts of `hecho` records that the listing did
+    /// Charges looked up by id: the receipts of `Done` records that the listing did
     /// not hold (`None`: the provider has no such charge).
     pub receipts: BTreeMap<String, Option<ListedCharge>>,
 }
 
 impl Evidence {
-    /// The receipt ids of `hecho` records that the listing does not hold: the ones
+    /// The receipt ids of `Done` records that the listing does not hold: the ones
     /// to look up by id.
     pub fn unlisted_receipts(&self) -> Vec<String> {
         self.records
@@ -212,7 +212,7 @@ fn charge_findings(
         out.push(finding(Kind::DoubleCharge, json!({})));
     }
     let recorded = record.is_some_and(|r| r.state == State::Done);
-    // A live lease is an attempt still running: its record is about to say `hecho`.
+    // A live lease is an attempt still running: its record is about to say `Done`.
     let running = record.is_some_and(|r| {
         r.state == State::InProgress && r.lease_until.is_some_and(|until| until > now)
     });
@@ -235,7 +235,7 @@ fn charge_findings(
     out
 }
 
-/// What a record says against the charges: `hecho` without a succeeded charge, or a
+/// What a record says against the charges: `Done` without a succeeded charge, or a
 /// lease that ended long ago.
 fn record_finding(
     evidence: &Evidence,

@@ -26,7 +26,7 @@ pub struct Window {
     pub now: Time,
     /// Charges and records created at or after this.
     pub since: Time,
-    /// An `en-curso` record whose lease ended longer ago than this is stuck.
+    /// An `InProgress` record whose lease ended longer ago than this is stuck.
     pub stuck_after: Duration,
 }
 

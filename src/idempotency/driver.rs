@@ -44,7 +44,7 @@ const CHARGE_RETRY_PAUSE: (Duration, Duration) =
 /// What the state machine needs from the configuration.
 #[derive(Clone)]
 pub struct Settings {
-    /// `expira` = now + this.
+    /// `expires` = now + this.
     pub retention: Duration,
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub provider_key_ttl: Duration,
@@ -80,7 +80,7 @@ impl Settings {
         (self.clock)()
     }
 
-    /// `expira` of a record written at `now`: now + retention, in whole seconds (the
+    /// `expires` of a record written at `now`: now + retention, in whole seconds (the
     /// TTL attribute's unit). The one place it is computed.
     pub fn expires(&self, now: Time) -> Time {
         Time::from_secs((now + self.retention).as_secs())
@@ -411,7 +411,7 @@ fn observe(kind: WriteKind, answer: &Result<WriteOutcome, NoAnswer<StoreError>>,
     match (kind, answer) {
         (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
             if record.created.is_some_and(|created| created < started_at) {
-                // A retry reserved a record left `libre` or with an expired lease.
+                // A retry reserved a record left `Free` or with an expired lease.
                 metrics::counter!(TAKEOVER).increment(1);
             }
             crash_points::reached("after-reserve");

@@ -40,7 +40,7 @@ impl Key {
         &self.0[Self::PREFIX.len()..]
     }
 
-    /// The key the provider gets for attempt `intento`: `<pk>#<intento>`.
+    /// The key the provider gets for an attempt: `<pk>#<attempt>`.
     ///
     /// A replay with the same attempt gets the provider's stored outcome, so a crash
     /// between charging and `complete` cannot charge twice.

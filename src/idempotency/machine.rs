@@ -110,7 +110,7 @@ pub struct Start {
     pub now: Time,
     /// The invocation deadline: the lease's end.
     pub deadline: Time,
-    /// `expira` written with the reservation and the completion.
+    /// `expires` written with the reservation and the completion.
     pub expires: Time,
     pub max_declines: u32,
     /// Keys first sent longer ago than this are reconciled before reuse.

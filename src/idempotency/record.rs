@@ -8,7 +8,7 @@ use super::Key;
 use crate::clock::Time;
 use crate::order::Order;
 
-/// `huella`: an order's fingerprint (DESIGN §3), never confused with an owner token.
+/// An order's fingerprint (DESIGN §3), never confused with an owner token.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Fingerprint(String);
 
@@ -23,7 +23,7 @@ impl Fingerprint {
     }
 }
 
-/// `titular`: the random token of one attempt's lease, the fence of its writes.
+/// The random token of one attempt's lease, the fence of its writes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Owner(String);
 
@@ -58,21 +58,21 @@ macro_rules! reads_as_str {
 
 reads_as_str!(Fingerprint, Owner);
 
-/// `estado` of a record.
+/// The state of a record (its stored values are in `schema.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum State {
-    /// `en-curso`: a lease is (or was) held by `titular` until `en_curso_hasta`.
+    /// `InProgress`: a lease is (or was) held by `owner` until `lease_until`.
     InProgress,
-    /// `hecho`: charged; final, whatever `expira` says.
+    /// `Done`: charged; final, whatever `expires` says.
     Done,
-    /// `libre`: released after a failed charge; the next delivery may reserve it.
+    /// `Free`: released after a failed charge; the next delivery may reserve it.
     Free,
     /// Anything else: written by something we do not know. Never taken over.
     Other(String),
 }
 
 /// One item of the idempotency table. Optional fields are absent on items written by
-/// the pattern card's TypeScript consumer (no `huella`, no lease, no attempt).
+/// the pattern card's TypeScript consumer (no `fingerprint`, no lease, no attempt).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     pub pk: Key,
@@ -89,7 +89,7 @@ pub struct Record {
     pub attempt: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
     pub sent: Option<Time>,
-    /// `rechazos`: how many times the provider declined this order (DESIGN §5).
+    /// How many times the provider declined this order (DESIGN §5).
     pub declines: Option<u32>,
 }
 

@@ -1,7 +1,7 @@
 //! `resolve`: a human settles a record that cannot settle itself (a DLQ'd
 //! `needs_reconciliation`, a stuck lease, an order at its decline limit) by asking the
-//! provider. Succeeded → `hecho` with that charge; pending → nothing changes (it may
-//! still succeed); not found → `libre` with the next attempt, so a redrive charges
+//! provider. Succeeded → `Done` with that charge; pending → nothing changes (it may
+//! still succeed); not found → `Free` with the next attempt, so a redrive charges
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
 
@@ -17,11 +17,11 @@ use crate::payment::{Lookup, PaymentError};
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
-    /// The provider has the charge: the record is now `hecho` with it.
+    /// The provider has the charge: the record is now `Done` with it.
     Completed { receipt: String, attempt: u32 },
-    /// The provider has no charge: the record is `libre` with the next attempt.
+    /// The provider has no charge: the record is `Free` with the next attempt.
     Released { next_attempt: u32 },
-    /// Already `hecho`: nothing to do.
+    /// Already `Done`: nothing to do.
     AlreadyDone { receipt: Option<String> },
 }
 

@@ -10,9 +10,9 @@ pub struct Rules {
     pub fenced: bool,
     /// An uncertain charge failure (timeout, 5xx, …) keeps the provider key.
     pub keep_key_when_uncertain: bool,
-    /// `hecho` is final, whatever `expira` says.
+    /// `Done` is final, whatever `expires` says.
     pub done_is_final: bool,
-    /// The provider gets the idempotency key `<pk>#<intento>`.
+    /// The provider gets the idempotency key `<pk>#<attempt>`.
     pub provider_key: bool,
     /// A `pending` charge found by reconciliation is live: no new key.
     pub pending_is_live: bool,

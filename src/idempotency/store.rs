@@ -55,23 +55,23 @@ pub struct ReserveRequest<'a> {
     pub lease_until: Time,
     /// Retention: the TTL attribute written with the reservation.
     pub expires: Time,
-    /// A record with this many declines (`rechazos`) is not reserved again: the lost
+    /// A record with this many declines (`declines`) is not reserved again: the lost
     /// condition returns it, and the order fails as declined without a provider call.
     pub max_declines: u32,
 }
 
-/// Mark `pk` `hecho` with `recibo`.
+/// Mark `pk` `Done` with `receipt`.
 #[derive(Clone, Debug)]
 pub struct CompleteRequest<'a> {
     pub pk: &'a Key,
     pub owner: &'a Owner,
-    /// The attempt whose provider key produced `recibo`.
+    /// The attempt whose provider key produced `receipt`.
     pub attempt: u32,
     pub receipt: &'a str,
     pub expires: Time,
 }
 
-/// Give a lease back (`libre`).
+/// Give a lease back (`Free`).
 #[derive(Clone, Debug)]
 pub struct ReleaseRequest<'a> {
     pub pk: &'a Key,
@@ -82,18 +82,18 @@ pub struct ReleaseRequest<'a> {
 /// What a release does to the provider key and the decline count (DESIGN §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReleaseKind {
-    /// Keep `intento`: the next attempt replays the same key. Every failure whose
+    /// Keep `attempt`: the next attempt replays the same key. Every failure whose
     /// outcome at the provider is unknown or transient.
     KeepKey,
     /// After a 402: the provider stored a decline under this key, so nothing was
-    /// charged under it. `intento` + 1, `enviado` removed, `rechazos` + 1.
+    /// charged under it. `attempt` + 1, `sent` removed, `declines` + 1.
     Declined,
-    /// `resolve` found no charge: `intento` + 1, `enviado` removed; `rechazos`
+    /// `resolve` found no charge: `attempt` + 1, `sent` removed; `declines`
     /// removed too when a human says the customer fixed the card.
     NextKey { reset_declines: bool },
 }
 
-/// Take a record for `resolve` (a human settling it): any non-`hecho` record with the
+/// Take a record for `resolve` (a human settling it): any non-`Done` record with the
 /// same (or no) fingerprint and no live lease.
 #[derive(Clone, Debug)]
 pub struct ResolveLeaseRequest<'a> {
@@ -117,27 +117,26 @@ pub enum WriteOutcome {
 /// The idempotency table. One item per key; every write is one conditional request.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
-    /// Wins when the key is absent, or a non-`hecho` item of ours is past `expira`,
-    /// or the item has the same `huella`, fewer than `max_declines` declines, and is
-    /// `libre` or `en-curso` with an expired lease. On winning: `en-curso`, our
-    /// `titular`, lease until `lease_until`, `creado`/`intento`/`enviado`/`rechazos`
+    /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`,
+    /// or the item has the same `fingerprint`, fewer than `max_declines` declines, and is
+    /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
+    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`declines`
     /// kept if present. On losing, the old item.
     async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
-    /// `hecho` + `recibo`, lease removed, on `estado = en-curso AND titular = mine`.
+    /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
     async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
-    /// The fallback when the fence is lost: the success is still a fact about
-    /// attempt `intento`, so write `hecho` + `recibo` on `intento = :mine AND estado <>
-    /// hecho`.
+    /// The fallback when the fence is lost: the success is still a fact about its
+    /// attempt, so write `Done` + `receipt` on `attempt = :mine AND state <> Done`.
     async fn complete_attempt(&self, req: &CompleteRequest<'_>)
     -> Result<WriteOutcome, StoreError>;
 
-    /// `libre`, lease removed, the key and decline count as `kind` says; same fence
+    /// `Free`, lease removed, the key and decline count as `kind` says; same fence
     /// as `complete`.
     async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
-    /// While holding the lease: `intento` + 1 and `enviado = now`, for a key the
+    /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the
     /// provider may have forgotten and reconciliation did not find (DESIGN §5).
     async fn next_attempt(
         &self,
@@ -146,9 +145,9 @@ pub trait IdempotencyStore: Send + Sync {
         now: Time,
     ) -> Result<WriteOutcome, StoreError>;
 
-    /// For `resolve`: leases a record that exists, is not `hecho`, has no live lease
-    /// (card-format `en-curso` items have none) and has the same or no `huella`
-    /// (which it then gets). `intento`, `enviado`, `creado` are kept or started.
+    /// For `resolve`: leases a record that exists, is not `Done`, has no live lease
+    /// (card-format `InProgress` items have none) and has the same or no `fingerprint`
+    /// (which it then gets). `attempt`, `sent`, `created` are kept or started.
     async fn lease_for_resolve(
         &self,
         req: &ResolveLeaseRequest<'_>,
@@ -157,7 +156,7 @@ pub trait IdempotencyStore: Send + Sync {
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
 
-    /// For the audit: every record first reserved at or after `since` (`creado`;
+    /// For the audit: every record first reserved at or after `since` (`created`;
     /// card-format items have none). Every page is read, or an error: never a
     /// shorter list.
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;

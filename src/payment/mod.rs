@@ -17,7 +17,7 @@ use crate::order::Order;
 /// What the provider returns for a successful charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
-    /// The provider's charge id, stored as `recibo`.
+    /// The provider's charge id, stored as the record's receipt.
     pub id: String,
 }
 
