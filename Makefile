@@ -63,7 +63,7 @@ test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite)
 	$(MAKE) --no-print-directory model
 	$(MAKE) --no-print-directory model-mutants
 
-# The model checker (DESIGN §10) over the real core. It is built in the dev profile, so
+# The model checker (ARCHITECTURE.md, "The proof") over the real core. It is built in the dev profile, so
 # CI compiles no second, release build of the crate (and debug assertions stay on): the
 # model's own crate is compiled with -C opt-level=3 (cargo rustc, this target only: 5 s)
 # and stateright is optimised too (Cargo.toml); the core stays as the tests built it

@@ -1,4 +1,4 @@
-//! The model checker of DESIGN §10 (`make model`, `make model MUTANT=<name>`).
+//! The model checker of ARCHITECTURE.md, "The proof" (`make model`, `make model MUTANT=<name>`).
 //!
 //! It explores, breadth first, every interleaving of a few consumer invocations that
 //! run the product's own state machine (`charge_once::idempotency::machine::Machine`)
@@ -31,7 +31,7 @@
 //! none, a decline followed by success under a later key, a refused conflicting
 //! payload, and that payload dead-lettered on its first delivery are each reached.
 //!
-//! Each mutant switches one rule of DESIGN §4–5 off (or breaks one assumption) and
+//! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
 //! must yield a counterexample, printed as the shortest trace.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench-like tool: fail loudly

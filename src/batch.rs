@@ -1,4 +1,4 @@
-//! The SQS batch (DESIGN §6; README, "Retries"): parse every record,
+//! The SQS batch (ARCHITECTURE.md, "The batch" and "Retries"): parse every record,
 //! group by key, run groups concurrently (bounded) and records of a group in message
 //! order, stop a group after its first non-success, keep FIFO batches strictly in
 //! order, respect the deadline margin, isolate panics; then settle each record that is
@@ -34,7 +34,7 @@ pub enum BatchError {
     MissingMessageId { index: usize },
 }
 
-/// How a batch is run (DESIGN §6–7).
+/// How a batch is run (ARCHITECTURE.md, "The batch").
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Key groups processed at once.

@@ -1,4 +1,4 @@
-//! The commands outside Lambda (DESIGN §7): `invoke` runs the real handler once on an
+//! The commands outside Lambda (ARCHITECTURE.md, "Settings"): `invoke` runs the real handler once on an
 //! SQS event file, `inspect` prints an order's record, `resolve` settles one with the
 //! provider. Edge code: errors are `anyhow`.
 //! stdout carries only the command's JSON; logs go to stderr.
@@ -272,7 +272,7 @@ async fn resolve(
     Ok(())
 }
 
-/// A record under its table attribute names (DESIGN §4).
+/// A record under its table attribute names (ARCHITECTURE.md, "The table").
 fn record_json(r: &Record) -> serde_json::Value {
     let attributes = schema::attributes(r).into_iter().map(|(name, value)| {
         let value = match value {

@@ -1,4 +1,4 @@
-//! Every setting of DESIGN §7, read from the environment once at cold start, typed and
+//! Every setting of ARCHITECTURE.md, "Settings", read from the environment once at cold start, typed and
 //! validated. A missing or bad value is one error naming the variable, so the cold
 //! start stops with a line that says what to fix.
 
@@ -88,7 +88,7 @@ pub struct Config {
     pub deadline_margin: Duration,
     pub invoke_deadline: Duration,
     pub metrics_namespace: String,
-    /// Where dead letters go (DESIGN §6b): required in Lambda, and by `invoke --sqs`.
+    /// Where dead letters go (ARCHITECTURE.md, "Retries"): required in Lambda, and by `invoke --sqs`.
     pub dead_letter_queue_url: Option<String>,
     /// The backoff of transient failures: `RETRY_BASE` doubling up to `RETRY_CAP`.
     pub retry_base: Duration,

@@ -3,7 +3,7 @@
 //! An AWS Lambda SQS consumer that charges each order **exactly once in effect**,
 //! although SQS and SNS deliver at least once: an idempotent consumer backed by a
 //! DynamoDB table of conditional writes, fenced leases and end-to-end provider
-//! idempotency keys. The design is `DESIGN.md` (shared with the project).
+//! idempotency keys. How it works, and why each rule exists: `ARCHITECTURE.md`.
 //!
 //! ## Layout
 //!
@@ -12,16 +12,18 @@
 //! | [`clock`] | "now": the clock type and the wall clock |
 //! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
 //! | [`config`] | every setting, typed and validated once at cold start |
-//! | [`order`] | message parsing (raw / SNS), validation, fingerprint |
-//! | [`idempotency`] | key, record, store contract, the state machine (no AWS types) |
-//! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
-//! | [`payment`] | the provider contract, the Stripe-compatible HTTP client, the API key, the local simulator |
+//! | [`order`] | message parsing (raw / SNS / EventBridge), validation, fingerprint |
+//! | [`idempotency`] | the policy: key, record, store contract, the table's write specification, the rules, the state machine and its driver, `resolve` (no AWS types) |
 //! | [`retry`] | what happens to a record not acknowledged: its delay by cause, the DLQ at once, the breakers (no I/O) |
 //! | [`queue`] | the queue contract (visibility, dead letters) and its SQS adapter |
-//! | [`batch`] | SQS batch → grouped, concurrent, partial batch response |
-//! | [`audit`] | the table held against the provider's charges: findings, and the reads behind them |
+//! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
+//! | [`payment`] | the provider contract (charge path, listing), the Stripe-compatible HTTP client, the API key, the local simulator |
+//! | [`batch`] | SQS batch → grouped, concurrent, settled (DLQ or delay), partial batch response |
+//! | [`audit`] | the table held against the provider's charges: findings, the reads behind them, the scheduled audit in Lambda |
 //! | [`wiring`] | the clients and parts both entry points build at start |
 //! | [`sqlite_file`] | the SQLite file of local runs, shared by the local store and the simulator |
+//! | [`tls`] | the TLS settings of both HTTPS clients (compiled-in roots and `AWS_CA_BUNDLE`) |
+//! | [`sdk_http`] | the AWS SDK's HTTP client (reqwest on those TLS settings) |
 //! | [`telemetry`] | logs; the metric names and their units |
 //! | [`emf`] | metrics as EMF, one document per invocation (also concurrent ones) |
 //! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |

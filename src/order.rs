@@ -1,6 +1,6 @@
 //! The order message: parsing an SQS body (a raw order, an SNS notification or an
-//! EventBridge event around one), validating it against DESIGN §2, and computing its
-//! fingerprint (DESIGN §3).
+//! EventBridge event around one), validating it against ARCHITECTURE.md, "The message", and computing its
+//! fingerprint (ARCHITECTURE.md, "The key and the fingerprint").
 //!
 //! Parsing never panics and never guesses: every rejection names the field and the
 //! rule it broke, so the log line of a failed record says exactly what to fix. A
@@ -154,7 +154,7 @@ impl Order {
         &self.customer
     }
 
-    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer` (DESIGN §3).
+    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer` (ARCHITECTURE.md, "The key and the fingerprint").
     pub fn fingerprint(&self) -> String {
         let mut hasher = Sha256::new();
         hasher.update(self.id.as_bytes());
@@ -278,7 +278,7 @@ fn string_field<'a>(
     }
 }
 
-/// Checks an order id against DESIGN §2 (also used by the CLI for `inspect`).
+/// Checks an order id against ARCHITECTURE.md, "The message" (also used by the CLI for `inspect`).
 pub fn validate_id(id: &str) -> Result<(), OrderError> {
     if id.is_empty() {
         return Err(OrderError::InvalidId("empty"));
@@ -476,7 +476,7 @@ mod tests {
         assert_eq!(Order::parse(&body).unwrap().id(), id);
     }
 
-    /// Every accepted order satisfies the rules of DESIGN §2; every rejection names
+    /// Every accepted order satisfies the rules of ARCHITECTURE.md, "The message"; every rejection names
     /// a field or the envelope, so a log line always says what is wrong.
     fn check_parse(body: &str) {
         match Order::parse(body) {

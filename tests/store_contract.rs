@@ -1,4 +1,4 @@
-//! The store contract suite (DESIGN §4–5), one suite run against every store: DynamoDB
+//! The store contract suite (ARCHITECTURE.md, "The table" and "The state machine"), one suite run against every store: DynamoDB
 //! on moto (behind its lock) and on dynalite, and the embedded SQLite store. Each test
 //! gets a fresh table (or file); times are explicit so expiry is tested without waiting.
 

@@ -313,7 +313,7 @@ fn parameter_field(t: &Value, v: &Value, field: &str) -> Option<u64> {
     }
 }
 
-/// The retry path against the queue (README, "Retries"): SQS deletes a
+/// The retry path against the queue (ARCHITECTURE.md, "Retries"): SQS deletes a
 /// message that outlives the queue's retention, with no DLQ, so the longest path (every
 /// delay at its cap of jitter, one function timeout per receive) must end well before
 /// it: within half of it by default, within it at every parameter's maximum. And a

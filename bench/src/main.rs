@@ -1,6 +1,6 @@
 //! `make bench`: charge-once against Powertools for AWS Lambda (Python and TypeScript),
-//! side by side, doing the same work on the same backend (DESIGN §9, issue "Benchmark
-//! against Powertools"). Its own binary, not a test: `make bench` builds the release
+//! side by side, doing the same work on the same backend (README,
+//! "Performance": the figures to beat). Its own binary, not a test: `make bench` builds the release
 //! binary and runs this. It asserts nothing about speed; it asserts only that every
 //! contender did the work (no unexpected item failures), so a broken peer cannot pass
 //! for a fast one.

@@ -88,7 +88,7 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
-/// A DESIGN §9 target: what it asks, what was measured, and whether it holds.
+/// A target of README's Performance section: what it asks, what was measured, and whether it holds.
 pub struct Verdict {
     pub target: &'static str,
     pub goal: String,
@@ -150,8 +150,8 @@ impl Report {
         let fresh_b1 = self.cells.iter().find(|(c, _)| {
             c.scenario == Scenario::Fresh && c.batch == 1 && c.store_ms == 5 && c.payment_ms == 50
         });
-        // CPU per fresh record against the best peer: DESIGN §9 at batch 10, and issue
-        // 16's stricter goals at batch 10 and batch 1.
+        // CPU per fresh record against the best peer: the first target at batch 10,
+        // and the stricter goals at batch 10 and batch 1.
         let cases = [
             ("handler CPU per fresh record", Some(head), 5.0),
             (
@@ -184,7 +184,7 @@ impl Report {
                 ),
                 met: ratio >= goal,
             };
-            // DESIGN's own target leads the table.
+            // The first target leads the table.
             if i == 0 {
                 verdicts.insert(0, verdict);
             } else {
@@ -227,7 +227,7 @@ impl Report {
                 self.elapsed
             ),
             String::new(),
-            "## DESIGN §9 targets".into(),
+            "## Targets".into(),
             String::new(),
             "| target | goal | measured | met |".into(),
             "| --- | --- | --- | --- |".into(),

@@ -1,6 +1,6 @@
 //! An in-process payment provider that behaves like a real one: it stores the outcome
 //! of every idempotency key and replays it, refuses a key reused with other
-//! parameters, records every call, and can be told to fail in each way of DESIGN §5.
+//! parameters, records every call, and can be told to fail in each way of ARCHITECTURE.md, "The state machine".
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! The driver of one record: performs each step the pure core (`core.rs`) asks for
+//! The driver of one record: performs each step the state machine (`machine.rs`) asks for
 //! with the real store and provider, and feeds the answer back. It owns what the core
 //! must not touch: the clock, the owner token, timeouts, metrics and log lines.
 //!
@@ -87,7 +87,7 @@ impl Settings {
     }
 }
 
-/// Runs the reserve write and classifies a lost condition (DESIGN §5 "reserve").
+/// Runs the reserve write and classifies a lost condition (ARCHITECTURE.md, "The state machine").
 pub async fn reserve(
     store: &dyn IdempotencyStore,
     req: &ReserveRequest<'_>,

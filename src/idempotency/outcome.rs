@@ -186,7 +186,7 @@ impl Outcome {
         )
     }
 
-    /// What retrying it can do (README, "Retries"): nothing needed, wait and
+    /// What retrying it can do (ARCHITECTURE.md, "Retries"): nothing needed, wait and
     /// retry, or nothing at all (the DLQ at once).
     pub fn class(&self) -> Class {
         match self {

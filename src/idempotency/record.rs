@@ -1,4 +1,4 @@
-//! The stored idempotency record (DESIGN §4), as the policy sees it. Its storage
+//! The stored idempotency record (ARCHITECTURE.md, "The table"), as the policy sees it. Its storage
 //! names are in [`super::schema`].
 
 use std::fmt;
@@ -8,7 +8,7 @@ use super::Key;
 use crate::clock::Time;
 use crate::order::Order;
 
-/// An order's fingerprint (DESIGN §3), never confused with an owner token.
+/// An order's fingerprint (ARCHITECTURE.md, "The key and the fingerprint"), never confused with an owner token.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Fingerprint(String);
 
@@ -89,7 +89,7 @@ pub struct Record {
     pub attempt: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
     pub sent: Option<Time>,
-    /// How many times the provider declined this order (DESIGN §5).
+    /// How many times the provider declined this order (ARCHITECTURE.md, "The state machine").
     pub declines: Option<u32>,
 }
 

@@ -2,7 +2,7 @@
 //! mutants"). Each can be switched off, for the model checker's mutants only:
 //! production always runs [`Rules::ALL`].
 
-/// The safety rules of DESIGN §4–5. Each exists because switching it off lets the
+/// The safety rules of ARCHITECTURE.md, "The table" and "The state machine". Each exists because switching it off lets the
 /// model checker find a double charge or a lost message (`make model MUTANT=…`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rules {

@@ -1,4 +1,4 @@
-//! The table's storage format (DESIGN §4), written once. Items keep the pattern card's
+//! The table's storage format (ARCHITECTURE.md, "The table"), written once. Items keep the pattern card's
 //! Spanish attribute names and state values (`estado = hecho`, `recibo`, `huella`…):
 //! they are what the table holds, what the card's own consumer wrote, and what an
 //! operator reads in the console. The Rust code speaks English (`state = Done`,
@@ -122,7 +122,7 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
 }
 
 /// A record's attributes under their table names, absent ones left out, in the
-/// order of DESIGN §4.
+/// order of ARCHITECTURE.md, "The table".
 pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
     let s = |v: &str| Some(Value::S(v.to_owned()));
     let n = |v: Option<i64>| v.map(Value::N);

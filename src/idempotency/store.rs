@@ -1,5 +1,5 @@
 //! The store contract: the conditional writes the state machine needs, each one
-//! request (DESIGN §5). Implementations do only I/O; deciding what a lost condition
+//! request (ARCHITECTURE.md, "The state machine"). Implementations do only I/O; deciding what a lost condition
 //! means is the state machine's job, so every losing write returns the old record.
 
 use async_trait::async_trait;
@@ -43,7 +43,7 @@ impl StoreError {
     }
 }
 
-/// Reserve `pk` for this fingerprint (DESIGN §5 "reserve").
+/// Reserve `pk` for this fingerprint (ARCHITECTURE.md, "The state machine").
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
@@ -79,7 +79,7 @@ pub struct ReleaseRequest<'a> {
     pub kind: ReleaseKind,
 }
 
-/// What a release does to the provider key and the decline count (DESIGN §5).
+/// What a release does to the provider key and the decline count (ARCHITECTURE.md, "The state machine").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReleaseKind {
     /// Keep `attempt`: the next attempt replays the same key. Every failure whose
@@ -137,7 +137,7 @@ pub trait IdempotencyStore: Send + Sync {
     async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError>;
 
     /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the
-    /// provider may have forgotten and reconciliation did not find (DESIGN §5).
+    /// provider may have forgotten and reconciliation did not find (ARCHITECTURE.md, "The state machine").
     async fn next_attempt(
         &self,
         pk: &Key,

@@ -145,7 +145,7 @@ pub enum Reservation {
     NeedsReconciliation { cause: ReconcileCause },
 }
 
-/// Judges the answer to a reserve (DESIGN §5 "reserve").
+/// Judges the answer to a reserve (ARCHITECTURE.md, "The state machine").
 pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
     match answer {
         WriteOutcome::Applied(record) => Reservation::Won(record),

@@ -3,7 +3,7 @@
 //! `charge` is `POST /v1/charges` with an `Idempotency-Key` and a form body that is a
 //! pure function of the order's fingerprinted fields, so a replay is byte-identical
 //! and the provider answers with the original outcome. `find_charge` lists the
-//! customer's charges for reconciliation. Responses are classified per DESIGN §5.
+//! customer's charges for reconciliation. Responses are classified per ARCHITECTURE.md, "The state machine".
 //!
 //! The API key is sent as a sensitive header and never appears in errors, logs or
 //! `Debug` output; the provider's error text is never carried into our errors (an
@@ -254,7 +254,7 @@ fn unexpected(what: &'static str) -> PaymentError {
     }
 }
 
-/// Classifies a non-2xx answer (DESIGN §5). Only a 402 moves to the next attempt.
+/// Classifies a non-2xx answer (ARCHITECTURE.md, "The state machine"). Only a 402 moves to the next attempt.
 async fn classify_failure(response: Response) -> PaymentError {
     let status = response.status();
     let replayed = response

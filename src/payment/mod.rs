@@ -1,4 +1,4 @@
-//! The payment provider contract (DESIGN §5 "charge"): charge an order under an
+//! The payment provider contract (ARCHITECTURE.md, "The state machine"): charge an order under an
 //! idempotency key, and look a charge up for reconciliation.
 //!
 //! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key;
@@ -21,7 +21,7 @@ pub struct Receipt {
     pub id: String,
 }
 
-/// What a lookup of an order's charges found (DESIGN §5 "reconcile"). A charge counts
+/// What a lookup of an order's charges found (ARCHITECTURE.md, "The state machine"). A charge counts
 /// when its `metadata[order_id]`, amount and currency match and its status is not
 /// `failed`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl ListedCharge {
 }
 
 /// Why a provider call did not produce a receipt. The variant decides what happens to
-/// the provider key (DESIGN §5): only `Declined` moves to the next attempt.
+/// the provider key (ARCHITECTURE.md, "The state machine"): only `Declined` moves to the next attempt.
 #[derive(Debug, thiserror::Error)]
 pub enum PaymentError {
     /// 402: the provider stored a decline under this key; nothing was charged.

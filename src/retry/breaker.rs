@@ -1,4 +1,4 @@
-//! A circuit breaker per dependency and execution environment (README,
+//! A circuit breaker per dependency and execution environment (ARCHITECTURE.md,
 //! "Retries"): after `threshold` transient failures in a row, across records and
 //! invocations of this process, it opens; while it is open, records that need the
 //! dependency fail at once as `deferred` (no write, no call) and come back with the

@@ -1,4 +1,4 @@
-//! What happens to a record that is not acknowledged (README, "Retries"): the
+//! What happens to a record that is not acknowledged (ARCHITECTURE.md, "Retries"): the
 //! delay before SQS hands it out again, chosen by why it failed, or the dead-letter
 //! queue at once when no retry can fix it; and the breakers ([`breaker`]) that stop an
 //! execution environment from calling a dependency that is down. Pure policy: no I/O,

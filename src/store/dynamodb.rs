@@ -24,7 +24,7 @@ use crate::idempotency::{
 
 type Item = HashMap<String, AttributeValue>;
 
-/// Attribute names of DESIGN §4, aliased as `#<alias>` in every expression.
+/// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every expression.
 /// The audit's scan: items per page (before the filter), the pause between pages, and
 /// how many pages at most (ten million items).
 const SCAN_PAGE: i32 = 100;

@@ -4,7 +4,7 @@
 //! WHERE` / `UPDATE … WHERE`, `RETURNING *`); when the condition fails, the old row is
 //! read in the same transaction, as DynamoDB's `ALL_OLD` would return it.
 //!
-//! Columns are the attribute names of DESIGN §4. SQL `NULL` comparisons are false, as
+//! Columns are the attribute names of ARCHITECTURE.md, "The table". SQL `NULL` comparisons are false, as
 //! comparisons with missing attributes are in DynamoDB condition expressions.
 
 use std::path::Path;
