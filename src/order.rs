@@ -421,9 +421,6 @@ mod tests {
     }
 
     #[test]
-    fn key_is_built_from_the_order_id() {}
-
-    #[test]
     fn each_invalid_body_names_its_problem() {
         assert!(err("not json").contains("not JSON"));
         assert!(err("[1,2]").contains("not a JSON object"));

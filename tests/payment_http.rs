@@ -312,6 +312,40 @@ async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
 
 /// A `MakeWriter` that keeps every log line in memory.
 #[tokio::test]
+async fn a_2xx_charge_without_a_status_is_not_a_receipt() {
+    // A provider (or a proxy) that answers 200 with a charge id and no status: the
+    // outcome is unknown, as the lookup and the audit read such a charge.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answering = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = [0u8; 8192];
+            let _ = socket.read(&mut request).await;
+            let body = r#"{"id":"ch_without_status","object":"charge"}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    let order = order(&unique_id(), 4200, "cus_any");
+    let result = provider_at(&url, PAYMENT_TIMEOUT)
+        .charge(&order, &Key::for_order(&order).provider_key(1))
+        .await;
+    assert!(
+        matches!(
+            &result,
+            Err(PaymentError::Pending { charge_id, status })
+                if charge_id == "ch_without_status" && status == "unknown"
+        ),
+        "{result:?}"
+    );
+    answering.abort();
+}
+
+#[tokio::test]
 async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let wrong_key = "qZxJvWpKmQbTrYgHfNdLsXcV";
     let logs = Captured::default();

@@ -67,4 +67,20 @@ mod tests {
         assert_eq!(key.provider_key(1), "cobro#ord-1#1");
         assert_eq!(key.provider_key(12), "cobro#ord-1#12");
     }
+
+    #[test]
+    fn the_key_is_the_order_id_whatever_shape_or_copy_carried_it() {
+        let raw = r#"{"id":"A-1","amount":5000,"currency":"EUR","customer":"cus_1"}"#;
+        let sns = serde_json::json!({"Type": "Notification", "MessageId": "m-2", "Message": raw})
+            .to_string();
+        let keys: Vec<Key> = [raw.to_owned(), sns]
+            .iter()
+            .map(|body| Key::for_order(&Order::parse(body).unwrap()))
+            .collect();
+        assert_eq!(keys[0].as_str(), "cobro#A-1");
+        assert_eq!(
+            keys[0], keys[1],
+            "an SNS copy has another message id, the same key"
+        );
+    }
 }

@@ -330,11 +330,13 @@ impl PaymentProvider for HttpProvider {
                 decline_code: None,
             }),
             // Only a final success is a receipt: a pending charge (bank debits, some
-            // wallets) may still fail, and an acknowledged order must be paid.
-            Some("succeeded") | None => Ok(Receipt { id: charge.id }),
-            Some(status) => Err(PaymentError::Pending {
+            // wallets) may still fail, and an acknowledged order must be paid. A charge
+            // without a status is unknown, as the lookup and the audit read it: when in
+            // doubt, the record fails (the key is kept, and the retry reconciles).
+            Some("succeeded") => Ok(Receipt { id: charge.id }),
+            status => Err(PaymentError::Pending {
                 charge_id: charge.id,
-                status: status.to_owned(),
+                status: status.unwrap_or("unknown").to_owned(),
             }),
         }
     }

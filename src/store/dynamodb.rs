@@ -24,13 +24,14 @@ use crate::idempotency::{
 
 type Item = HashMap<String, AttributeValue>;
 
-/// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every expression.
 /// The audit's scan: items per page (before the filter), the pause between pages, and
 /// how many pages at most (ten million items).
 const SCAN_PAGE: i32 = 100;
 const SCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 const SCAN_MAX_PAGES: usize = 100_000;
 
+/// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every
+/// expression (several are DynamoDB reserved words; aliasing all avoids the trap).
 const NAMES: &[(&str, &str)] = &[
     ("#pk", attr::PK),
     ("#estado", attr::STATE),
