@@ -17,14 +17,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::clock::{self, Time};
 use charge_once::config::Secret;
 use charge_once::idempotency::schema::attr;
-use charge_once::idempotency::{
-    Fingerprint, IdempotencyStore, Key, Owner, ReserveRequest, reserve,
-};
+use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key};
 use charge_once::order::Order;
 use charge_once::payment::Provider;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
 use charge_once::store::sqlite::SqliteStore;
+use harness::reservation::Reservation;
 use harness::rig::{PAYMENT_TIMEOUT, batch_of};
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
 use harness::servers::{Backend, Table, cli_on_moto_and_mock, stripe_mock_url};
@@ -244,20 +243,10 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: &str, declinin
     let now = Time::from_ms(clock::wall_ms());
     let hours = |h: u64| Duration::from_secs(3600 * h);
     let store = pair.store();
-    reserve(
-        store.as_ref(),
-        &ReserveRequest {
-            pk: &Key::for_order(&stuck),
-            fingerprint: &Fingerprint::of(&stuck),
-            owner: &Owner::fresh(),
-            now: now - hours(3),
-            lease_until: now - hours(2),
-            expires: now + hours(24 * 400),
-            max_declines: 3,
-        },
-    )
-    .await
-    .unwrap();
+    Reservation::of(&stuck, "died", now - hours(3))
+        .until(now - hours(2))
+        .make(store.as_ref())
+        .await;
     expected.push(("stuck", &stuck));
     assert_eq!(pair.audit(), (1, expect(&expected)));
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use charge_once::clock::{self, Time};
 use charge_once::emf::{Emf, Recorded};
-use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
+use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use harness::provider::{Fault, TestProvider};
+use harness::reservation::Reservation;
 use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
 use serde_json::Value;
 
@@ -47,18 +48,10 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m").unwrap();
     let reserve_as = |id: &'static str, at: Time, until: Time| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
-        let pk = Key::for_order(&o);
-        let (fingerprint, owner) = (Fingerprint::of(&o), Owner::new("someone-else"));
-        let req = ReserveRequest {
-            pk: &pk,
-            fingerprint: &fingerprint,
-            owner: &owner,
-            now: at,
-            lease_until: until,
-            expires: at + Duration::from_secs(3600 * 24 * 400),
-            max_declines: 3,
-        };
-        reserve(store, &req).await.unwrap();
+        Reservation::of(&o, "someone-else", at)
+            .until(until)
+            .make(store)
+            .await;
     };
     // Before the batch: a charged order (for the conflict), a live lease, an expired
     // lease, an old key the provider charged, a card-format item.

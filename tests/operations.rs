@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use charge_once::clock::Time;
 use charge_once::config::Secret;
-use charge_once::idempotency::{
-    Fingerprint, IdempotencyStore, Key, Owner, ReserveRequest, State, reserve,
-};
+use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key, State};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
 use harness::logs::Captured;
+use harness::reservation::Reservation;
 use harness::rig::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
 use harness::servers::{Backend, Table};
 use harness::stripe;
@@ -181,18 +180,10 @@ fn now() -> Time {
 
 /// A reservation by an invocation that died, with its lease ending at `until`.
 async fn abandoned(table: &Table, order: &Order, until: Time) {
-    let pk = Key::for_order(order);
-    let (fingerprint, owner) = (Fingerprint::of(order), Owner::new("died"));
-    let req = ReserveRequest {
-        pk: &pk,
-        fingerprint: &fingerprint,
-        owner: &owner,
-        now: until - Duration::from_secs(60),
-        lease_until: until,
-        expires: now() + Duration::from_secs(3600 * 24 * 400),
-        max_declines: 3,
-    };
-    reserve(table.store.as_ref(), &req).await.unwrap();
+    Reservation::of(order, "died", until - Duration::from_secs(60))
+        .until(until)
+        .make(table.store.as_ref())
+        .await;
 }
 
 #[tokio::test]

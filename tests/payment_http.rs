@@ -9,11 +9,12 @@
 use std::time::{Duration, Instant};
 
 use charge_once::config::{Config, Secret};
-use charge_once::idempotency::{Fingerprint, Key, Owner, ReserveRequest, State, reserve};
+use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{ChargeListing, FailureKind, PaymentError, PaymentProvider, api_key};
 use harness::logs::Captured;
+use harness::reservation::Reservation;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
 use harness::stripe::{self, TEST_KEY};
 
@@ -484,19 +485,10 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     let order = order(&unique_id(), 1234, &customer);
     let h = Harness::new(provider()).await;
     // A reservation made a day ago whose invocation died before sending anything.
-    let pk = Key::for_order(&order);
-    let then = h.clock.now();
-    let owner = Owner::new("died-before-sending");
-    let req = ReserveRequest {
-        pk: &pk,
-        fingerprint: &Fingerprint::of(&order),
-        owner: &owner,
-        now: then,
-        lease_until: then + Duration::from_millis(60_000),
-        expires: then + Duration::from_secs(400 * 24 * 3600),
-        max_declines: harness::rig::MAX_DECLINES,
-    };
-    reserve(h.table.store.as_ref(), &req).await.unwrap();
+    Reservation::of(&order, "died-before-sending", h.clock.now())
+        .max_declines(harness::rig::MAX_DECLINES)
+        .make(h.table.store.as_ref())
+        .await;
     h.clock
         .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
 

@@ -8,13 +8,14 @@
 use std::time::Duration;
 
 use charge_once::idempotency::{
-    Call, Charger, Fingerprint, IdempotencyStore, Key, Outcome, Owner, ReconcileCause, Record,
-    ReserveRequest, RetryCause, Settings, State, reserve,
+    Call, Charger, IdempotencyStore, Key, Outcome, ReconcileCause, Record, RetryCause, Settings,
+    State,
 };
 use charge_once::order::Order;
 use charge_once::store::sqlite::SqliteStore;
 use harness::clock::TestClock;
 use harness::provider::{Fault, TestProvider};
+use harness::reservation::Reservation;
 
 const PAYMENT_TIMEOUT: Duration = Duration::from_millis(300);
 const KEY_TTL: Duration = Duration::from_secs(23 * 3600);
@@ -139,18 +140,12 @@ async fn the_same_id_with_another_payload_is_a_conflict_and_never_charged() {
 async fn a_live_lease_of_another_delivery_is_in_progress_and_nothing_is_sent() {
     let b = bench();
     let o = order("p-4", 500);
-    let (pk, fingerprint, other) = (Key::for_order(&o), Fingerprint::of(&o), Owner::new("other"));
     let now = b.clock.now();
-    let req = ReserveRequest {
-        pk: &pk,
-        fingerprint: &fingerprint,
-        owner: &other,
-        now,
-        lease_until: now + Duration::from_secs(60),
-        expires: now + Duration::from_secs(3600),
-        max_declines: MAX_DECLINES,
-    };
-    reserve(&b.store, &req).await.unwrap();
+    Reservation::of(&o, "other", now)
+        .expiring(now + Duration::from_secs(3600))
+        .max_declines(MAX_DECLINES)
+        .make(&b.store)
+        .await;
     assert!(matches!(
         b.deliver(&o).await,
         Outcome::InProgress { until: Some(_) }

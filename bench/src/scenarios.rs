@@ -351,7 +351,7 @@ pub async fn cold_starts() -> BTreeMap<Contender, (Vec<f64>, Vec<f64>, f64)> {
 /// the sum of its requests' server costs; this explains the batch figures.
 pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use charge_once::idempotency::{IdempotencyStore, ReserveRequest};
+    use charge_once::idempotency::IdempotencyStore;
     pub const CALLS: u32 = 200;
     let table = Backend::Dynalite.fresh_table().await;
     let now = charge_once::clock::Time::from_ms(1_764_460_800_000);
@@ -359,20 +359,9 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     for i in 0..CALLS {
         let order =
             charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
-        let (pk, fingerprint) = (
-            charge_once::idempotency::Key::for_order(&order),
-            charge_once::idempotency::Fingerprint::of(&order),
-        );
-        let req = ReserveRequest {
-            pk: &pk,
-            fingerprint: &fingerprint,
-            owner: &charge_once::idempotency::Owner::new("bench"),
-            now,
-            lease_until: now + Duration::from_secs(60),
-            expires: now + Duration::from_secs(86_400),
-            max_declines: 3,
-        };
-        table.store.reserve(&req).await.unwrap();
+        let reservation = harness::reservation::Reservation::of(&order, "bench", now)
+            .expiring(now + Duration::from_secs(86_400));
+        table.store.reserve(&reservation.request()).await.unwrap();
     }
     let reserve = started.elapsed() / CALLS;
     // Powertools' reservation: PutItem with its condition (both peers send this shape).

@@ -1,0 +1,75 @@
+//! Reservations made outside the consumer under test (another invocation, one that
+//! died): the one builder of `ReserveRequest`s in the tests.
+
+use std::time::Duration;
+
+use charge_once::clock::Time;
+use charge_once::idempotency::{
+    Fingerprint, IdempotencyStore, Key, Owner, Reservation as Judged, ReserveRequest, reserve,
+};
+use charge_once::order::Order;
+
+/// A reservation of one order by one owner.
+#[derive(Clone, Debug)]
+pub struct Reservation {
+    pk: Key,
+    fingerprint: Fingerprint,
+    owner: Owner,
+    now: Time,
+    lease_until: Time,
+    expires: Time,
+    max_declines: u32,
+}
+
+impl Reservation {
+    /// `order` reserved by `owner` at `now`: a lease of one minute, the default
+    /// retention (400 days) and decline limit (3).
+    pub fn of(order: &Order, owner: &str, now: Time) -> Self {
+        Self {
+            pk: Key::for_order(order),
+            fingerprint: Fingerprint::of(order),
+            owner: Owner::new(owner),
+            now,
+            lease_until: now + Duration::from_secs(60),
+            expires: now + Duration::from_secs(400 * 24 * 3600),
+            max_declines: 3,
+        }
+    }
+
+    /// The lease ends at `until`.
+    pub fn until(self, lease_until: Time) -> Self {
+        Self {
+            lease_until,
+            ..self
+        }
+    }
+
+    /// `expira` is `expires`.
+    pub fn expiring(self, expires: Time) -> Self {
+        Self { expires, ..self }
+    }
+
+    pub fn max_declines(self, max_declines: u32) -> Self {
+        Self {
+            max_declines,
+            ..self
+        }
+    }
+
+    pub fn request(&self) -> ReserveRequest<'_> {
+        ReserveRequest {
+            pk: &self.pk,
+            fingerprint: &self.fingerprint,
+            owner: &self.owner,
+            now: self.now,
+            lease_until: self.lease_until,
+            expires: self.expires,
+            max_declines: self.max_declines,
+        }
+    }
+
+    /// Makes it in `store`, judged as the consumer judges its own.
+    pub async fn make(&self, store: &dyn IdempotencyStore) -> Judged {
+        reserve(store, &self.request()).await.unwrap()
+    }
+}
