@@ -1,0 +1,227 @@
+//! The scheduled audit: the same binary and build, daily, a day back, alarmed, a
+//! read-only role.
+
+use std::time::Duration;
+
+use serde_norway::Value;
+
+use crate::values::*;
+
+pub const AUDIT: &str = "AuditFunction";
+pub const AUDIT_PROPS: [&str; 3] = ["Resources", AUDIT, "Properties"];
+
+/// The scheduled audit: the same binary and build as the consumer, started as the
+/// audit, daily, reading at least a day back; an alarm on any finding in the
+/// function's namespace.
+pub fn audit_violations(t: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let consumer = get(t, &["Resources", FUNCTION]);
+    let audit = get(t, &["Resources", AUDIT]);
+    if audit.is_null() {
+        return vec!["no AuditFunction".to_owned()];
+    }
+    if audit["Metadata"] != consumer["Metadata"]
+        || audit["Properties"]["CodeUri"] != consumer["Properties"]["CodeUri"]
+    {
+        out.push("the AuditFunction is not the consumer's code and build".to_owned());
+    }
+    let env = &audit["Properties"]["Environment"]["Variables"];
+    if env["CHARGE_ONCE_FUNCTION"] != "audit" {
+        out.push("the AuditFunction does not start as the audit".to_owned());
+    }
+    let daily = audit["Properties"]["Events"]
+        .as_mapping()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter(|e| e["Type"] == "ScheduleV2")
+        .filter_map(|e| resolve(t, &e["Properties"]["ScheduleExpression"]).as_str())
+        .any(|expr| {
+            let fields: Vec<&str> = expr
+                .trim_start_matches("cron(")
+                .trim_end_matches(')')
+                .split(' ')
+                .collect();
+            expr == "rate(1 day)"
+                || (expr.starts_with("cron(")
+                    && fields.len() == 6
+                    && fields[2..] == ["*", "*", "?", "*"])
+        });
+    if !daily {
+        out.push("the AuditFunction has no daily ScheduleV2 event".to_owned());
+    }
+    if duration(t, &env["AUDIT_SINCE"]).is_none_or(|d| d < Duration::from_secs(24 * 3600)) {
+        out.push("AUDIT_SINCE is shorter than the day between two audits".to_owned());
+    }
+    let namespace = &audit["Properties"]["Environment"]["Variables"]["METRICS_NAMESPACE"];
+    let alarmed = t["Resources"]
+        .as_mapping()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|r| &r["Properties"])
+        .any(|a| {
+            a["MetricName"] == "audit_findings"
+                && a["Namespace"] == *namespace
+                && number(t, &a["Threshold"]) == Some(0)
+                && a["ComparisonOperator"] == "GreaterThanThreshold"
+        });
+    if !alarmed {
+        out.push("no alarm on any audit finding (audit_findings > 0)".to_owned());
+    }
+    out
+}
+
+#[test]
+pub fn the_audit_runs_daily_as_the_same_binary_with_an_alarm_on_any_finding() {
+    assert_eq!(audit_violations(&template()), Vec::<String>::new());
+}
+
+#[test]
+pub fn an_audit_that_is_not_daily_reads_less_than_a_day_or_goes_unalarmed_is_caught() {
+    let caught = |path: &[&str], value: Value, expect: &str| {
+        let mut t = template();
+        *get_mut(&mut t, path) = value;
+        let found = audit_violations(&t);
+        assert!(
+            found.iter().any(|v| v.contains(expect)),
+            "breaking {path:?} was not caught (expected {expect:?}): {found:?}"
+        );
+    };
+    let env = at(&AUDIT_PROPS, &["Environment", "Variables"]);
+    caught(&at(&env, &["AUDIT_SINCE"]), "12h".into(), "AUDIT_SINCE");
+    caught(
+        &at(&env, &["CHARGE_ONCE_FUNCTION"]),
+        "consume".into(),
+        "start as the audit",
+    );
+    caught(
+        &["Parameters", "AuditSchedule", "Default"],
+        "cron(0 6 ? * MON *)".into(),
+        "daily",
+    );
+    caught(
+        &[
+            "Resources",
+            "AuditFindingsAlarm",
+            "Properties",
+            "MetricName",
+        ],
+        "audit_stuck".into(),
+        "no alarm",
+    );
+    caught(
+        &at(&AUDIT_PROPS, &["CodeUri"]),
+        "audit/".into(),
+        "code and build",
+    );
+}
+
+/// The audit's role reads the table (scan, get) and the secret; it writes nothing.
+pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
+    let resources = &cfn["Resources"];
+    let Some(role_name) = resources[AUDIT]["Properties"]["Role"]["Fn::GetAtt"][0].as_str() else {
+        return vec!["the AuditFunction's Role is not a role of this stack".to_owned()];
+    };
+    let role = &resources[role_name]["Properties"];
+    let mut out = Vec::new();
+    for arn in strings(&role["ManagedPolicyArns"]) {
+        if !arn.contains("service-role/AWSLambdaBasicExecutionRole") {
+            out.push(format!("managed policy {arn} on the audit's role"));
+        }
+    }
+    let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
+    let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
+    let mut actions = Vec::new();
+    for statement in statements(role) {
+        for action in strings(&statement["Action"]) {
+            let expected = match action.as_str() {
+                "dynamodb:Scan" | "dynamodb:GetItem" => &table,
+                "secretsmanager:GetSecretValue" => &secret,
+                _ => {
+                    out.push(format!("the audit's role may {action}"));
+                    continue;
+                }
+            };
+            if statement["Resource"] != *expected {
+                out.push(format!(
+                    "{action} on {}, expected only {expected}",
+                    statement["Resource"]
+                ));
+            }
+            actions.push(action);
+        }
+    }
+    actions.sort();
+    if actions
+        != [
+            "dynamodb:GetItem",
+            "dynamodb:Scan",
+            "secretsmanager:GetSecretValue",
+        ]
+    {
+        out.push(format!("the audit's role can do {actions:?}"));
+    }
+    out
+}
+
+#[test]
+pub fn after_the_sam_transform_the_audit_role_only_reads() {
+    let t = template();
+    let cfn = transformed(&t);
+    assert_eq!(audit_role_violations(&cfn), Vec::<String>::new());
+    // The schedule became an EventBridge Scheduler schedule that invokes the audit.
+    let schedules: Vec<&serde_json::Value> = cfn["Resources"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|r| r["Type"] == "AWS::Scheduler::Schedule")
+        .collect();
+    assert_eq!(schedules.len(), 1, "{schedules:?}");
+    assert_eq!(
+        schedules[0]["Properties"]["Target"]["Arn"],
+        serde_json::json!({"Fn::GetAtt": [AUDIT, "Arn"]})
+    );
+
+    let mut writable = t.clone();
+    let actions = get_mut(
+        &mut writable,
+        &[
+            "Resources",
+            "AuditFunctionRole",
+            "Properties",
+            "Policies",
+            "0",
+            "PolicyDocument",
+            "Statement",
+            "0",
+            "Action",
+        ],
+    );
+    *actions =
+        serde_norway::from_str("[dynamodb:Scan, dynamodb:GetItem, dynamodb:UpdateItem]").unwrap();
+    let found = audit_role_violations(&transformed(&writable));
+    assert!(
+        found.iter().any(|v| v.contains("may dynamodb:UpdateItem")),
+        "{found:?}"
+    );
+}
+
+#[test]
+pub fn the_audit_environment_parses_as_the_binary_would() {
+    let t = template();
+    let vars = get(&t, &at(&AUDIT_PROPS, &["Environment", "Variables"]));
+    let lookup = |name: &str| -> Option<String> {
+        match resolve(&t, &vars[name]) {
+            Value::String(s) => Some(s.clone()),
+            Value::Tagged(_) if name == "IDEMPOTENCY_TABLE" => Some("charge-once-table".to_owned()),
+            Value::Tagged(_) => {
+                Some("arn:aws:secretsmanager:eu-west-1:123456789012:secret:x".to_owned())
+            }
+            _ => None,
+        }
+    };
+    let config = charge_once::config::Config::from_lookup(lookup).expect("valid settings");
+    assert_eq!(config.function, charge_once::config::Function::Audit);
+    assert_eq!(config.audit_since, Duration::from_secs(25 * 3600));
+    assert_eq!(config.audit_stuck_after, Duration::from_secs(3600));
+}
