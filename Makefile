@@ -10,7 +10,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test test-build model model-build model-mutants model-mutant sam-build soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test test-build lint-canary model model-build model-mutants model-mutant sam-build soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -41,9 +41,14 @@ node_modules/.installed: package.json package-lock.json
 # work. Without LINT, `make lint` is the lint.
 # `ifeq`, not `ifdef`: make defines LINT itself (LINT = lint, a built-in default), so
 # `ifdef LINT` held in every make, and sam build and make bench compiled through clippy.
+# The arguments travel in clippy's private CLIPPY_ARGS format, so `make lint-canary`
+# (run by `make lint` and by `make test-build LINT=1`) checks that they still deny a
+# known warning: a clippy that read them otherwise would pass everything silently.
+CLIPPY_DRIVER := $(shell rustc --print sysroot)/bin/clippy-driver
+CLIPPY_DENY   := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 ifeq ($(LINT),1)
-export RUSTC_WORKSPACE_WRAPPER := $(shell rustc --print sysroot)/bin/clippy-driver
-export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+export RUSTC_WORKSPACE_WRAPPER := $(CLIPPY_DRIVER)
+export CLIPPY_ARGS := $(CLIPPY_DENY)
 endif
 
 # Every test command (and the model's build) compiles the workspace one way: all of it
@@ -53,7 +58,19 @@ endif
 TEST_FLAGS := --locked --workspace --features charge-once/crash-points
 
 test-build: ## compile every test of the workspace without running it (LINT=1: and lint it)
+	$(if $(filter 1,$(LINT)),@$(MAKE) --no-print-directory lint-canary)
 	$(CARGO) test $(TEST_FLAGS) --no-run
+
+# A needless `return` through clippy-driver with LINT=1's CLIPPY_ARGS must be an error.
+lint-canary:
+	@mkdir -p target
+	@printf 'pub fn canary() -> u8 {\n    return 1;\n}\n' > target/lint-canary.rs
+	@if CLIPPY_ARGS='$(CLIPPY_DENY)' $(CLIPPY_DRIVER) rustc target/lint-canary.rs --crate-type lib \
+	    --emit metadata -o target/lint-canary.rmeta 2> target/lint-canary.txt; then \
+	  echo "lint canary: LINT=1 no longer denies clippy's warnings (a needless return passed)"; exit 1; \
+	elif grep -q needless_return target/lint-canary.txt; then \
+	  echo "lint canary: LINT=1 denies clippy's warnings (a needless return is an error)"; \
+	else cat target/lint-canary.txt; echo "lint canary: clippy-driver failed for another reason"; exit 1; fi
 
 test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, queue, SigV4, template, metrics, operations, audit, system (300 orders; an outage), pinned crashes, the model checker and its mutants
 	$(CARGO) test $(TEST_FLAGS) -- --skip three_hundred_orders --skip an_outage_of_the_provider
@@ -107,7 +124,7 @@ bench/node_modules/.installed: bench/package.json bench/package-lock.json
 	cd bench && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-lint: ## rustfmt and clippy, warnings are errors
+lint: lint-canary ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(TEST_FLAGS) --all-targets -- -D warnings
 
@@ -149,7 +166,7 @@ sam-build: tools ## sam build for ARCH (arm64 default; here ARCH=x86_64): cargo-
 
 build: sam-build ## the Lambda build (= make sam-build): what make deploy ships
 
-validate: tools ## cfn-lint and sam validate --lint (offline); the rules linters miss are in tests/template.rs
+validate: tools ## cfn-lint and sam validate --lint (offline); the rules linters miss are in tests/template/
 	$(VENV)/bin/cfn-lint template.yaml
 	$(SAM) validate --lint --region us-east-1
 

@@ -62,7 +62,7 @@ async fn authentication_after(requests: &str) {
     assert!(response.status().is_success());
 }
 
-/// The template's actions for the function (tests/template.rs holds the template to
+/// The template's actions for the function (tests/template/ holds the template to
 /// them), on every resource (moto's IAM checks actions, not resource ARNs), for an IAM
 /// user; its access key. Moto asks for the batch calls' own names
 /// (`sqs:SendMessageBatch`), which AWS does not have: AWS authorizes a batch call by

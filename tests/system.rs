@@ -69,6 +69,130 @@ struct Run {
     elapsed: Duration,
 }
 
+/// The environments of a run: a Runtime API and a consumer process each, and a poller
+/// feeding each from the queue.
+struct Environments {
+    processes: Arc<Mutex<Vec<ConsumerProcess>>>,
+    pollers: Vec<tokio::task::JoinHandle<()>>,
+    stats: Arc<EsmStats>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Environments {
+    async fn start(
+        scenario: &Scenario,
+        run_id: &str,
+        queues: &Arc<Queues>,
+        endpoints: &Endpoints,
+    ) -> Self {
+        let (stats, stop) = (
+            Arc::new(EsmStats::default()),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut processes = Vec::new();
+        let mut pollers = Vec::new();
+        for i in 0..scenario.consumers {
+            let runtime = Arc::new(RuntimeApi::start().await);
+            let launch = Launch {
+                env: scenario.env.clone(),
+                ..Launch::logging_to(log_dir().join(format!("{run_id}-consumer-{i}.log")))
+            };
+            processes.push(ConsumerProcess::launch(
+                BIN.as_ref(),
+                &runtime,
+                endpoints,
+                launch,
+            ));
+            pollers.push(tokio::spawn(poll(
+                queues.clone(),
+                runtime,
+                stats.clone(),
+                stop.clone(),
+                FUNCTION_TIMEOUT,
+            )));
+        }
+        Self {
+            processes: Arc::new(Mutex::new(processes)),
+            pollers,
+            stats,
+            stop,
+        }
+    }
+
+    /// SIGKILLs a random consumer now and then and starts a fresh one, while `on`;
+    /// counts the kills.
+    fn chaos(
+        &self,
+        endpoints: Arc<Endpoints>,
+        on: Arc<AtomicBool>,
+        kills: Arc<AtomicU64>,
+    ) -> tokio::task::JoinHandle<()> {
+        let processes = self.processes.clone();
+        tokio::spawn(async move {
+            while on.load(Ordering::Relaxed) {
+                let wait = rand::rng().random_range(300..1500);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                if !on.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut all = processes.lock().unwrap();
+                let victim = rand::rng().random_range(0..all.len());
+                all[victim].kill_and_restart(&endpoints);
+                kills.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    }
+
+    async fn stop(self) -> Arc<EsmStats> {
+        self.stop.store(true, Ordering::Relaxed);
+        for p in self.pollers {
+            p.await.unwrap();
+        }
+        for p in self.processes.lock().unwrap().iter_mut() {
+            p.stop();
+        }
+        self.stats
+    }
+}
+
+/// Ends the outage once it has lasted `outage` since `started`; returns the provider
+/// calls made during it and how long after its end every order that must be charged
+/// was (`None`: not within `limit`).
+async fn end_outage(
+    faults: &Faults,
+    outage: Duration,
+    started: Instant,
+    run_id: &str,
+    plan: &Plan,
+    limit: Duration,
+) -> (u64, Option<Duration>) {
+    tokio::time::sleep(outage.saturating_sub(started.elapsed())).await;
+    faults.outage.store(false, Ordering::Relaxed);
+    let calls = faults.outage_calls.load(Ordering::Relaxed);
+    let ended = Instant::now();
+    while ended.elapsed() < limit {
+        let charged = charges_by_order(run_id).await;
+        if plan.must_charge.keys().all(|id| charged.contains_key(id)) {
+            return (calls, Some(ended.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (calls, None)
+}
+
+/// A redrive after the faults are fixed: the DLQ re-sent as new messages, drained
+/// again. Returns what was redriven and what the DLQ holds after.
+async fn redrive(queues: &Queues, limit: Duration) -> (Vec<DlqMessage>, Vec<DlqMessage>) {
+    let redriven = queues.drain_dlq().await;
+    let bodies: Vec<String> = redriven.iter().map(|m| m.body.clone()).collect();
+    queues.send(&bodies).await;
+    assert!(
+        drain(queues, limit).await,
+        "the redrive did not drain within {limit:?}"
+    );
+    (redriven, queues.drain_dlq().await)
+}
+
 async fn run(scenario: &Scenario) -> Run {
     let started = Instant::now();
     let run_id = format!("sys{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -89,93 +213,31 @@ async fn run(scenario: &Scenario) -> Run {
     } else {
         Endpoints::without_queue(dynamodb, payment, table.name.clone())
     });
-    let stats = Arc::new(EsmStats::default());
-    let stop = Arc::new(AtomicBool::new(false));
-
-    let mut runtimes = Vec::new();
-    let mut processes = Vec::new();
-    for i in 0..scenario.consumers {
-        let runtime = Arc::new(RuntimeApi::start().await);
-        let log = log_dir().join(format!("{run_id}-consumer-{i}.log"));
-        let launch = Launch {
-            env: scenario.env.clone(),
-            ..Launch::logging_to(log)
-        };
-        processes.push(ConsumerProcess::launch(
-            BIN.as_ref(),
-            &runtime,
-            &endpoints,
-            launch,
-        ));
-        runtimes.push(runtime);
-    }
-    let processes = Arc::new(Mutex::new(processes));
-    let pollers: Vec<_> = runtimes
-        .iter()
-        .map(|r| {
-            tokio::spawn(poll(
-                queues.clone(),
-                r.clone(),
-                stats.clone(),
-                stop.clone(),
-                FUNCTION_TIMEOUT,
-            ))
-        })
-        .collect();
+    let environments = Environments::start(scenario, &run_id, &queues, &endpoints).await;
 
     let plan = produce(&run_id, scenario.orders).await;
-    if scenario.outage.is_some() {
-        faults.outage.store(true, Ordering::Relaxed);
-    }
+    faults
+        .outage
+        .store(scenario.outage.is_some(), Ordering::Relaxed);
     let outage_started = Instant::now();
     let producer = {
         let (queues, messages) = (queues.clone(), plan.messages.clone());
         tokio::spawn(async move { queues.send_paced(&messages, 300).await })
     };
-
-    // Chaos: SIGKILL a random consumer now and then, and start a fresh one.
-    let kills = Arc::new(AtomicU64::new(0));
-    let chaos_on = Arc::new(AtomicBool::new(scenario.chaos));
-    let chaos = {
-        let (processes, endpoints, kills, chaos_on) = (
-            processes.clone(),
-            endpoints.clone(),
-            kills.clone(),
-            chaos_on.clone(),
-        );
-        tokio::spawn(async move {
-            while chaos_on.load(Ordering::Relaxed) {
-                let wait = rand::rng().random_range(300..1500);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                if !chaos_on.load(Ordering::Relaxed) {
-                    break;
-                }
-                let mut all = processes.lock().unwrap();
-                let victim = rand::rng().random_range(0..all.len());
-                all[victim].kill_and_restart(&endpoints);
-                kills.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let (chaos_on, kills) = (
+        Arc::new(AtomicBool::new(scenario.chaos)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let chaos = environments.chaos(endpoints.clone(), chaos_on.clone(), kills.clone());
 
     producer.await.unwrap();
-    let mut outage_calls = 0;
-    let mut recovered_in = None;
-    if let Some(outage) = scenario.outage {
-        tokio::time::sleep(outage.saturating_sub(outage_started.elapsed())).await;
-        faults.outage.store(false, Ordering::Relaxed);
-        outage_calls = faults.outage_calls.load(Ordering::Relaxed);
-        let ended = Instant::now();
-        // Recovered: every order that must be charged is (bounded: the drain limit).
-        while ended.elapsed() < scenario.drain_limit {
-            let charged = charges_by_order(&run_id).await;
-            if plan.must_charge.keys().all(|id| charged.contains_key(id)) {
-                recovered_in = Some(ended.elapsed());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+    let (outage_calls, recovered_in) = match scenario.outage {
+        Some(outage) => {
+            let limit = scenario.drain_limit;
+            end_outage(&faults, outage, outage_started, &run_id, &plan, limit).await
         }
-    }
+        None => (0, None),
+    };
     let drained = drain(&queues, scenario.drain_limit).await;
     chaos_on.store(false, Ordering::Relaxed);
     chaos.await.unwrap();
@@ -185,25 +247,8 @@ async fn run(scenario: &Scenario) -> Run {
         "the queue did not drain within {:?}",
         scenario.drain_limit
     );
-
-    // A redrive after the faults are fixed: the DLQ re-sent as new messages.
-    let redriven = queues.drain_dlq().await;
-    let bodies: Vec<String> = redriven.iter().map(|m| m.body.clone()).collect();
-    queues.send(&bodies).await;
-    assert!(
-        drain(&queues, scenario.drain_limit).await,
-        "the redrive did not drain within {:?}",
-        scenario.drain_limit
-    );
-    let dlq = queues.drain_dlq().await;
-
-    stop.store(true, Ordering::Relaxed);
-    for p in pollers {
-        p.await.unwrap();
-    }
-    for p in processes.lock().unwrap().iter_mut() {
-        p.stop();
-    }
+    let (redriven, dlq) = redrive(&queues, scenario.drain_limit).await;
+    let stats = environments.stop().await;
     Run {
         charges: charges_by_order(&run_id).await,
         plan,
