@@ -32,14 +32,7 @@ fn invoke(db: &Path, event: &str) -> Vec<String> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let response: Value =
-        serde_json::from_slice(&out.stdout).expect("stdout is only the response JSON");
-    response["batchItemFailures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
-        .collect()
+    harness::failed_ids(&out.stdout)
 }
 
 fn message_ids(event: &str, positions: &[usize]) -> Vec<String> {

@@ -55,16 +55,6 @@ fn line_of<'a>(lines: &'a [Value], message_id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no outcome line for {message_id}: {lines:?}"))
 }
 
-fn failed_ids(out: &Output) -> Vec<String> {
-    let response: Value = serde_json::from_slice(&out.stdout).unwrap();
-    response["batchItemFailures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// Sends an order, an invalid body (with a message attribute) and a declining order,
 /// and receives them as the event source would, hidden for 1 s.
 async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [String; 3]) {
@@ -106,27 +96,61 @@ async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [
     (messages, ids)
 }
 
+/// One `invoke` of the three messages, with `--sqs` or not, sending dead letters to
+/// `dlq` (the queues' own when `None`).
+struct Invoked {
+    queues: Queues,
+    /// The order's, the invalid body's and the declined order's message ids.
+    ids: [String; 3],
+    /// The failed ids, sorted.
+    failed: Vec<String>,
+    lines: Vec<Value>,
+}
+
+impl Invoked {
+    async fn run(sqs: bool, dlq: Option<String>) -> Self {
+        let queues = Queues::create(Duration::from_secs(1), 10).await;
+        let (messages, ids) = three_messages(&queues).await;
+        let dir = tempfile::tempdir().unwrap();
+        let event = dir.path().join("event.json");
+        std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
+        let dlq = dlq.unwrap_or_else(|| queues.dlq_url.clone());
+        let out = invoke(&event, &dir.path().join("q.sqlite3"), &dlq, sqs);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let mut failed = harness::failed_ids(&out.stdout);
+        failed.sort();
+        Self {
+            queues,
+            ids,
+            failed,
+            lines: outcome_lines(&out),
+        }
+    }
+
+    /// The fields of the outcome line of the message `id`.
+    fn line(&self, id: &str) -> &Value {
+        &line_of(&self.lines, id)["fields"]
+    }
+
+    /// `ids`, sorted as `failed` is.
+    fn sorted(ids: &[&String]) -> Vec<String> {
+        let mut ids: Vec<String> = ids.iter().map(|id| (*id).clone()).collect();
+        ids.sort();
+        ids
+    }
+}
+
 #[tokio::test]
 async fn with_sqs_the_poison_is_dead_lettered_with_its_reason_and_a_decline_is_delayed() {
-    let queues = Queues::create(Duration::from_secs(1), 10).await;
-    let (messages, [ok, bad, declined]) = three_messages(&queues).await;
-    let dir = tempfile::tempdir().unwrap();
-    let event = dir.path().join("event.json");
-    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
-
-    let out = invoke(&event, &dir.path().join("q.sqlite3"), &queues.dlq_url, true);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let run = Invoked::run(true, None).await;
+    let [ok, bad, declined] = &run.ids;
     // The invalid body is acknowledged: it is in the DLQ.
-    assert_eq!(failed_ids(&out), std::slice::from_ref(&declined));
-    let lines = outcome_lines(&out);
-    let bad_line = &line_of(&lines, &bad)["fields"];
+    assert_eq!(run.failed, Invoked::sorted(&[declined]));
+    let bad_line = run.line(bad);
     assert_eq!(bad_line["outcome"], "invalid");
     assert_eq!(bad_line["dead_lettered"], true, "{bad_line}");
-    let declined_line = &line_of(&lines, &declined)["fields"];
+    let declined_line = run.line(declined);
     assert_eq!(declined_line["outcome"], "declined");
     // A decline waits at least RETRY_CAP (15 min by default).
     assert!(
@@ -134,9 +158,9 @@ async fn with_sqs_the_poison_is_dead_lettered_with_its_reason_and_a_decline_is_d
         "{declined_line}"
     );
     assert!(declined_line["queue_error"].is_null(), "{declined_line}");
-    assert!(line_of(&lines, &ok)["fields"]["retry_in_s"].is_null());
+    assert!(run.line(ok)["retry_in_s"].is_null());
 
-    let dlq = queues.drain_dlq().await;
+    let dlq = run.queues.drain_dlq().await;
     assert_eq!(dlq.len(), 1, "{dlq:?}");
     let letter = &dlq[0];
     assert!(letter.body.contains("q-bad"));
@@ -156,84 +180,45 @@ async fn with_sqs_the_poison_is_dead_lettered_with_its_reason_and_a_decline_is_d
     let mut back = Vec::new();
     for _ in 0..5 {
         back.extend(
-            queues
+            run.queues
                 .receive(Duration::from_secs(30))
                 .await
                 .into_iter()
                 .filter_map(|m| m.message_id().map(str::to_owned)),
         );
     }
-    assert!(back.contains(&ok) && back.contains(&bad), "{back:?}");
-    assert!(!back.contains(&declined), "{back:?}");
+    assert!(back.contains(ok) && back.contains(bad), "{back:?}");
+    assert!(!back.contains(declined), "{back:?}");
 }
 
 #[tokio::test]
 async fn without_sqs_nothing_is_sent_and_the_log_says_what_would_be() {
-    let queues = Queues::create(Duration::from_secs(1), 10).await;
-    let (messages, [_, bad, declined]) = three_messages(&queues).await;
-    let dir = tempfile::tempdir().unwrap();
-    let event = dir.path().join("event.json");
-    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
-
-    let out = invoke(
-        &event,
-        &dir.path().join("q.sqlite3"),
-        &queues.dlq_url,
-        false,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let run = Invoked::run(false, None).await;
+    let [_, bad, declined] = &run.ids;
     // Not sent, so not acknowledged: the invalid body fails as the queue would see it.
-    let mut failed = failed_ids(&out);
-    failed.sort();
-    let mut expected = vec![bad.clone(), declined.clone()];
-    expected.sort();
-    assert_eq!(failed, expected);
-    let lines = outcome_lines(&out);
-    let bad_line = &line_of(&lines, &bad)["fields"];
+    assert_eq!(run.failed, Invoked::sorted(&[bad, declined]));
+    let bad_line = run.line(bad);
     assert_eq!(bad_line["dead_lettered"], false, "{bad_line}");
-    assert!(
-        bad_line["queue_error"].as_str().unwrap().contains("--sqs"),
-        "{bad_line}"
-    );
-    let declined_line = &line_of(&lines, &declined)["fields"];
-    assert!(declined_line["retry_in_s"].as_u64().unwrap() >= 900);
-    assert!(queues.drain_dlq().await.is_empty());
+    let error = bad_line["queue_error"].as_str().unwrap();
+    assert!(error.contains("--sqs"), "{bad_line}");
+    assert!(run.line(declined)["retry_in_s"].as_u64().unwrap() >= 900);
+    assert!(run.queues.drain_dlq().await.is_empty());
 }
 
 #[tokio::test]
 async fn a_dead_letter_that_cannot_be_sent_is_not_acknowledged_and_retries() {
-    let queues = Queues::create(Duration::from_secs(1), 10).await;
-    let (messages, [_, bad, declined]) = three_messages(&queues).await;
-    let dir = tempfile::tempdir().unwrap();
-    let event = dir.path().join("event.json");
-    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
     let nowhere = format!("{}/123456789012/no-such-dlq", Backend::Moto.url());
-
-    let out = invoke(&event, &dir.path().join("q.sqlite3"), &nowhere, true);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let run = Invoked::run(true, Some(nowhere)).await;
+    let [_, bad, declined] = &run.ids;
+    assert_eq!(
+        run.failed,
+        Invoked::sorted(&[bad, declined]),
+        "the poison stays in the queue"
     );
-    let mut failed = failed_ids(&out);
-    failed.sort();
-    let mut expected = vec![bad.clone(), declined];
-    expected.sort();
-    assert_eq!(failed, expected, "the poison stays in the queue");
-    let lines = outcome_lines(&out);
-    let bad_line = &line_of(&lines, &bad)["fields"];
+    let bad_line = run.line(bad);
     assert_eq!(bad_line["dead_lettered"], false, "{bad_line}");
-    assert!(
-        bad_line["queue_error"]
-            .as_str()
-            .unwrap()
-            .contains("SendMessageBatch"),
-        "{bad_line}"
-    );
+    let error = bad_line["queue_error"].as_str().unwrap();
+    assert!(error.contains("SendMessageBatch"), "{bad_line}");
     // It comes back with the backoff (first step 30 s, upper half), set on its handle.
     let retry = bad_line["retry_in_s"].as_u64().unwrap();
     assert!((15..=30).contains(&retry), "{bad_line}");

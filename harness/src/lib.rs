@@ -51,6 +51,18 @@ pub fn http_client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The failed message ids of an `SQSBatchResponse` (the whole of `invoke`'s stdout).
+pub fn failed_ids(response: &[u8]) -> Vec<String> {
+    let response: serde_json::Value =
+        serde_json::from_slice(response).expect("stdout is only the response JSON");
+    response["batchItemFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The charge-once checkout (this crate lives in `harness/`).
 pub fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))

@@ -101,23 +101,22 @@ impl SqsQueue {
                     })
                     .collect();
                 let operation = "ChangeMessageVisibilityBatch";
-                let result = match entries.into_iter().collect::<Result<Vec<_>, _>>() {
-                    Err(e) => Err(QueueError::call(operation, e)),
-                    Ok(entries) => self
-                        .client
+                let built = entries.into_iter().collect::<Result<Vec<_>, _>>();
+                batch_call(operation, chunk.len(), built, |entries| async move {
+                    self.client
                         .change_message_visibility_batch()
                         .queue_url(url)
                         .set_entries(Some(entries))
                         .send()
                         .await
                         .map(|out| out.failed)
-                        .map_err(|e| QueueError::call(operation, e)),
-                };
-                per_entry(operation, chunk.len(), result)
-                    .into_iter()
-                    .zip(chunk)
-                    .map(|(r, (i, _))| (*i, r))
-                    .collect::<Vec<_>>()
+                        .map_err(|e| QueueError::call(operation, e))
+                })
+                .await
+                .into_iter()
+                .zip(chunk)
+                .map(|(r, (i, _))| (*i, r))
+                .collect::<Vec<_>>()
             }
         });
         join_all(calls).await.into_iter().flatten().collect()
@@ -131,20 +130,35 @@ impl SqsQueue {
             .enumerate()
             .map(|(id, letter)| entry(id, letter, fifo))
             .collect();
-        let result = match entries {
-            Err(e) => Err(QueueError::call(operation, e)),
-            Ok(entries) => self
-                .client
+        batch_call(operation, chunk.len(), entries, |entries| async move {
+            self.client
                 .send_message_batch()
                 .queue_url(&self.dead_letter_queue_url)
                 .set_entries(Some(entries))
                 .send()
                 .await
                 .map(|out| out.failed)
-                .map_err(|e| QueueError::call(operation, e)),
-        };
-        per_entry(operation, chunk.len(), result)
+                .map_err(|e| QueueError::call(operation, e))
+        })
+        .await
     }
+}
+
+/// One batch call of `len` entries, once they are built: each entry's result.
+async fn batch_call<E, Fut>(
+    operation: &'static str,
+    len: usize,
+    built: Result<Vec<E>, aws_sdk_sqs::error::BuildError>,
+    send: impl FnOnce(Vec<E>) -> Fut,
+) -> Vec<Result<(), QueueError>>
+where
+    Fut: std::future::Future<Output = Result<Vec<BatchResultErrorEntry>, QueueError>>,
+{
+    let result = match built {
+        Err(e) => Err(QueueError::call(operation, e)),
+        Ok(entries) => send(entries).await,
+    };
+    per_entry(operation, len, result)
 }
 
 /// Each entry's result of a batch call: the call's error for all, or the entries SQS
