@@ -96,11 +96,14 @@ pub fn has_module(python: &Path, module: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// One contender's store: its own table and proxy (latency, call counts).
+/// One contender's store: its own table and proxy (latency, call counts); and the
+/// queue the events name, with a DLQ (moto), for charge-once's queue calls.
 pub struct Rig {
     pub faults: Arc<Faults>,
     pub store_url: String,
     pub table: String,
+    pub sqs_url: String,
+    pub dlq_url: String,
 }
 
 impl Rig {
@@ -111,10 +114,13 @@ impl Rig {
             ..Faults::default()
         });
         let store_url = start_proxy(backend.url(), Target::DynamoDb, faults.clone()).await;
+        let (sqs_url, dlq_url) = harness::event_source::orders_queue_and_dlq().await;
         Self {
             faults,
             store_url,
             table,
+            sqs_url,
+            dlq_url,
         }
     }
 }
@@ -149,11 +155,13 @@ impl Lane {
                 .open(&log)
                 .unwrap()
         };
-        let endpoints = Endpoints::without_queue(
-            rig.store_url.clone(),
-            payment_url.to_owned(),
-            rig.table.clone(),
-        );
+        let endpoints = Endpoints {
+            dynamodb: rig.store_url.clone(),
+            payment: payment_url.to_owned(),
+            table: rig.table.clone(),
+            sqs: rig.sqs_url.clone(),
+            dead_letter_queue: rig.dlq_url.clone(),
+        };
         lambda_environment(&mut command, &runtime.addr, &endpoints)
             .env("PAYMENT_TIMEOUT_SECONDS", "1") // the peers' spelling
             .stdin(Stdio::null())

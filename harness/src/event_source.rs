@@ -21,17 +21,7 @@ pub struct Queues {
 
 impl Queues {
     pub async fn create(visibility: Duration, max_receive_count: u32) -> Self {
-        let client = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::Config::builder()
-                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                    "test", "test", None, None, "tests",
-                ))
-                .endpoint_url(Backend::Moto.url())
-                .http_client(crate::sdk_http_client())
-                .build(),
-        );
+        let client = moto_sqs();
         let name = format!("orders-{}", uuid::Uuid::new_v4().simple());
         let dlq_url = client
             .create_queue()
@@ -205,6 +195,42 @@ impl DlqMessage {
     pub fn note_str(&self, name: &str) -> Option<&str> {
         self.note.as_ref()?.get(name)?.as_str()
     }
+}
+
+/// The queue the bench's events name (`arn:aws:sqs:us-east-1:123456789012:orders`) and
+/// a DLQ, on moto, created once per process: a consumer that sets failed records'
+/// delays and sends dead letters finds real queues there. `(moto's URL, the DLQ's URL)`.
+pub async fn orders_queue_and_dlq() -> (String, String) {
+    static QUEUES: tokio::sync::OnceCell<(String, String)> = tokio::sync::OnceCell::const_new();
+    QUEUES
+        .get_or_init(|| async {
+            let client = moto_sqs();
+            let create = |name: &'static str| {
+                let client = client.clone();
+                async move {
+                    let out = client.create_queue().queue_name(name).send().await.unwrap();
+                    out.queue_url.unwrap()
+                }
+            };
+            create("orders").await;
+            (Backend::Moto.url().to_owned(), create("orders-dlq").await)
+        })
+        .await
+        .clone()
+}
+
+fn moto_sqs() -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "tests",
+            ))
+            .endpoint_url(Backend::Moto.url())
+            .http_client(crate::sdk_http_client())
+            .build(),
+    )
 }
 
 async fn queue_arn(client: &aws_sdk_sqs::Client, url: &str) -> String {
