@@ -74,9 +74,10 @@ lint-canary:
 
 test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, queue, SigV4, template, metrics, operations, audit, system (300 orders; an outage), pinned crashes, the model checker and its mutants
 	$(CARGO) test $(TEST_FLAGS) -- --skip three_hundred_orders --skip an_outage_of_the_provider
-	@# The system runs on their own (side by side: both mostly wait), so their summary
-	@# lines show in the output.
-	$(CARGO) test $(TEST_FLAGS) --test system -- --nocapture three_hundred_orders an_outage_of_the_provider
+	@# The system runs on their own, so their summary lines show in the output; one
+	@# after the other, so that the outage run's recovery time is its own and not moto
+	@# serving both.
+	$(CARGO) test $(TEST_FLAGS) --test system -- --nocapture --test-threads 1 three_hundred_orders an_outage_of_the_provider
 	$(MAKE) --no-print-directory model
 	$(MAKE) --no-print-directory model-mutants
 

@@ -22,6 +22,8 @@ const MIN_STORE_CALL: Duration = Duration::from_millis(250);
 /// One step of queue calls (the dead letters, then the visibility changes) takes at
 /// most this; a healthy SQS answers in tens of milliseconds.
 const QUEUE_STEP: Duration = Duration::from_millis(750);
+/// The room kept after the records for the two queue steps.
+pub const QUEUE_RESERVE: Duration = Duration::from_millis(1500);
 /// A queue step is not started with less than this left.
 const MIN_QUEUE_STEP: Duration = Duration::from_millis(100);
 /// The lease `resolve` takes, in provider timeouts: a lookup, a write, and room.
@@ -71,7 +73,7 @@ impl Budget {
     /// The same, keeping room for the two queue steps after the records.
     pub fn with_queue_steps(self) -> Self {
         Self {
-            queue_reserve: QUEUE_STEP * 2,
+            queue_reserve: QUEUE_RESERVE,
             ..self
         }
     }
@@ -131,6 +133,11 @@ pub fn plausible(sent_ms: i64) -> Option<Time> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_reserve_holds_both_queue_steps() {
+        assert_eq!(QUEUE_RESERVE, QUEUE_STEP * 2);
+    }
 
     const S: Duration = Duration::from_secs(1);
 

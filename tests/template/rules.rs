@@ -62,16 +62,21 @@ pub fn violations(t: &Value) -> Vec<String> {
                 "the SQS event lacks FunctionResponseTypes: [ReportBatchItemFailures]".to_owned(),
             );
         }
-        // BatchSize <= MAX_CONCURRENCY x floor((Timeout - DEADLINE_MARGIN) / (PAYMENT_TIMEOUT + 2 s)).
+        // BatchSize <= MAX_CONCURRENCY x rounds, where a round of records starts every
+        // PAYMENT_TIMEOUT + 2 s while DEADLINE_MARGIN is left before the records'
+        // deadline (the function's, less the room kept for the queue steps):
+        // rounds = floor((Timeout - queue reserve - DEADLINE_MARGIN) / (PAYMENT_TIMEOUT + 2 s)) + 1.
         let max_concurrency = number(t, &env["MAX_CONCURRENCY"]).unwrap_or(10);
         let payment = duration(t, &env["PAYMENT_TIMEOUT"]).unwrap_or(Duration::from_secs(10));
         let margin =
             duration(t, &env["DEADLINE_MARGIN"]).unwrap_or(payment + Duration::from_secs(2));
-        let per_record = (payment + Duration::from_secs(2)).as_secs();
+        let per_record = (payment + Duration::from_secs(2)).as_millis();
         let rounds = Duration::from_secs(timeout)
-            .saturating_sub(margin)
-            .as_secs()
-            / per_record;
+            .saturating_sub(charge_once::deadline::QUEUE_RESERVE)
+            .checked_sub(margin)
+            .map_or(0, |window| {
+                u64::try_from(window.as_millis() / per_record).unwrap() + 1
+            });
         let bound = max_concurrency * rounds;
         let batch = number(t, &props["BatchSize"]).unwrap_or(10);
         if batch > bound {
