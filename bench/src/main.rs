@@ -34,6 +34,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark fails loudly
 
+mod bill;
 mod chart;
 mod report;
 mod rig;
@@ -125,6 +126,19 @@ async fn main() {
         cells.push((cell, figures));
     }
 
+    // The bill: each contender under Lambda's CPU share (BENCH_BILL=0 leaves it out).
+    let bill = if std::env::var("BENCH_BILL").is_ok_and(|v| v == "0") {
+        None
+    } else {
+        let (measured, share) = bill::bill(&bill::grid(full)).await;
+        eprintln!("bench: bill done ({:.0?})", started.elapsed());
+        Some(bill::Bill {
+            measured,
+            share,
+            prices: bill::Prices::from_env(),
+        })
+    };
+
     let mut command = "make bench".to_owned();
     if full {
         command.push_str(" FULL=1");
@@ -157,11 +171,19 @@ async fn main() {
     } else {
         date.clone()
     };
-    let markdown = report.markdown(&date);
+    let mut markdown = report.markdown(&date);
+    let mut json = report.json(&date);
+    if let Some(bill) = &bill {
+        markdown.push_str("\n\n");
+        markdown.push_str(&bill.markdown());
+        markdown.push('\n');
+        json["bill"] = bill.json();
+        bill.chart(&dir.join(format!("{stem}-bill.svg")));
+    }
     println!("\n{markdown}");
     std::fs::write(
         dir.join(format!("{stem}.json")),
-        serde_json::to_string_pretty(&report.json(&date)).unwrap() + "\n",
+        serde_json::to_string_pretty(&json).unwrap() + "\n",
     )
     .unwrap();
     std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();

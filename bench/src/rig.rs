@@ -184,6 +184,24 @@ impl Lane {
         Self::spawn(contender, rig, payment_url, RuntimeApi::start().await)
     }
 
+    /// One invocation's batch item failures, or `None` when no answer came within the
+    /// function timeout (the process died, or was killed by its memory limit).
+    pub async fn try_invoke(&self, event: String) -> Option<usize> {
+        let records = event.matches("\"messageId\"").count();
+        match self.runtime.invoke(event, FUNCTION_TIMEOUT).await {
+            Reply::Response(body) => {
+                let response: Value = serde_json::from_slice(&body).ok()?;
+                Some(
+                    response["batchItemFailures"]
+                        .as_array()
+                        .map_or(records, Vec::len),
+                )
+            }
+            Reply::Error => Some(records),
+            Reply::Timeout => None,
+        }
+    }
+
     /// One invocation: its wall time and the number of batch item failures. A
     /// function error counts every record as failed: Powertools raises
     /// `BatchProcessingError` when all records of a batch failed, by design.

@@ -35,10 +35,14 @@ struct Invocation {
     reply: oneshot::Sender<Reply>,
 }
 
+/// An invocation handed out: where its reply goes, and when it was handed out.
+type InFlight = Arc<Mutex<HashMap<String, (oneshot::Sender<Reply>, Instant)>>>;
+
 #[derive(Clone)]
 struct RuntimeState {
     queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Invocation>>>,
-    inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    inflight: InFlight,
+    billed: Arc<Mutex<Vec<Duration>>>,
     first_next: Arc<Mutex<Option<Instant>>>,
     most_in_flight: Arc<AtomicUsize>,
 }
@@ -48,7 +52,8 @@ struct RuntimeState {
 pub struct RuntimeApi {
     pub addr: String,
     tx: mpsc::Sender<Invocation>,
-    inflight: Arc<Mutex<HashMap<String, oneshot::Sender<Reply>>>>,
+    inflight: InFlight,
+    billed: Arc<Mutex<Vec<Duration>>>,
     first_next: Arc<Mutex<Option<Instant>>>,
     most_in_flight: Arc<AtomicUsize>,
 }
@@ -77,7 +82,7 @@ async fn next(State(state): State<RuntimeState>) -> Response {
         }
         let in_flight = {
             let mut inflight = state.inflight.lock().unwrap();
-            inflight.insert(invocation.id.clone(), invocation.reply);
+            inflight.insert(invocation.id.clone(), (invocation.reply, Instant::now()));
             inflight.len()
         };
         state.most_in_flight.fetch_max(in_flight, Ordering::Relaxed);
@@ -108,14 +113,16 @@ async fn respond(
     UrlPath(id): UrlPath<String>,
     body: Bytes,
 ) -> StatusCode {
-    if let Some(reply) = state.inflight.lock().unwrap().remove(&id) {
+    if let Some((reply, handed_out)) = state.inflight.lock().unwrap().remove(&id) {
+        state.billed.lock().unwrap().push(handed_out.elapsed());
         let _ = reply.send(Reply::Response(body));
     }
     StatusCode::ACCEPTED
 }
 
 async fn error(State(state): State<RuntimeState>, UrlPath(id): UrlPath<String>) -> StatusCode {
-    if let Some(reply) = state.inflight.lock().unwrap().remove(&id) {
+    if let Some((reply, handed_out)) = state.inflight.lock().unwrap().remove(&id) {
+        state.billed.lock().unwrap().push(handed_out.elapsed());
         let _ = reply.send(Reply::Error);
     }
     StatusCode::ACCEPTED
@@ -124,12 +131,14 @@ async fn error(State(state): State<RuntimeState>, UrlPath(id): UrlPath<String>) 
 impl RuntimeApi {
     pub async fn start() -> Self {
         let (tx, rx) = mpsc::channel(16);
-        let inflight = Arc::new(Mutex::new(HashMap::new()));
+        let inflight: InFlight = Arc::new(Mutex::new(HashMap::new()));
+        let billed = Arc::new(Mutex::new(Vec::new()));
         let first_next = Arc::new(Mutex::new(None));
         let most_in_flight = Arc::new(AtomicUsize::new(0));
         let state = RuntimeState {
             queue: Arc::new(tokio::sync::Mutex::new(rx)),
             inflight: inflight.clone(),
+            billed: billed.clone(),
             first_next: first_next.clone(),
             most_in_flight: most_in_flight.clone(),
         };
@@ -152,6 +161,7 @@ impl RuntimeApi {
             addr,
             tx,
             inflight,
+            billed,
             first_next,
             most_in_flight,
         }
@@ -161,6 +171,12 @@ impl RuntimeApi {
     /// when a process served several at once.
     pub fn most_in_flight(&self) -> usize {
         self.most_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// What Lambda bills of each answered invocation so far, taken: from the event
+    /// handed out to the response (or error) posted.
+    pub fn take_billed(&self) -> Vec<Duration> {
+        std::mem::take(&mut *self.billed.lock().unwrap())
     }
 
     /// When a process first asked for an invocation (the end of its init).
