@@ -356,7 +356,8 @@ fn cheapest(bill: &Bill, contender: Contender, batch: Option<usize>) -> Option<(
 impl Bill {
     /// The goals of the bill: 5× below the best peer's cheapest configuration; within
     /// 1.25× of the floor at each batch size that carries a ratio goal (above 10).
-    pub fn verdicts(&self) -> Vec<(String, String, String, bool)> {
+    /// `None`: reported, no goal.
+    pub fn verdicts(&self) -> Vec<(String, String, String, Option<bool>)> {
         let mut out = Vec::new();
         if let Some((ours, cell)) = cheapest(self, Contender::ChargeOnce, None) {
             let best_peer = PEERS
@@ -372,7 +373,7 @@ impl Bill {
                         "{ratio:.1}× (charge-once ${ours:.3} at {} MB, batch {}; {} ${theirs:.3} at {} MB, batch {})",
                         cell.memory_mb, cell.batch, peer.name(), their_cell.memory_mb, their_cell.batch
                     ),
-                    ratio >= 5.0,
+                    Some(ratio >= 5.0),
                 ));
             }
         }
@@ -394,7 +395,7 @@ impl Bill {
                     "{multiple:.2}× (${ours:.3} at {} MB; floor ${floor:.3})",
                     cell.memory_mb
                 ),
-                !goal || multiple <= 1.25,
+                goal.then_some(multiple <= 1.25),
             ));
         }
         out
@@ -457,13 +458,49 @@ impl Bill {
             md.push(format!("| | {batch} | {arm:.3} | {x86:.3} |"));
         }
         md.push(String::new());
+        md.push("| contender | smallest size it runs at (no failed record) | cheapest configuration, $/M orders arm64 |".to_owned());
+        md.push("| --- | --- | --- |".to_owned());
+        for contender in CONTENDERS {
+            let smallest = self
+                .measured
+                .iter()
+                .filter(|((_, c), m)| {
+                    *c == contender
+                        && matches!(
+                            m,
+                            Measured::Ran {
+                                failed_records: 0,
+                                ..
+                            }
+                        )
+                })
+                .map(|((cell, _), _)| cell.memory_mb)
+                .min()
+                .map_or("none of the sizes measured".to_owned(), |mb| {
+                    format!("{mb} MB")
+                });
+            let cheapest =
+                cheapest(self, contender, None).map_or("—".to_owned(), |(cost, cell)| {
+                    format!(
+                        "${cost:.3}: {} MB, batch {}, {} ms period",
+                        cell.memory_mb, cell.batch, cell.period_ms
+                    )
+                });
+            md.push(format!(
+                "| {} | {smallest} | {cheapest} |",
+                contender.name()
+            ));
+        }
+        md.push(String::new());
         md.push("| bill goal | goal | measured | met |".to_owned());
         md.push("| --- | --- | --- | --- |".to_owned());
         for (target, goal, measured, met) in self.verdicts() {
-            md.push(format!(
-                "| {target} | {goal} | {measured} | {} |",
-                if met { "yes" } else { "**no**" }
-            ));
+            let met = match met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "—",
+            };
+            md.push(format!("| {target} | {goal} | {measured} | {met} |"));
         }
         md.join("\n")
     }
