@@ -68,24 +68,29 @@ pub struct BillCell {
 
 /// The default grid: 128 MB at both periods, 1024 MB at the kernel's, batches 1, 10
 /// and the template's largest (40). `FULL=1`: 128, 256, 512 and 1024 MB at both.
+/// `BENCH_MEMORY=128,256,…` (MB): those sizes, each at both periods.
 pub fn grid(full: bool) -> Vec<BillCell> {
-    let mut cells = Vec::new();
-    let sizes: &[(u64, &[u64])] = if full {
-        &[
-            (128, &[100, 20]),
-            (256, &[100, 20]),
-            (512, &[100, 20]),
-            (1024, &[100, 20]),
-        ]
-    } else {
-        &[(128, &[100, 20]), (1024, &[100])]
+    const BOTH: &[u64] = &[100, 20];
+    let sizes: Vec<(u64, &[u64])> = match std::env::var("BENCH_MEMORY") {
+        Ok(list) => list
+            .split(',')
+            .map(|mb| {
+                let mb = mb.trim().parse().unwrap_or_else(|_| {
+                    panic!("BENCH_MEMORY takes sizes in MB (128,256,…), got {list:?}")
+                });
+                (mb, BOTH)
+            })
+            .collect(),
+        Err(_) if full => [128, 256, 512, 1024].map(|mb| (mb, BOTH)).to_vec(),
+        Err(_) => vec![(128, BOTH), (1024, &[100])],
     };
+    let mut cells = Vec::new();
     for (memory_mb, periods) in sizes {
-        for period_ms in *periods {
+        for &period_ms in periods {
             for batch in [1, 10, 40] {
                 cells.push(BillCell {
-                    memory_mb: *memory_mb,
-                    period_ms: *period_ms,
+                    memory_mb,
+                    period_ms,
                     batch,
                 });
             }
