@@ -796,3 +796,52 @@ async fn resolve_with_retry_declined_lets_a_declined_order_try_the_card_again() 
     assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
     h.provider.assert_no_order_charged_twice();
 }
+
+#[tokio::test]
+async fn once_the_providers_breaker_opens_records_are_deferred_without_a_write_until_a_probe() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let options = Options {
+        breaker_threshold: Some(2),
+        ..Options::default()
+    };
+    let h = Harness::with(TestProvider::new(), options).await;
+    let body =
+        |id: &str| format!(r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1"}}"#);
+    // A 5xx and its in-invocation retry: two failures in a row open the breaker.
+    h.provider
+        .script("brk-1", &[Fault::ServerError, Fault::ServerError]);
+    let event = batch_of(&[body("brk-1")]);
+    assert_eq!(h.invoke_event_with(event, INVOCATION).await.len(), 1);
+    // The next order is deferred: no provider call, no reservation.
+    let event = batch_of(&[body("brk-2")]);
+    assert_eq!(h.invoke_event_with(event, INVOCATION).await.len(), 1);
+    assert!(h.provider.calls_for("brk-2").is_empty());
+    assert!(
+        h.record("brk-2").await.is_none(),
+        "a deferred record is not reserved"
+    );
+    let deferred = outcome_lines(&logs);
+    let (_, outcome, level, fields) = deferred.last().unwrap();
+    assert_eq!((outcome.as_str(), level.as_str()), ("deferred", "WARN"));
+    // Deferred with the backoff of a first receive (the upper half of 30 s), capped by
+    // the breaker's next probe (30 s away) plus at most 5 s.
+    let retry = fields["retry_in_s"].as_u64().unwrap();
+    assert!((15..=30).contains(&retry), "{fields}");
+    // After the open period (RETRY_BASE, 30 s) one record probes; the others of its
+    // batch are deferred while it is out.
+    h.clock.advance(Duration::from_secs(31));
+    let event = batch_of(&[body("brk-2"), body("brk-3")]);
+    assert_eq!(h.invoke_event_with(event, INVOCATION).await.len(), 1);
+    let charged: usize = ["brk-2", "brk-3"]
+        .map(|id| h.provider.charges_for(id).len())
+        .iter()
+        .sum();
+    assert_eq!(charged, 1, "one probe");
+    // Its success closed the breaker: the deferred one goes through.
+    let event = batch_of(&[body("brk-2"), body("brk-3")]);
+    assert!(h.invoke_event_with(event, INVOCATION).await.is_empty());
+    assert_eq!(h.provider.charges_for("brk-2").len(), 1);
+    assert_eq!(h.provider.charges_for("brk-3").len(), 1);
+    h.provider.assert_no_order_charged_twice();
+}

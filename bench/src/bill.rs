@@ -543,11 +543,7 @@ impl Bill {
     /// for batch 1 and batch 10 at the kernel's period, with the floor.
     pub fn chart(&self, path: &Path) {
         use plotters::prelude::*;
-        let colors = [
-            RGBColor(200, 80, 30),
-            RGBColor(50, 110, 180),
-            RGBColor(90, 160, 70),
-        ];
+        let colors = crate::chart::COLORS;
         let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
         root.fill(&WHITE).unwrap();
         let areas = root.split_evenly((2, 1));
@@ -612,13 +608,7 @@ impl Bill {
                 .unwrap()
                 .label("the floor")
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK));
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
-                .unwrap();
+            crate::chart::draw_legend(&mut chart);
         }
         root.present().unwrap();
     }

@@ -6,14 +6,38 @@ use crate::rig::CONTENDERS;
 
 pub type Panel = (String, Vec<String>, Vec<[f64; 3]>);
 
+/// One color per contender, in `CONTENDERS` order, in every chart of a run.
+pub const COLORS: [plotters::style::RGBColor; 3] = [
+    plotters::style::RGBColor(200, 80, 30),
+    plotters::style::RGBColor(50, 110, 180),
+    plotters::style::RGBColor(90, 160, 70),
+];
+
+/// The legend of a chart, in its upper right corner.
+pub fn draw_legend<'a, 'b: 'a>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        plotters::prelude::SVGBackend<'b>,
+        plotters::prelude::Cartesian2d<
+            plotters::coord::types::RangedCoordf64,
+            plotters::coord::types::RangedCoordf64,
+        >,
+    >,
+) {
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .unwrap();
+}
+
 /// Writes an SVG of stacked panels of grouped bars (one bar per contender per group).
 pub fn draw_bars(path: &Path, panels: &[Panel]) {
     use plotters::prelude::*;
-    let colors = [
-        RGBColor(200, 80, 30),
-        RGBColor(50, 110, 180),
-        RGBColor(90, 160, 70),
-    ];
+    let colors = COLORS;
     let height = 330 * u32::try_from(panels.len()).unwrap();
     // Wide enough for every group's label (the full matrix has 36 cells).
     let groups = panels.iter().map(|p| p.1.len()).max().unwrap_or(1);
@@ -58,13 +82,7 @@ pub fn draw_bars(path: &Path, panels: &[Panel]) {
                     Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .unwrap();
+        draw_legend(&mut chart);
     }
     root.present().unwrap();
 }

@@ -18,15 +18,6 @@ pub enum Dependency {
     Provider,
 }
 
-impl Dependency {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Store => "store",
-            Self::Provider => "provider",
-        }
-    }
-}
-
 /// What the breaker lets a record do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -173,13 +164,6 @@ impl Breakers {
         Self {
             store: Breaker::new(threshold, first_period, longest_period),
             provider: Breaker::new(threshold, first_period, longest_period),
-        }
-    }
-
-    pub fn of(&self, dependency: Dependency) -> &Breaker {
-        match dependency {
-            Dependency::Store => &self.store,
-            Dependency::Provider => &self.provider,
         }
     }
 }
