@@ -259,13 +259,13 @@ async fn resolve(
     .with_context(|| format!("resolve {}", order.id()))?;
     let out = match done {
         Resolution::Completed { receipt, attempt } => {
-            json!({"order_id": order.id(), "resolution": "completed", "recibo": receipt, "attempt": attempt})
+            json!({"order_id": order.id(), "resolution": "completed", "receipt": receipt, "attempt": attempt})
         }
         Resolution::Released { next_attempt } => {
             json!({"order_id": order.id(), "resolution": "released", "next_attempt": next_attempt})
         }
         Resolution::AlreadyDone { receipt } => {
-            json!({"order_id": order.id(), "resolution": "already_done", "recibo": receipt})
+            json!({"order_id": order.id(), "resolution": "already_done", "receipt": receipt})
         }
     };
     println!("{out}");

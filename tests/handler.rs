@@ -488,7 +488,7 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
     h.provider.assert_no_order_charged_twice();
 }
 
-// --- Lambda conventions (issue 14) ----------------------------------------------------
+// --- Lambda conventions: message shapes, trace ids, log format --------------------
 
 /// An order as an EventBridge rule delivers it to SQS: the order is `detail`.
 fn eventbridge(order: &str) -> String {
@@ -552,7 +552,7 @@ async fn each_outcome_line_carries_the_receive_count_and_the_trace_id() {
     }
 }
 
-// --- Hardening (issue 12) -----------------------------------------------------------
+// --- Hardening: bad input, outcome lines, one line per record ---------------------
 
 /// The outcome lines of a captured log: (message id, outcome, level, fields).
 fn outcome_lines(logs: &Captured) -> Vec<(String, String, String, serde_json::Value)> {

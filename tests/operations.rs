@@ -214,7 +214,7 @@ async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
 
     let done = json_out(&resolve(&table, &order, &[]));
     assert_eq!(done["resolution"], "completed");
-    assert_eq!(done["recibo"], charged.id.as_str());
+    assert_eq!(done["receipt"], charged.id.as_str());
     let shown = json_out(&charge_once(&table, &["inspect", order.id()]));
     assert_eq!(shown["record"]["estado"], "hecho");
     assert_eq!(shown["record"]["recibo"], charged.id.as_str());

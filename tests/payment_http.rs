@@ -311,7 +311,6 @@ async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
     redirecting.abort();
 }
 
-/// A `MakeWriter` that keeps every log line in memory.
 #[tokio::test]
 async fn a_2xx_charge_without_a_status_is_not_a_receipt() {
     // A provider (or a proxy) that answers 200 with a charge id and no status: the

@@ -155,12 +155,12 @@ impl Report {
         let cases = [
             ("handler CPU per fresh record", Some(head), 5.0),
             (
-                "CPU per fresh record, batch 10 (issue 16)",
+                "CPU per fresh record, batch 10 (stricter goal)",
                 Some(head),
                 10.0,
             ),
             (
-                "CPU per fresh record, batch 1 (issue 16)",
+                "CPU per fresh record, batch 1 (stricter goal)",
                 fresh_b1.map(|(_, f)| f),
                 5.0,
             ),
@@ -192,7 +192,7 @@ impl Report {
             }
         }
         verdicts.push(Verdict {
-            target: "init, spawn → first `next` (issue 16)",
+            target: "init, spawn → first `next` (stricter goal)",
             goal: "≤ 10 ms".into(),
             measured: format!("{init:.1} ms"),
             met: init <= 10.0,
