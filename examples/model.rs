@@ -43,8 +43,9 @@ use std::time::{Duration, Instant};
 use charge_once::clock::Time;
 
 use charge_once::idempotency::Outcome;
+use charge_once::idempotency::Write;
 use charge_once::idempotency::machine::{Input, Machine, NoAnswer, Start, Step};
-use charge_once::idempotency::table::{Write, apply, holds};
+use charge_once::idempotency::table::{apply, holds};
 use charge_once::idempotency::{
     Fingerprint, Key, Owner, Record, Rules, State as RecordState, StoreError, WriteOutcome,
 };

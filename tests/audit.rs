@@ -23,7 +23,7 @@ use charge_once::payment::Provider;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
 use charge_once::store::sqlite::SqliteStore;
-use harness::reservation::Reservation;
+use harness::lease::Lease;
 use harness::rig::{PAYMENT_TIMEOUT, batch_of};
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
 use harness::servers::{Backend, Table, cli_on_moto_and_mock, stripe_mock_url};
@@ -243,7 +243,7 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: &str, declinin
     let now = Time::from_ms(clock::wall_ms());
     let hours = |h: u64| Duration::from_secs(3600 * h);
     let store = pair.store();
-    Reservation::of(&stuck, "died", now - hours(3))
+    Lease::of(&stuck, "died", now - hours(3))
         .until(now - hours(2))
         .make(store.as_ref())
         .await;

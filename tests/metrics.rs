@@ -10,8 +10,8 @@ use charge_once::emf::{Emf, Recorded};
 use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
+use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};
-use harness::reservation::Reservation;
 use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
 use serde_json::Value;
 
@@ -48,7 +48,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m").unwrap();
     let reserve_as = |id: &'static str, at: Time, until: Time| async move {
         let o = Order::new(id, 100, "EUR", "cus_m").unwrap();
-        Reservation::of(&o, "someone-else", at)
+        Lease::of(&o, "someone-else", at)
             .until(until)
             .make(store)
             .await;

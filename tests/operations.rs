@@ -13,8 +13,8 @@ use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key, State};
 use charge_once::order::Order;
 use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
+use harness::lease::Lease;
 use harness::logs::Captured;
-use harness::reservation::Reservation;
 use harness::rig::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
 use harness::servers::{Backend, Table};
 use harness::stripe;
@@ -180,7 +180,7 @@ fn now() -> Time {
 
 /// A reservation by an invocation that died, with its lease ending at `until`.
 async fn abandoned(table: &Table, order: &Order, until: Time) {
-    Reservation::of(order, "died", until - Duration::from_secs(60))
+    Lease::of(order, "died", until - Duration::from_secs(60))
         .until(until)
         .make(table.store.as_ref())
         .await;

@@ -13,8 +13,8 @@ use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::{ChargeListing, FailureKind, PaymentError, PaymentProvider, api_key};
+use harness::lease::Lease;
 use harness::logs::Captured;
-use harness::reservation::Reservation;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
 use harness::stripe::{self, TEST_KEY};
 
@@ -484,7 +484,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     let order = order(&unique_id(), 1234, &customer);
     let h = Harness::new(provider()).await;
     // A reservation made a day ago whose invocation died before sending anything.
-    Reservation::of(&order, "died-before-sending", h.clock.now())
+    Lease::of(&order, "died-before-sending", h.clock.now())
         .max_declines(harness::rig::MAX_DECLINES)
         .make(h.table.store.as_ref())
         .await;

@@ -14,8 +14,8 @@ use charge_once::idempotency::{
 use charge_once::order::Order;
 use charge_once::store::sqlite::SqliteStore;
 use harness::clock::TestClock;
+use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};
-use harness::reservation::Reservation;
 
 const PAYMENT_TIMEOUT: Duration = Duration::from_millis(300);
 const KEY_TTL: Duration = Duration::from_secs(23 * 3600);
@@ -141,7 +141,7 @@ async fn a_live_lease_of_another_delivery_is_in_progress_and_nothing_is_sent() {
     let b = bench();
     let o = order("p-4", 500);
     let now = b.clock.now();
-    Reservation::of(&o, "other", now)
+    Lease::of(&o, "other", now)
         .expiring(now + Duration::from_secs(3600))
         .max_declines(MAX_DECLINES)
         .make(&b.store)

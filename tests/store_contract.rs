@@ -10,8 +10,8 @@ use charge_once::clock::Time;
 use charge_once::idempotency::schema::{Value, attr};
 use charge_once::idempotency::{
     CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
-    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, State, StoreError,
-    WriteOutcome, reserve,
+    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, State, StoreError, Write,
+    WriteOutcome, judge,
 };
 use charge_once::store::sqlite::SqliteStore;
 use harness::servers::{Backend, Table, card_item};
@@ -138,6 +138,14 @@ fn release<'a>(pk: &'a Key, owner: &str, declined: bool) -> ReleaseRequest<'a> {
     }
 }
 
+/// The reserve write, judged as the state machine judges it.
+async fn reserve(
+    store: &dyn IdempotencyStore,
+    r: &ReserveRequest<'_>,
+) -> Result<Reservation, StoreError> {
+    Ok(judge(store.write(&Write::Reserve(r.clone())).await?, r))
+}
+
 async fn won(store: &dyn IdempotencyStore, r: &ReserveRequest<'_>) -> Record {
     match reserve(store, r).await.expect("reserve") {
         Reservation::Won(record) => record,
@@ -178,7 +186,7 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let done = applied(
         t.store
-            .complete(&complete(&pk, "a", 1, "ch_1"))
+            .write(&Write::Complete(complete(&pk, "a", 1, "ch_1")))
             .await
             .unwrap(),
     );
@@ -200,7 +208,7 @@ async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
     won(t.store.as_ref(), &first).await;
     let mut done = complete(&pk, "a", 1, "ch_1");
     done.expires = Time::from_secs(T.as_secs() + 1);
-    applied(t.store.complete(&done).await.unwrap());
+    applied(t.store.write(&Write::Complete(done.clone())).await.unwrap());
     // Ten days later TTL has not swept it yet: it is still final.
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "b", T + 10 * DAY)).await,
@@ -230,7 +238,12 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
         Reservation::Conflict { stored_fingerprint: Some(h) } if &*h == H1
     ));
     // Also when the first one is done, released, or its lease expired.
-    applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    applied(
+        t.store
+            .write(&Write::Release(release(&pk, "a", false)))
+            .await
+            .unwrap(),
+    );
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H2, "b", T + 2 * MINUTE)).await,
         Reservation::Conflict { .. }
@@ -238,7 +251,7 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "c", T + 2 * MINUTE)).await;
     applied(
         t.store
-            .complete(&complete(&pk, "c", 1, "ch_1"))
+            .write(&Write::Complete(complete(&pk, "c", 1, "ch_1")))
             .await
             .unwrap(),
     );
@@ -271,7 +284,12 @@ async fn our_own_retried_reserve_is_won(t: Fixture) {
 async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    applied(t.store.release(&release(&pk, "a", true)).await.unwrap());
+    applied(
+        t.store
+            .write(&Write::Release(release(&pk, "a", true)))
+            .await
+            .unwrap(),
+    );
     won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
     let taken = won(
         t.store.as_ref(),
@@ -295,7 +313,12 @@ async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
 async fn libre_is_reserved_again(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    let released = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    let released = applied(
+        t.store
+            .write(&Write::Release(release(&pk, "a", false)))
+            .await
+            .unwrap(),
+    );
     assert_eq!(released.state, State::Free);
     assert_eq!(released.owner, None);
     let again = won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
@@ -309,15 +332,23 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
     let refused = t
         .store
-        .complete(&complete(&pk, "a", 1, "ch_zombie"))
+        .write(&Write::Complete(complete(&pk, "a", 1, "ch_zombie")))
         .await
         .unwrap();
     assert!(matches!(&refused, WriteOutcome::Refused(Some(r)) if r.owner.as_deref() == Some("b")));
-    let refused = t.store.release(&release(&pk, "a", true)).await.unwrap();
+    let refused = t
+        .store
+        .write(&Write::Release(release(&pk, "a", true)))
+        .await
+        .unwrap();
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
     let refused = t
         .store
-        .next_attempt(&pk, tok("a"), T + 3 * MINUTE)
+        .write(&Write::NextAttempt {
+            pk: &pk,
+            owner: tok("a"),
+            now: T + 3 * MINUTE,
+        })
         .await
         .unwrap();
     assert!(matches!(refused, WriteOutcome::Refused(Some(_))));
@@ -330,7 +361,7 @@ async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
     let ghost = key();
     let refused = t
         .store
-        .complete(&complete(&ghost, "a", 1, "ch_x"))
+        .write(&Write::Complete(complete(&ghost, "a", 1, "ch_x")))
         .await
         .unwrap();
     assert_eq!(refused, WriteOutcome::Refused(None));
@@ -344,21 +375,29 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
     let late = complete(&pk, "a", 1, "ch_1");
     assert!(matches!(
-        t.store.complete(&late).await.unwrap(),
+        t.store.write(&Write::Complete(late.clone())).await.unwrap(),
         WriteOutcome::Refused(_)
     ));
     let wrong_attempt = complete(&pk, "a", 2, "ch_1");
     assert!(matches!(
-        t.store.complete_attempt(&wrong_attempt).await.unwrap(),
+        t.store
+            .write(&Write::CompleteAttempt(wrong_attempt.clone()))
+            .await
+            .unwrap(),
         WriteOutcome::Refused(_)
     ));
-    let done = applied(t.store.complete_attempt(&late).await.unwrap());
+    let done = applied(
+        t.store
+            .write(&Write::CompleteAttempt(late.clone()))
+            .await
+            .unwrap(),
+    );
     assert_eq!(done.state, State::Done);
     assert_eq!(done.receipt.as_deref(), Some("ch_1"));
     // "b" replays the same key, gets the same receipt, and finds the record done.
     let b = t
         .store
-        .complete(&complete(&pk, "b", 1, "ch_1"))
+        .write(&Write::Complete(complete(&pk, "b", 1, "ch_1")))
         .await
         .unwrap();
     assert!(
@@ -367,7 +406,10 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
     // `hecho` is final: the fallback never overwrites it.
     let other = complete(&pk, "z", 1, "ch_other");
     assert!(matches!(
-        t.store.complete_attempt(&other).await.unwrap(),
+        t.store
+            .write(&Write::CompleteAttempt(other.clone()))
+            .await
+            .unwrap(),
         WriteOutcome::Refused(_)
     ));
     assert_eq!(
@@ -379,7 +421,12 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
 async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    let kept = applied(t.store.release(&release(&pk, "a", false)).await.unwrap());
+    let kept = applied(
+        t.store
+            .write(&Write::Release(release(&pk, "a", false)))
+            .await
+            .unwrap(),
+    );
     assert_eq!(kept.attempt, Some(1));
     assert_eq!(
         kept.sent,
@@ -388,7 +435,12 @@ async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
     );
     won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
     assert_eq!(kept.declines, None, "only a decline is counted");
-    let bumped = applied(t.store.release(&release(&pk, "b", true)).await.unwrap());
+    let bumped = applied(
+        t.store
+            .write(&Write::Release(release(&pk, "b", true)))
+            .await
+            .unwrap(),
+    );
     assert_eq!(bumped.attempt, Some(2));
     assert_eq!(bumped.declines, Some(1));
     assert_eq!(bumped.sent, None, "attempt 2's key has not been sent yet");
@@ -402,7 +454,12 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     for (i, owner) in ["a", "b", "c"].into_iter().enumerate() {
         let now = T + ms(u64::try_from(i).unwrap());
         won(t.store.as_ref(), &req(&pk, H1, owner, now)).await;
-        applied(t.store.release(&release(&pk, owner, true)).await.unwrap());
+        applied(
+            t.store
+                .write(&Write::Release(release(&pk, owner, true)))
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "d", T + ms(10))).await,
@@ -419,7 +476,12 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
         now: T + ms(20),
         lease_until: T + ms(20) + MINUTE,
     };
-    applied(t.store.lease_for_resolve(&lease("r1")).await.unwrap());
+    applied(
+        t.store
+            .write(&Write::LeaseForResolve(lease("r1")))
+            .await
+            .unwrap(),
+    );
     let kept = ReleaseRequest {
         pk: &pk,
         owner: tok("r1"),
@@ -428,10 +490,15 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
         },
     };
     assert_eq!(
-        applied(t.store.release(&kept).await.unwrap()).declines,
+        applied(t.store.write(&Write::Release(kept.clone())).await.unwrap()).declines,
         Some(3)
     );
-    applied(t.store.lease_for_resolve(&lease("r2")).await.unwrap());
+    applied(
+        t.store
+            .write(&Write::LeaseForResolve(lease("r2")))
+            .await
+            .unwrap(),
+    );
     let reset = ReleaseRequest {
         pk: &pk,
         owner: tok("r2"),
@@ -439,18 +506,18 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
             reset_declines: true,
         },
     };
-    let after = applied(t.store.release(&reset).await.unwrap());
+    let after = applied(t.store.write(&Write::Release(reset.clone())).await.unwrap());
     assert_eq!((after.declines, after.attempt), (None, Some(6)));
     won(t.store.as_ref(), &req(&pk, H1, "e", T + ms(30))).await;
 }
 
-/// Every adapter implements the core's pure conditions and effects exactly: a seeded
+/// Every adapter implements the table's pure conditions and effects exactly: a seeded
 /// random run of every kind of write (two owners, two payloads, moving time, short
 /// retention) is applied to the store and to `holds`/`apply` in lockstep.
 async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     const STEPS: i64 = 300;
-    use charge_once::idempotency::table::{Write, apply, holds};
-    use charge_once::idempotency::{Rules, perform};
+    use charge_once::idempotency::Rules;
+    use charge_once::idempotency::table::{apply, holds};
     use rand::{Rng, SeedableRng};
 
     let keys: Vec<Key> = (0..STEPS).map(|_| key()).collect();
@@ -520,7 +587,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             }),
         };
         let expected = holds(&write, model.as_ref(), Rules::ALL);
-        match perform(t.store.as_ref(), &write).await.unwrap() {
+        match t.store.write(&write).await.unwrap() {
             WriteOutcome::Applied(record) => {
                 assert!(expected, "step {step}: {write:?} applied on {model:?}");
                 assert_eq!(
@@ -549,7 +616,11 @@ async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let moved = applied(
         t.store
-            .next_attempt(&pk, tok("a"), T + ms(5))
+            .write(&Write::NextAttempt {
+                pk: &pk,
+                owner: tok("a"),
+                now: T + ms(5),
+            })
             .await
             .unwrap(),
     );
@@ -573,7 +644,11 @@ async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
         malformed(t.store.get(&pk).await.map(|_| ())),
         ("intento", "is out of range")
     );
-    let lost = t.store.reserve(&req(&pk, H1, "a", T)).await.map(|_| ());
+    let lost = t
+        .store
+        .write(&Write::Reserve(req(&pk, H1, "a", T)))
+        .await
+        .map(|_| ());
     assert_eq!(malformed(lost), ("intento", "is out of range"));
 }
 

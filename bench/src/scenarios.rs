@@ -359,9 +359,13 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     for i in 0..CALLS {
         let order =
             charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
-        let reservation = harness::reservation::Reservation::of(&order, "bench", now)
+        let lease = harness::lease::Lease::of(&order, "bench", now)
             .expiring(now + Duration::from_secs(86_400));
-        table.store.reserve(&reservation.request()).await.unwrap();
+        table
+            .store
+            .write(&charge_once::idempotency::Write::Reserve(lease.request()))
+            .await
+            .unwrap();
     }
     let reserve = started.elapsed() / CALLS;
     // Powertools' reservation: PutItem with its condition (both peers send this shape).

@@ -10,7 +10,7 @@
 //! | [`stripe`] | customers and charges at stripe-stateful-mock |
 //! | [`runtime_api`] | the Lambda Runtime API emulator and the real binary under it |
 //! | [`proxy`] | fault and latency proxies |
-//! | [`reservation`] | reservations made outside the consumer under test (the one `ReserveRequest` builder) |
+//! | [`lease`] | leases taken outside the consumer under test (another invocation, one that died) |
 //! | [`event_source`] | the SQS event source mapping emulator |
 //! | [`producer`] | the system test's producers and the charges to check against |
 //! | [`logs`] | captured log lines |
@@ -19,11 +19,11 @@
 
 pub mod clock;
 pub mod event_source;
+pub mod lease;
 pub mod logs;
 pub mod producer;
 pub mod provider;
 pub mod proxy;
-pub mod reservation;
 pub mod rig;
 pub mod runtime_api;
 pub mod servers;

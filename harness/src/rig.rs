@@ -12,8 +12,7 @@ use charge_once::batch::{Consumer, Limits};
 use charge_once::config::FifoScope;
 use charge_once::deadline::Budget;
 use charge_once::idempotency::{
-    Clock, CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, Settings, StoreError, WriteOutcome,
+    Clock, IdempotencyStore, Key, Record, Settings, StoreError, Write, WriteOutcome,
 };
 use charge_once::payment::PaymentProvider;
 use charge_once::retry::Backoff;
@@ -55,45 +54,21 @@ fn take(counter: &AtomicUsize) -> bool {
 
 #[async_trait]
 impl IdempotencyStore for FlakyStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        self.inner.reserve(req).await
-    }
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        if take(&self.hang_completes) {
-            // Bounded: the caller's timeout ends the invocation long before this.
-            tokio::time::sleep(Duration::from_secs(60)).await;
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError> {
+        if let Write::Complete(req) = write {
+            if take(&self.hang_completes) {
+                // Bounded: the caller's timeout ends the invocation long before this.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            if take(&self.fail_completes) {
+                let reset = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected: connection reset",
+                );
+                return Err(StoreError::backend("complete", req.pk.as_str(), reset));
+            }
         }
-        if take(&self.fail_completes) {
-            let reset = std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "injected: connection reset",
-            );
-            return Err(StoreError::backend("complete", req.pk.as_str(), reset));
-        }
-        self.inner.complete(req).await
-    }
-    async fn complete_attempt(
-        &self,
-        req: &CompleteRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.complete_attempt(req).await
-    }
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        self.inner.release(req).await
-    }
-    async fn next_attempt(
-        &self,
-        pk: &Key,
-        owner: &Owner,
-        now: Time,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.next_attempt(pk, owner, now).await
-    }
-    async fn lease_for_resolve(
-        &self,
-        req: &ResolveLeaseRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.lease_for_resolve(req).await
+        self.inner.write(write).await
     }
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(pk).await

@@ -20,11 +20,7 @@ use tracing::warn;
 use super::Rules;
 use super::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use super::resolve::{Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver};
-use super::table::{Write, judge};
-use super::{
-    Fingerprint, IdempotencyStore, Key, Outcome, Owner, Reservation, ReserveRequest, StoreError,
-    WriteOutcome,
-};
+use super::{Fingerprint, IdempotencyStore, Key, Outcome, Owner, StoreError, WriteOutcome};
 pub use crate::clock::Clock;
 use crate::clock::Time;
 use crate::config::Config;
@@ -87,30 +83,6 @@ impl Settings {
     }
 }
 
-/// Runs the reserve write and classifies a lost condition (ARCHITECTURE.md, "The state machine").
-pub async fn reserve(
-    store: &dyn IdempotencyStore,
-    req: &ReserveRequest<'_>,
-) -> Result<Reservation, StoreError> {
-    let outcome = timed(STORE_LATENCY, store.reserve(req)).await?;
-    Ok(judge(outcome, req))
-}
-
-/// Performs one conditional write on `store`.
-pub async fn perform(
-    store: &dyn IdempotencyStore,
-    write: &Write<'_>,
-) -> Result<WriteOutcome, StoreError> {
-    match write {
-        Write::Reserve(req) => store.reserve(req).await,
-        Write::Complete(req) => store.complete(req).await,
-        Write::CompleteAttempt(req) => store.complete_attempt(req).await,
-        Write::Release(req) => store.release(req).await,
-        Write::NextAttempt { pk, owner, now } => store.next_attempt(pk, owner, *now).await,
-        Write::LeaseForResolve(req) => store.lease_for_resolve(req).await,
-    }
-}
-
 /// Runs the state machine for one order against a store and a provider.
 pub struct Charger<'a> {
     pub store: &'a dyn IdempotencyStore,
@@ -169,7 +141,7 @@ impl Charger<'_> {
                 Step::Write(kind) => {
                     let answer = {
                         let write = core.write(kind, self.settings.now());
-                        self.store_call(deadline, perform(self.store, &write)).await
+                        self.store_call(deadline, self.store.write(&write)).await
                     };
                     calls.store |= self.observe_store(&answer);
                     observe(kind, &answer, now);
@@ -352,7 +324,7 @@ pub async fn resolve(
                 resolver.on(ResolveInput::Read(read))
             }
             ResolveStep::Write(kind) => {
-                let answer = perform(store, &resolver.write(kind)).await;
+                let answer = store.write(&resolver.write(kind)).await;
                 resolver.on(ResolveInput::Written(answer))
             }
             ResolveStep::Lookup => {

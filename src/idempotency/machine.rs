@@ -8,10 +8,10 @@
 //! each rule can be switched off through [`Rules`], for the mutants only.
 
 use super::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
-use super::table::{Reservation, Write, judge};
+use super::table::{Reservation, judge};
 use super::{
     CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
-    Rules, State, StoreError, WriteOutcome,
+    Rules, State, StoreError, Write, WriteOutcome,
 };
 use std::time::Duration;
 

@@ -25,7 +25,7 @@ pub mod schema;
 mod store;
 pub mod table;
 
-pub use driver::{Charger, Clock, Settings, perform, reserve, resolve};
+pub use driver::{Charger, Clock, Settings, resolve};
 pub use key::Key;
 pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
 pub use record::{Fingerprint, Owner, Record, State};
@@ -35,6 +35,6 @@ pub use resolve::{
 pub use rules::Rules;
 pub use store::{
     CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, StoreError, WriteOutcome,
+    ResolveLeaseRequest, StoreError, Write, WriteOutcome,
 };
-pub use table::Reservation;
+pub use table::{Reservation, judge};

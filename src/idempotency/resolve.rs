@@ -5,10 +5,9 @@
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
 
-use super::table::Write;
 use super::{
     CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest,
-    ResolveLeaseRequest, State, StoreError, WriteOutcome,
+    ResolveLeaseRequest, State, StoreError, Write, WriteOutcome,
 };
 use crate::clock::Time;
 use crate::order::Order;

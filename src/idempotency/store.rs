@@ -1,6 +1,6 @@
-//! The store contract: the conditional writes the state machine needs, each one
-//! request (ARCHITECTURE.md, "The state machine"). Implementations do only I/O; deciding what a lost condition
-//! means is the state machine's job, so every losing write returns the old record.
+//! The store contract: the conditional writes the state machine needs, each one value
+//! ([`Write`]) and one request, a read, and the audit's listing (ARCHITECTURE.md, "The
+//! table"). `table.rs` specifies what each write requires and leaves.
 
 use async_trait::async_trait;
 
@@ -114,50 +114,77 @@ pub enum WriteOutcome {
     Refused(Option<Record>),
 }
 
-/// The idempotency table. One item per key; every write is one conditional request.
+/// One conditional write to the idempotency table: the unit of the store contract.
+/// What each one requires and leaves is specified in `table.rs` ([`super::table::holds`],
+/// [`super::table::apply`]); the adapters implement exactly that.
+#[derive(Clone, Debug)]
+pub enum Write<'a> {
+    /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`, or
+    /// the item has the same `fingerprint`, fewer than `max_declines` declines, and is
+    /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
+    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`declines` kept
+    /// if present.
+    Reserve(ReserveRequest<'a>),
+    /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
+    Complete(CompleteRequest<'a>),
+    /// The fallback when the fence is lost: the success is still a fact about its
+    /// attempt, so `Done` + `receipt` on `attempt = mine AND state <> Done`.
+    CompleteAttempt(CompleteRequest<'a>),
+    /// `Free`, lease removed, the key and decline count as `kind` says; same fence as
+    /// `Complete`.
+    Release(ReleaseRequest<'a>),
+    /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the provider
+    /// may have forgotten and reconciliation did not find.
+    NextAttempt {
+        pk: &'a Key,
+        owner: &'a Owner,
+        now: Time,
+    },
+    /// For `resolve`: leases a record that exists, is not `Done`, has no live lease
+    /// (legacy-format `InProgress` items have none) and has the same or no
+    /// `fingerprint` (which it then gets). `attempt`, `sent`, `created` are kept or
+    /// started.
+    LeaseForResolve(ResolveLeaseRequest<'a>),
+}
+
+impl<'a> Write<'a> {
+    /// The key the write is on.
+    pub fn pk(&self) -> &'a Key {
+        match self {
+            Self::Reserve(r) => r.pk,
+            Self::Complete(r) | Self::CompleteAttempt(r) => r.pk,
+            Self::Release(r) => r.pk,
+            Self::NextAttempt { pk, .. } => pk,
+            Self::LeaseForResolve(r) => r.pk,
+        }
+    }
+
+    /// The write's name, as errors report it.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Self::Reserve(_) => "reserve",
+            Self::Complete(_) => "complete",
+            Self::CompleteAttempt(_) => "complete_attempt",
+            Self::Release(_) => "release",
+            Self::NextAttempt { .. } => "next_attempt",
+            Self::LeaseForResolve(_) => "lease_for_resolve",
+        }
+    }
+}
+
+/// The idempotency table, one item per key: the few primitives every backend offers.
+/// Implementations do only I/O; deciding what a refused write means is the state
+/// machine's job, so every refused write returns the old record.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
-    /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`,
-    /// or the item has the same `fingerprint`, fewer than `max_declines` declines, and is
-    /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
-    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`declines`
-    /// kept if present. On losing, the old item.
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError>;
-
-    /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError>;
-
-    /// The fallback when the fence is lost: the success is still a fact about its
-    /// attempt, so write `Done` + `receipt` on `attempt = :mine AND state <> Done`.
-    async fn complete_attempt(&self, req: &CompleteRequest<'_>)
-    -> Result<WriteOutcome, StoreError>;
-
-    /// `Free`, lease removed, the key and decline count as `kind` says; same fence
-    /// as `complete`.
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError>;
-
-    /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the
-    /// provider may have forgotten and reconciliation did not find (ARCHITECTURE.md, "The state machine").
-    async fn next_attempt(
-        &self,
-        pk: &Key,
-        owner: &Owner,
-        now: Time,
-    ) -> Result<WriteOutcome, StoreError>;
-
-    /// For `resolve`: leases a record that exists, is not `Done`, has no live lease
-    /// (card-format `InProgress` items have none) and has the same or no `fingerprint`
-    /// (which it then gets). `attempt`, `sent`, `created` are kept or started.
-    async fn lease_for_resolve(
-        &self,
-        req: &ResolveLeaseRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError>;
+    /// Performs one conditional write as one request.
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError>;
 
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
 
     /// For the audit: every record first reserved at or after `since` (`created`;
-    /// card-format items have none). Every page is read, or an error: never a
+    /// legacy-format items have none). Every page is read, or an error: never a
     /// shorter list.
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;
 }

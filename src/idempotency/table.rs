@@ -7,25 +7,9 @@
 
 use super::outcome::ReconcileCause;
 use super::{
-    CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, Rules, State, WriteOutcome,
+    Fingerprint, Owner, Record, ReleaseKind, ReserveRequest, Rules, State, Write, WriteOutcome,
 };
 use crate::clock::Time;
-
-/// One conditional write to the idempotency table.
-#[derive(Clone, Debug)]
-pub enum Write<'a> {
-    Reserve(ReserveRequest<'a>),
-    Complete(CompleteRequest<'a>),
-    CompleteAttempt(CompleteRequest<'a>),
-    Release(ReleaseRequest<'a>),
-    NextAttempt {
-        pk: &'a Key,
-        owner: &'a Owner,
-        now: Time,
-    },
-    LeaseForResolve(ResolveLeaseRequest<'a>),
-}
 
 /// Whether `write`'s condition holds on the stored item (`None`: absent). Comparisons
 /// with a missing attribute are false, as in DynamoDB condition expressions and SQL.
@@ -63,7 +47,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
 pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
     let mut r = stored
         .cloned()
-        .unwrap_or_else(|| Record::new(pk_of(write).clone(), State::Free));
+        .unwrap_or_else(|| Record::new(write.pk().clone(), State::Free));
     match write {
         Write::Reserve(req) => {
             r.state = State::InProgress;
@@ -113,16 +97,6 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
         }
     }
     r
-}
-
-fn pk_of<'a>(write: &Write<'a>) -> &'a Key {
-    match write {
-        Write::Reserve(r) => r.pk,
-        Write::Complete(r) | Write::CompleteAttempt(r) => r.pk,
-        Write::Release(r) => r.pk,
-        Write::NextAttempt { pk, .. } => pk,
-        Write::LeaseForResolve(r) => r.pk,
-    }
 }
 
 /// How a reservation was judged.
@@ -199,6 +173,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::idempotency::Key;
 
     fn record(state: State, fingerprint: Option<&str>, owner: Option<&str>) -> Record {
         Record {

@@ -18,8 +18,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use crate::clock::Time;
 use crate::idempotency::schema::{self, Problem, Value, attr};
 use crate::idempotency::{
-    CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
-    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
+    IdempotencyStore, Key, Record, ReleaseKind, StoreError, Write, WriteOutcome,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -180,83 +179,65 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// The `UpdateItem` of one write: its expressions and values.
+    fn request(&self, write: &Write<'_>) -> UpdateItemFluentBuilder {
+        match write {
+            Write::Reserve(req) => self
+                .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":expira", n(req.expires.as_secs()))
+                .expression_attribute_values(":now_ms", n(req.now.as_ms()))
+                .expression_attribute_values(":now_s", n(req.now.as_secs()))
+                .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines))),
+            Write::Complete(req) => self
+                .update(req.pk, COMPLETE_UPDATE, FENCE)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":recibo", s(req.receipt))
+                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+            Write::CompleteAttempt(req) => self
+                .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
+                .expression_attribute_values(":intento", n(i64::from(req.attempt)))
+                .expression_attribute_values(":recibo", s(req.receipt))
+                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+            Write::Release(req) => self
+                .update(req.pk, release_update(req.kind), FENCE)
+                .expression_attribute_values(":titular", s(req.owner)),
+            Write::NextAttempt { pk, owner, now } => self
+                .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
+                .expression_attribute_values(":titular", s(owner))
+                .expression_attribute_values(":now_ms", n(now.as_ms())),
+            Write::LeaseForResolve(req) => self
+                .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(":now_ms", n(req.now.as_ms())),
+        }
+    }
+}
+
+/// The update of a release: what it does to the key and the decline count.
+fn release_update(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::KeepKey => RELEASE_UPDATE,
+        ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
+        ReleaseKind::NextKey {
+            reset_declines: false,
+        } => RELEASE_NEXT_UPDATE,
+        ReleaseKind::NextKey {
+            reset_declines: true,
+        } => RELEASE_NEXT_RESET_UPDATE,
+    }
+}
+
 #[async_trait]
 impl IdempotencyStore for DynamoStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let builder = self
-            .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
-            .expression_attribute_values(":titular", s(req.owner))
-            .expression_attribute_values(":huella", s(req.fingerprint))
-            .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
-            .expression_attribute_values(":expira", n(req.expires.as_secs()))
-            .expression_attribute_values(":now_ms", n(req.now.as_ms()))
-            .expression_attribute_values(":now_s", n(req.now.as_secs()))
-            .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines)));
-        self.send("reserve", req.pk, builder).await
-    }
-
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let builder = self
-            .update(req.pk, COMPLETE_UPDATE, FENCE)
-            .expression_attribute_values(":titular", s(req.owner))
-            .expression_attribute_values(":recibo", s(req.receipt))
-            .expression_attribute_values(":expira", n(req.expires.as_secs()));
-        self.send("complete", req.pk, builder).await
-    }
-
-    async fn complete_attempt(
-        &self,
-        req: &CompleteRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        let builder = self
-            .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
-            .expression_attribute_values(":intento", n(i64::from(req.attempt)))
-            .expression_attribute_values(":recibo", s(req.receipt))
-            .expression_attribute_values(":expira", n(req.expires.as_secs()));
-        self.send("complete_attempt", req.pk, builder).await
-    }
-
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let update = match req.kind {
-            ReleaseKind::KeepKey => RELEASE_UPDATE,
-            ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
-            ReleaseKind::NextKey {
-                reset_declines: false,
-            } => RELEASE_NEXT_UPDATE,
-            ReleaseKind::NextKey {
-                reset_declines: true,
-            } => RELEASE_NEXT_RESET_UPDATE,
-        };
-        let builder = self
-            .update(req.pk, update, FENCE)
-            .expression_attribute_values(":titular", s(req.owner));
-        self.send("release", req.pk, builder).await
-    }
-
-    async fn next_attempt(
-        &self,
-        pk: &Key,
-        owner: &Owner,
-        now: Time,
-    ) -> Result<WriteOutcome, StoreError> {
-        let builder = self
-            .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
-            .expression_attribute_values(":titular", s(owner))
-            .expression_attribute_values(":now_ms", n(now.as_ms()));
-        self.send("next_attempt", pk, builder).await
-    }
-
-    async fn lease_for_resolve(
-        &self,
-        req: &ResolveLeaseRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        let builder = self
-            .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
-            .expression_attribute_values(":titular", s(req.owner))
-            .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
-            .expression_attribute_values(":huella", s(req.fingerprint))
-            .expression_attribute_values(":now_ms", n(req.now.as_ms()));
-        self.send("lease_for_resolve", req.pk, builder).await
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError> {
+        self.send(write.operation(), write.pk(), self.request(write))
+            .await
     }
 
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {

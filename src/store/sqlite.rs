@@ -16,8 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_pa
 use crate::clock::Time;
 use crate::idempotency::schema::{self, Problem, Value};
 use crate::idempotency::{
-    CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
-    ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
+    IdempotencyStore, Key, Record, ReleaseKind, StoreError, Write, WriteOutcome,
 };
 use crate::sqlite_file::{CallError, SharedConnection};
 
@@ -220,80 +219,73 @@ fn int(value: i64) -> rusqlite::types::Value {
     rusqlite::types::Value::Integer(value)
 }
 
+/// The statement of one write and the values it binds (besides `:pk` and the states).
+fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::types::Value)>) {
+    match write {
+        Write::Reserve(req) => (
+            RESERVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":expira", int(req.expires.as_secs())),
+                (":now_ms", int(req.now.as_ms())),
+                (":now_s", int(req.now.as_secs())),
+                (":max_rechazos", int(i64::from(req.max_declines))),
+            ],
+        ),
+        Write::Complete(req) => (
+            COMPLETE,
+            vec![
+                (":titular", text(req.owner)),
+                (":recibo", text(req.receipt)),
+                (":expira", int(req.expires.as_secs())),
+            ],
+        ),
+        Write::CompleteAttempt(req) => (
+            COMPLETE_ATTEMPT,
+            vec![
+                (":intento", int(i64::from(req.attempt))),
+                (":recibo", text(req.receipt)),
+                (":expira", int(req.expires.as_secs())),
+            ],
+        ),
+        Write::Release(req) => (release_sql(req.kind), vec![(":titular", text(req.owner))]),
+        Write::NextAttempt { owner, now, .. } => (
+            NEXT_ATTEMPT,
+            vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))],
+        ),
+        Write::LeaseForResolve(req) => (
+            RESOLVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":now_ms", int(req.now.as_ms())),
+            ],
+        ),
+    }
+}
+
+/// The statement of a release: what it does to the key and the decline count.
+fn release_sql(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::KeepKey => RELEASE,
+        ReleaseKind::Declined => RELEASE_DECLINED,
+        ReleaseKind::NextKey {
+            reset_declines: false,
+        } => RELEASE_NEXT,
+        ReleaseKind::NextKey {
+            reset_declines: true,
+        } => RELEASE_NEXT_RESET,
+    }
+}
+
 #[async_trait]
 impl IdempotencyStore for SqliteStore {
-    async fn reserve(&self, req: &ReserveRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let params = vec![
-            (":titular", text(req.owner)),
-            (":hasta", int(req.lease_until.as_ms())),
-            (":huella", text(req.fingerprint)),
-            (":expira", int(req.expires.as_secs())),
-            (":now_ms", int(req.now.as_ms())),
-            (":now_s", int(req.now.as_secs())),
-            (":max_rechazos", int(i64::from(req.max_declines))),
-        ];
-        self.conditional("reserve", req.pk, RESERVE, params).await
-    }
-
-    async fn complete(&self, req: &CompleteRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let params = vec![
-            (":titular", text(req.owner)),
-            (":recibo", text(req.receipt)),
-            (":expira", int(req.expires.as_secs())),
-        ];
-        self.conditional("complete", req.pk, COMPLETE, params).await
-    }
-
-    async fn complete_attempt(
-        &self,
-        req: &CompleteRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        let params = vec![
-            (":intento", int(i64::from(req.attempt))),
-            (":recibo", text(req.receipt)),
-            (":expira", int(req.expires.as_secs())),
-        ];
-        self.conditional("complete_attempt", req.pk, COMPLETE_ATTEMPT, params)
-            .await
-    }
-
-    async fn release(&self, req: &ReleaseRequest<'_>) -> Result<WriteOutcome, StoreError> {
-        let sql = match req.kind {
-            ReleaseKind::KeepKey => RELEASE,
-            ReleaseKind::Declined => RELEASE_DECLINED,
-            ReleaseKind::NextKey {
-                reset_declines: false,
-            } => RELEASE_NEXT,
-            ReleaseKind::NextKey {
-                reset_declines: true,
-            } => RELEASE_NEXT_RESET,
-        };
-        self.conditional("release", req.pk, sql, vec![(":titular", text(req.owner))])
-            .await
-    }
-
-    async fn next_attempt(
-        &self,
-        pk: &Key,
-        owner: &Owner,
-        now: Time,
-    ) -> Result<WriteOutcome, StoreError> {
-        let params = vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))];
-        self.conditional("next_attempt", pk, NEXT_ATTEMPT, params)
-            .await
-    }
-
-    async fn lease_for_resolve(
-        &self,
-        req: &ResolveLeaseRequest<'_>,
-    ) -> Result<WriteOutcome, StoreError> {
-        let params = vec![
-            (":titular", text(req.owner)),
-            (":hasta", int(req.lease_until.as_ms())),
-            (":huella", text(req.fingerprint)),
-            (":now_ms", int(req.now.as_ms())),
-        ];
-        self.conditional("lease_for_resolve", req.pk, RESOLVE, params)
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError> {
+        let (sql, params) = statement(write);
+        self.conditional(write.operation(), write.pk(), sql, params)
             .await
     }
 

@@ -1,17 +1,19 @@
-//! Reservations made outside the consumer under test (another invocation, one that
-//! died): the one builder of `ReserveRequest`s in the tests.
+//! Leases taken outside the consumer under test (another invocation, one that died):
+//! a reservation of one order by one owner, made in a store and judged as the
+//! consumer judges its own. (The store contract suite builds its raw requests itself:
+//! it tests the writes, not the consumer.)
 
 use std::time::Duration;
 
 use charge_once::clock::Time;
 use charge_once::idempotency::{
-    Fingerprint, IdempotencyStore, Key, Owner, Reservation as Judged, ReserveRequest, reserve,
+    Fingerprint, IdempotencyStore, Key, Owner, Reservation, ReserveRequest, Write, judge,
 };
 use charge_once::order::Order;
 
 /// A reservation of one order by one owner.
 #[derive(Clone, Debug)]
-pub struct Reservation {
+pub struct Lease {
     pk: Key,
     fingerprint: Fingerprint,
     owner: Owner,
@@ -21,7 +23,7 @@ pub struct Reservation {
     max_declines: u32,
 }
 
-impl Reservation {
+impl Lease {
     /// `order` reserved by `owner` at `now`: a lease of one minute, the default
     /// retention (400 days) and decline limit (3).
     pub fn of(order: &Order, owner: &str, now: Time) -> Self {
@@ -69,7 +71,9 @@ impl Reservation {
     }
 
     /// Makes it in `store`, judged as the consumer judges its own.
-    pub async fn make(&self, store: &dyn IdempotencyStore) -> Judged {
-        reserve(store, &self.request()).await.unwrap()
+    pub async fn make(&self, store: &dyn IdempotencyStore) -> Reservation {
+        let request = self.request();
+        let answer = store.write(&Write::Reserve(request.clone())).await.unwrap();
+        judge(answer, &request)
     }
 }
