@@ -219,7 +219,7 @@ async fn invoke(config: &Config, path: &Path, sqs: bool, backing: &Backing) -> a
         consumer = consumer.with_queue(queue);
     }
     let deadline = consumer.default_deadline();
-    let (response, recorded) = metrics.measure(consumer.handle(&event, deadline)).await;
+    let (response, recorded) = metrics.measure(consumer.run(&event, deadline)).await;
     let response = response?;
     // stdout is only the response; the EMF document joins the logs on stderr.
     metrics.write(&recorded, &[], clock::wall_ms(), std::io::stderr())?;

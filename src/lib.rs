@@ -39,6 +39,7 @@ pub mod deadline;
 pub mod emf;
 pub mod idempotency;
 pub mod order;
+pub mod outcomes;
 pub mod payment;
 pub mod queue;
 pub mod retry;

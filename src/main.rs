@@ -104,7 +104,7 @@ async fn consume(consumer: Arc<Consumer>, metrics: &'static Emf) -> anyhow::Resu
         let consumer = Arc::clone(&consumer);
         async move {
             let request_id = event.context.request_id.clone();
-            let (response, recorded) = metrics.measure(consumer.handle_lambda_event(event)).await;
+            let (response, recorded) = metrics.measure(consumer.handle(event)).await;
             metrics.write_invocation(&recorded, &request_id);
             response.map_err(lambda_runtime::Error::from)
         }

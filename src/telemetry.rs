@@ -97,11 +97,6 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
     Ok(emf)
 }
 
-/// Counts one record outcome under its name (`charged`, `duplicate`, ...).
-pub fn count_outcome(name: &'static str) {
-    metrics::counter!(name).increment(1);
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;

@@ -445,7 +445,7 @@ async fn a_record_without_a_message_id_fails_the_whole_batch() {
     event.records[0].message_id = None;
     let result = h
         .consumer
-        .handle(&event, h.clock.now() + Duration::from_millis(60_000))
+        .run(&event, h.clock.now() + Duration::from_millis(60_000))
         .await;
     let err = result.expect_err("the batch cannot be judged");
     assert!(err.to_string().contains("messageId"), "{err}");
@@ -481,7 +481,7 @@ async fn an_emulator_deadline_that_is_not_an_epoch_falls_back_to_the_invoke_dead
     // `cargo lambda watch` sends a duration (600000) where Lambda sends an epoch.
     context.deadline = 600_000;
     let event = lambda_runtime::LambdaEvent::new(event("sqs-single.json"), context);
-    let response = h.consumer.handle_lambda_event(event).await.unwrap();
+    let response = h.consumer.handle(event).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
     let record = h.record("ord-1001").await.unwrap();
     assert_eq!(record.state, State::Done);
@@ -623,7 +623,7 @@ async fn declines_are_bounded_per_order_across_copies_and_deliveries() {
     let lines = outcome_lines(&logs);
     assert_eq!(lines.len(), 5);
     for (_, outcome, _, fields) in &lines[3..] {
-        assert_eq!(outcome, "declined");
+        assert_eq!(outcome, "decline_limit");
         let reason = fields["reason"].as_str().unwrap_or("");
         assert!(reason.contains("limit"), "{fields}");
     }

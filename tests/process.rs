@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use charge_once::idempotency::{
-    Call, Charger, IdempotencyStore, Key, Outcome, ReconcileCause, Record, RetryCause, Settings,
-    State,
+    Call, Charger, IdempotencyStore, Identity, Key, Outcome, ReconcileCause, Record, RetryCause,
+    Settings, State,
 };
 use charge_once::order::Order;
 use charge_once::store::sqlite::SqliteStore;
@@ -72,9 +72,7 @@ impl Bench {
             provider: &self.provider,
             settings: &self.settings,
         };
-        charger
-            .process(order, &Key::for_order(order), deadline)
-            .await
+        charger.process(order, &Identity::of(order), deadline).await
     }
 
     async fn record(&self, order: &Order) -> Record {

@@ -391,7 +391,7 @@ impl Run {
             {
                 "conflict"
             } else {
-                "declined"
+                "decline_limit"
             };
             assert_eq!(outcome, expected, "{m:?}");
         }

@@ -185,7 +185,7 @@ impl<P: PaymentProvider + 'static> Harness<P> {
         context.deadline = u64::try_from((self.now() + time_left).as_ms()).unwrap();
         let response = self
             .consumer
-            .handle_lambda_event(LambdaEvent::new(event, context))
+            .handle(LambdaEvent::new(event, context))
             .await
             .expect("batch judged");
         response

@@ -20,7 +20,7 @@ use tracing::warn;
 use super::Rules;
 use super::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use super::resolve::{Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver};
-use super::{Fingerprint, IdempotencyStore, Key, Outcome, Owner, StoreError, WriteOutcome};
+use super::{IdempotencyStore, Identity, Outcome, Owner, StoreError, WriteOutcome};
 pub use crate::clock::Clock;
 use crate::clock::Time;
 use crate::config::Config;
@@ -93,7 +93,7 @@ pub struct Charger<'a> {
 impl Charger<'_> {
     /// Processes one valid order. `deadline` is the invocation deadline; the lease
     /// ends there and no call runs past it.
-    pub async fn process(&self, order: &Order, key: &Key, deadline: Time) -> Outcome {
+    pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
         let now = self.settings.now();
         let breakers = self.settings.breakers.as_ref();
         let store = breakers.store.admit(now, deadline);
@@ -108,7 +108,7 @@ impl Charger<'_> {
                 dependency: Dependency::Provider,
                 until,
             },
-            _ => self.run(order, key, deadline, &mut calls).await,
+            _ => self.run(order, identity, deadline, &mut calls).await,
         };
         // A probe that never reached its dependency proves nothing: the next record
         // probes.
@@ -122,11 +122,17 @@ impl Charger<'_> {
         outcome
     }
 
-    async fn run(&self, order: &Order, key: &Key, deadline: Time, calls: &mut Calls) -> Outcome {
+    async fn run(
+        &self,
+        order: &Order,
+        identity: &Identity,
+        deadline: Time,
+        calls: &mut Calls,
+    ) -> Outcome {
         let now = self.settings.now();
-        let (mut core, mut step) = Machine::new(Start {
-            key: key.clone(),
-            fingerprint: Fingerprint::of(order),
+        let (mut machine, mut step) = Machine::new(Start {
+            key: identity.key.clone(),
+            fingerprint: identity.fingerprint.clone(),
             owner: Owner::fresh(),
             now,
             deadline,
@@ -140,15 +146,15 @@ impl Charger<'_> {
                 Step::Done(outcome) => return outcome,
                 Step::Write(kind) => {
                     let answer = {
-                        let write = core.write(kind, self.settings.now());
+                        let write = machine.write(kind, self.settings.now());
                         self.store_call(deadline, self.store.write(&write)).await
                     };
                     calls.store |= self.observe_store(&answer);
                     observe(kind, &answer, now);
-                    let next = core.on(Input::Written(answer));
+                    let next = machine.on(Input::Written(answer));
                     if next == Step::Write(WriteKind::CompleteAttempt) {
                         warn!(
-                            attempt = core.attempt(),
+                            attempt = machine.attempt(),
                             "lease lost before complete; completing by attempt"
                         );
                     }
@@ -162,21 +168,21 @@ impl Charger<'_> {
                     {
                         warn!(
                             status,
-                            attempt = core.attempt(),
+                            attempt = machine.attempt(),
                             "provider replayed a server error; reconciling"
                         );
                     }
                     if answer.is_ok() {
                         crash_points::reached("after-charge");
                     }
-                    core.on(Input::Charged(answer))
+                    machine.on(Input::Charged(answer))
                 }
                 Step::Lookup => {
                     let answer = self
                         .provider_call(deadline, self.provider.find_charge(order))
                         .await;
                     calls.provider |= self.observe_provider(&answer);
-                    core.on(Input::Looked(answer))
+                    machine.on(Input::Looked(answer))
                 }
             };
         }

@@ -10,7 +10,7 @@
 //! | [`table`] | the write specification: each write's condition and effect, how a refused reservation is judged |
 //! | [`rules`] | the safety rules, each switchable for a mutant of the model |
 //! | [`machine`] | the state machine of one record, pure |
-//! | `outcome` | how a record ends: typed causes, level, metric name, retry class |
+//! | `outcome` | how a record ends: typed causes; its kind (`outcomes.rs`) gives name, level, handling |
 //! | `resolve` | the state machine of `resolve`, pure |
 //! | `driver` | the driver of both machines with the real store and provider |
 
@@ -27,8 +27,8 @@ pub mod table;
 
 pub use driver::{Charger, Clock, Settings, resolve};
 pub use key::Key;
-pub use outcome::{Call, Details, Level, Outcome, ReconcileCause, RetryCause, Shared};
-pub use record::{Fingerprint, Owner, Record, State};
+pub use outcome::{Call, Details, Outcome, ReconcileCause, RetryCause, Shared};
+pub use record::{Fingerprint, Identity, Owner, Record, State};
 pub use resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, ResolveWrite, Resolver,
 };

@@ -1,6 +1,7 @@
-//! How one record ends in the state machine: what happened, why (a typed cause that
-//! keeps its source error), and who must act (the log level and the metric name).
-//! What only the batch decides (invalid, unstarted, skipped) is `batch::RecordOutcome`.
+//! How one record ends in the state machine: what happened, and why (a typed cause
+//! that keeps its source error). Its name, level and handling are its kind's, declared
+//! in `outcomes.rs`; what only the batch decides (invalid, unstarted, skipped) is the
+//! batch's.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use crate::clock::Time;
 use crate::idempotency::StoreError;
+use crate::outcomes::{Handling, Kind};
 use crate::payment::PaymentError;
 use crate::retry::Class;
 use crate::retry::breaker::Dependency;
@@ -75,14 +77,6 @@ pub enum Outcome {
     },
 }
 
-/// Who must act on an outcome: nobody (info), maybe later (warn), a human (error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    Info,
-    Warn,
-    Error,
-}
-
 /// A call of the state machine, as outcomes and logs name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Call {
@@ -139,6 +133,16 @@ pub enum RetryCause {
     },
 }
 
+impl ReconcileCause {
+    /// The provider holds a charge that may still succeed.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self,
+            Self::PendingAtProvider { .. } | Self::PendingAnswer { .. }
+        )
+    }
+}
+
 /// Why a record cannot be settled automatically: a human looks at the provider first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
@@ -178,65 +182,46 @@ pub enum ReconcileCause {
 }
 
 impl Outcome {
-    /// Whether the message is acknowledged (left out of `batchItemFailures`).
-    pub fn is_ack(&self) -> bool {
-        matches!(
-            self,
-            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. }
-        )
+    /// Its kind, which declares its name, level and handling (`outcomes.rs`).
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Charged { .. } => Kind::Charged,
+            Self::Reconciled { .. } => Kind::Reconciled,
+            Self::Duplicate { .. } => Kind::Duplicate,
+            Self::Conflict => Kind::Conflict,
+            Self::InProgress { .. } => Kind::InProgress,
+            Self::Declined { .. } => Kind::Declined,
+            Self::DeclineLimit { .. } => Kind::DeclineLimit,
+            Self::Rejected { .. } => Kind::Rejected,
+            Self::FailedRetryable { .. } => Kind::FailedRetryable,
+            Self::Deadline { .. } => Kind::Deadline,
+            Self::Deferred { .. } => Kind::Deferred,
+            Self::NeedsReconciliation { .. } => Kind::NeedsReconciliation,
+        }
     }
 
-    /// What retrying it can do (ARCHITECTURE.md, "Retries"): nothing needed, wait and
-    /// retry, or nothing at all (the DLQ at once).
-    pub fn class(&self) -> Class {
-        match self {
-            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Class::Done,
-            Self::FailedRetryable { .. } | Self::Deadline { .. } => Class::Transient,
-            Self::Deferred { until, .. } => Class::Deferred { until: *until },
-            Self::InProgress { until } => Class::InProgress { until: *until },
-            Self::Declined { .. } => Class::Declined,
-            Self::NeedsReconciliation {
-                cause:
-                    ReconcileCause::PendingAtProvider { .. } | ReconcileCause::PendingAnswer { .. },
-            } => Class::Pending,
-            Self::Conflict
-            | Self::DeclineLimit { .. }
-            | Self::Rejected { .. }
-            | Self::NeedsReconciliation { .. } => Class::Poison,
-        }
+    /// Whether the message is acknowledged (left out of `batchItemFailures`).
+    pub fn is_ack(&self) -> bool {
+        self.kind().is_ack()
     }
 
     /// Stable name for logs and metrics.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Charged { .. } => "charged",
-            Self::Reconciled { .. } => "reconciled",
-            Self::Duplicate { .. } => "duplicate",
-            Self::Conflict => "conflict",
-            Self::InProgress { .. } => "in_progress",
-            Self::Declined { .. } | Self::DeclineLimit { .. } => "declined",
-            Self::Rejected { .. } => "rejected",
-            Self::FailedRetryable { .. } => "failed_retryable",
-            Self::Deadline { .. } => "deadline",
-            Self::Deferred { .. } => "deferred",
-            Self::NeedsReconciliation { .. } => "needs_reconciliation",
-        }
+        self.kind().name()
     }
 
-    /// Acknowledged: nobody acts. A retry that may still succeed: warn. A human must
-    /// act (a conflict, a rejection, a record to reconcile): error.
-    pub fn level(&self) -> Level {
-        match self {
-            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Level::Info,
-            Self::Declined { .. }
-            | Self::DeclineLimit { .. }
-            | Self::FailedRetryable { .. }
-            | Self::Deadline { .. }
-            | Self::Deferred { .. }
-            | Self::InProgress { .. } => Level::Warn,
-            Self::Conflict | Self::Rejected { .. } | Self::NeedsReconciliation { .. } => {
-                Level::Error
-            }
+    /// What retrying it can do (ARCHITECTURE.md, "Retries"): its kind's handling, and
+    /// the wait its cause calls for. A charge the provider still holds `pending` is
+    /// retried, though its kind goes to the DLQ otherwise: it settles by itself.
+    pub fn class(&self) -> Class {
+        match (self.kind().handling(), self) {
+            (_, Self::NeedsReconciliation { cause }) if cause.is_pending() => Class::Pending,
+            (Handling::Ack, _) => Class::Done,
+            (Handling::DeadLetter, _) => Class::Poison,
+            (Handling::Retry, Self::Deferred { until, .. }) => Class::Deferred { until: *until },
+            (Handling::Retry, Self::InProgress { until }) => Class::InProgress { until: *until },
+            (Handling::Retry, Self::Declined { .. }) => Class::Declined,
+            (Handling::Retry, _) => Class::Transient,
         }
     }
 
@@ -403,6 +388,7 @@ impl<E: std::error::Error + 'static> std::error::Error for Shared<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcomes::Level;
 
     #[test]
     fn only_effects_and_duplicates_acknowledge_the_message() {
@@ -416,7 +402,7 @@ mod tests {
         };
         for acked in [charged, reconciled, Outcome::Duplicate { receipt: None }] {
             assert!(acked.is_ack(), "{acked:?}");
-            assert_eq!(acked.level(), Level::Info);
+            assert_eq!(acked.kind().level(), Level::Info);
             assert_eq!(acked.reason(), None);
         }
         for failed in [
@@ -438,7 +424,7 @@ mod tests {
             },
         ] {
             assert!(!failed.is_ack(), "{failed:?}");
-            assert_ne!(failed.level(), Level::Info, "{failed:?}");
+            assert_ne!(failed.kind().level(), Level::Info, "{failed:?}");
             assert!(failed.reason().is_some(), "{failed:?}");
         }
     }
@@ -479,14 +465,14 @@ mod tests {
             },
         ];
         for outcome in human {
-            assert_eq!(outcome.level(), Level::Error, "{outcome:?}");
+            assert_eq!(outcome.kind().level(), Level::Error, "{outcome:?}");
         }
         let later = Outcome::Declined {
             code: "card_declined".into(),
             decline_code: None,
             attempt: 1,
         };
-        assert_eq!(later.level(), Level::Warn);
+        assert_eq!(later.kind().level(), Level::Warn);
         assert_eq!(later.details().decline_code, Some(""));
     }
 }

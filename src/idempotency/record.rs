@@ -23,6 +23,23 @@ impl Fingerprint {
     }
 }
 
+/// What the table knows an order by, derived together in this one place: its key
+/// (the business fact, never the message id) and its fingerprint (the payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub key: Key,
+    pub fingerprint: Fingerprint,
+}
+
+impl Identity {
+    pub fn of(order: &Order) -> Self {
+        Self {
+            key: Key::for_order(order),
+            fingerprint: Fingerprint::of(order),
+        }
+    }
+}
+
 /// The random token of one attempt's lease, the fence of its writes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Owner(String);

@@ -6,7 +6,7 @@
 //! consumer.
 
 use super::{
-    CompleteRequest, Fingerprint, Key, Owner, Record, ReleaseKind, ReleaseRequest,
+    CompleteRequest, Fingerprint, Identity, Key, Owner, Record, ReleaseKind, ReleaseRequest,
     ResolveLeaseRequest, State, StoreError, Write, WriteOutcome,
 };
 use crate::clock::Time;
@@ -130,9 +130,10 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
+        let Identity { key, fingerprint } = Identity::of(order);
         let resolver = Self {
-            key: Key::for_order(order),
-            fingerprint: Fingerprint::of(order),
+            key,
+            fingerprint,
             owner,
             now,
             lease_until,

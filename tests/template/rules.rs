@@ -269,7 +269,7 @@ pub fn poller_violations(t: &Value, props: &Value) -> Vec<String> {
     out
 }
 
-/// The dashboard shows every outcome, both latencies, the queue's age and depth and
+/// The dashboard shows every declared outcome (and no other among them), both latencies, the queue's age and depth and
 /// the DLQ's depth, in the namespace the function writes.
 pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
     let dashboards: Vec<&Value> = t["Resources"]
@@ -292,34 +292,55 @@ pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
     if vars["Namespace"] != env["METRICS_NAMESPACE"] {
         out.push("the dashboard reads another namespace than METRICS_NAMESPACE".to_owned());
     }
-    let shown = [
-        "charged",
-        "reconciled",
-        "duplicate",
-        "declined",
-        "rejected",
-        "failed_retryable",
-        "deadline",
-        "in_progress",
-        "conflict",
-        "needs_reconciliation",
-        "invalid",
-        "unstarted",
-        "skipped",
-        "deferred",
+    // Every declared outcome, and nothing else, besides the other counters.
+    let outcomes = charge_once::outcomes::DECLARED.map(|d| d.name);
+    let counters = [
         "dead_lettered",
+        "charge_retried",
+        "queue_failures",
+        "takeover",
+    ];
+    let charted = outcome_widget_metrics(body);
+    for name in &charted {
+        if !outcomes.contains(&name.as_str()) && !counters.contains(&name.as_str()) {
+            out.push(format!(
+                "the dashboard's outcomes show {name}, which is no outcome"
+            ));
+        }
+    }
+    let shown = outcomes.into_iter().chain(counters).chain([
         "store_latency_ms",
         "payment_latency_ms",
         "ApproximateAgeOfOldestMessage",
         "ApproximateNumberOfMessagesVisible",
         "${Dlq}",
-    ];
+    ]);
     for name in shown {
         if !body.contains(&format!("\"{name}\"")) {
             out.push(format!("the dashboard does not show {name}"));
         }
     }
     out
+}
+
+/// The metric names of the dashboard's "Record outcomes" widget.
+fn outcome_widget_metrics(body: &str) -> Vec<String> {
+    let Ok(parsed) = serde_json::from_str::<serde_json::Value>(body) else {
+        return vec!["(the dashboard body is not JSON)".to_owned()];
+    };
+    parsed["widgets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["properties"]["title"] == "Record outcomes")
+        .flat_map(|w| {
+            w["properties"]["metrics"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|m| m.get(1)?.as_str().map(str::to_owned))
+        .collect()
 }
 
 #[test]
@@ -341,6 +362,11 @@ fn a_dashboard_without_an_outcome_or_pollers_beside_a_concurrency_cap_are_caught
         violations(&t)
             .iter()
             .any(|v| v.contains("does not show conflict"))
+    );
+    assert!(
+        violations(&t)
+            .iter()
+            .any(|v| v.contains("show x, which is no outcome"))
     );
 
     let events = at(&FN_PROPS, &["Events", "Orders", "Properties"]);
