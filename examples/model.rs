@@ -4,7 +4,7 @@
 //! run the product's own state machine (`charge_once::idempotency::machine::Machine`)
 //! against models of the other parts:
 //!
-//! * the table: one linearisable item, written only through the core's own
+//! * the table: one linearisable item, written only through the table's own
 //!   condition and effect functions (`holds`, `apply`), which the contract suite
 //!   checks the DynamoDB and SQLite adapters against;
 //! * the provider: keeps each key's first outcome for `key_lifetime` and replays it,
@@ -237,9 +237,9 @@ struct Consumer {
     msg: usize,
     payload: Payload,
     deadline: u8,
-    core: Machine,
+    machine: Machine,
     step: Step,
-    /// The core ended with a poison outcome: the consumer is sending the message to
+    /// The machine ended with a poison outcome: the consumer is sending the message to
     /// the DLQ (the step is that `Done`).
     dead_lettering: bool,
 }
@@ -391,7 +391,7 @@ impl ChargeModel {
         let p = &self.p;
         // Unique per delivery, as a fresh random token would be.
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
-        let (core, step) = Machine::new(Start {
+        let (machine, step) = Machine::new(Start {
             key,
             fingerprint,
             owner: Owner::new(name.clone()),
@@ -407,7 +407,7 @@ impl ChargeModel {
             msg: m,
             payload: msg.payload,
             deadline: s.now + p.lease,
-            core,
+            machine,
             step,
             dead_lettering: false,
         });
@@ -780,22 +780,22 @@ impl Model for ChargeModel {
                 let step = s.consumers[c].step.clone();
                 let input = match step {
                     Step::Write(kind) => {
-                        let mut core = s.consumers[c].core.clone();
+                        let mut machine = s.consumers[c].machine.clone();
                         let answer = {
-                            let write = core.write(kind, at(s.now));
+                            let write = machine.write(kind, at(s.now));
                             self.write(&mut s, &write, env)
                         };
-                        let next = core.on(Input::Written(answer));
-                        s.consumers[c].core = core;
+                        let next = machine.on(Input::Written(answer));
+                        s.consumers[c].machine = machine;
                         next
                     }
                     Step::Charge { key } => {
                         let answer = self.charge(&mut s, c, key, env);
-                        s.consumers[c].core.on(Input::Charged(answer))
+                        s.consumers[c].machine.on(Input::Charged(answer))
                     }
                     Step::Lookup => {
                         let answer = self.lookup(&s, c, env);
-                        s.consumers[c].core.on(Input::Looked(answer))
+                        s.consumers[c].machine.on(Input::Looked(answer))
                     }
                     Step::Done(_) => return None,
                 };

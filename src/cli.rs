@@ -84,9 +84,9 @@ pub enum Command {
         currency: String,
         #[arg(long)]
         customer: String,
-        /// For records written by the card's consumer: you checked the provider by hand.
+        /// For records written by the legacy consumer: you checked the provider by hand.
         #[arg(long)]
-        card_format_checked: bool,
+        legacy_format_checked: bool,
         /// The customer fixed their card: reset the order's decline count (MAX_DECLINES)
         /// so the next delivery may try the card again.
         #[arg(long)]
@@ -143,13 +143,13 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
             amount,
             currency,
             customer,
-            card_format_checked,
+            legacy_format_checked,
             retry_declined,
             backing,
         } => {
             let order = Order::new(&order_id, amount, &currency, &customer).context("the order")?;
             let confirmed = Confirmed {
-                card_format_checked,
+                legacy_format_checked,
                 retry_declined,
             };
             resolve(config, &order, confirmed, &backing)
@@ -166,12 +166,7 @@ async fn audit(
     stuck_after: Duration,
     backing: &Backing,
 ) -> ExitStatus {
-    let now = clock::Time::from_ms(clock::wall_ms());
-    let window = audit::run::Window {
-        now,
-        since: now - since,
-        stuck_after,
-    };
+    let window = audit::run::Window::ending_now(since, stuck_after);
     let report = async {
         let store = wiring::store(config, &backing.store()).await?;
         let provider = wiring::provider(config, &backing.db).await?;

@@ -13,7 +13,7 @@ use crate::idempotency::{IdempotencyStore, Settings, StoreError};
 use crate::payment::api_key::{self, ApiKeyError};
 use crate::payment::http::{HttpProvider, HttpSetupError};
 use crate::payment::simulated::SimulatedProvider;
-use crate::payment::{PaymentProvider, Provider};
+use crate::payment::{ChargePath, PaymentProvider};
 use crate::queue::sqs::SqsQueue;
 use crate::sqlite_file::OpenError;
 use crate::store::dynamodb::DynamoStore;
@@ -149,7 +149,7 @@ pub fn simulator(config: &Config, db: &Path) -> Result<Option<SimulatedProvider>
 
 /// The provider of a local command: the HTTP client when PAYMENT_API_URL is set, else
 /// the simulator on the ledger in `db`.
-pub async fn provider(config: &Config, db: &Path) -> Result<Arc<dyn Provider>, WiringError> {
+pub async fn provider(config: &Config, db: &Path) -> Result<Arc<dyn PaymentProvider>, WiringError> {
     Ok(match simulator(config, db)? {
         Some(simulated) => Arc::new(simulated),
         None => {
@@ -163,7 +163,7 @@ pub async fn provider(config: &Config, db: &Path) -> Result<Arc<dyn Provider>, W
 pub fn consumer(
     config: &Config,
     store: Arc<dyn IdempotencyStore>,
-    provider: Arc<dyn PaymentProvider>,
+    provider: Arc<dyn ChargePath>,
 ) -> Consumer {
     Consumer::new(store, provider, Settings::from(config), config.into())
 }

@@ -19,7 +19,7 @@ use charge_once::config::Secret;
 use charge_once::idempotency::schema::attr;
 use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key};
 use charge_once::order::Order;
-use charge_once::payment::Provider;
+use charge_once::payment::PaymentProvider;
 use charge_once::payment::http::HttpProvider;
 use charge_once::payment::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
 use charge_once::store::sqlite::SqliteStore;
@@ -59,7 +59,7 @@ impl Pair {
         }
     }
 
-    fn provider(&self) -> Box<dyn Provider> {
+    fn provider(&self) -> Box<dyn PaymentProvider> {
         match self {
             Pair::Local { db } => Box::new(SimulatedProvider::open(db).unwrap()),
             Pair::Aws { .. } => Box::new(

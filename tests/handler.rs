@@ -631,7 +631,7 @@ async fn declines_are_bounded_per_order_across_copies_and_deliveries() {
 }
 
 /// Asserts the handler answered before its deadline, with every record failed.
-async fn answers_before_the_deadline<P: charge_once::payment::PaymentProvider + 'static>(
+async fn answers_before_the_deadline<P: charge_once::payment::ChargePath + 'static>(
     h: &Harness<P>,
     event: SqsEvent,
     time_left: Duration,

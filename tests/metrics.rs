@@ -9,7 +9,7 @@ use charge_once::clock::{self, Time};
 use charge_once::emf::{Emf, Recorded};
 use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
-use charge_once::payment::PaymentProvider;
+use charge_once::payment::ChargePath;
 use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};
 use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};
@@ -54,7 +54,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
             .await;
     };
     // Before the batch: a charged order (for the conflict), a live lease, an expired
-    // lease, an old key the provider charged, a card-format item.
+    // lease, an old key the provider charged, a legacy-format item.
     h.invoke_event_with(batch_of(&[body("m-conflict", 100)]), INVOCATION)
         .await;
     reserve_as("m-busy", now, now + Duration::from_millis(600_000)).await;
@@ -74,8 +74,8 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         .await
         .unwrap();
     h.table
-        .put_card_item(
-            &Key::for_order_id("m-card"),
+        .put_legacy_item(
+            &Key::for_order_id("m-legacy"),
             State::InProgress,
             None,
             now + Duration::from_secs(3600),
@@ -96,7 +96,7 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
                 body("m-declined", 100),
                 body("m-broken", 100),
                 body("m-broken", 100),
-                body("m-card", 100),
+                body("m-legacy", 100),
                 "{not json".to_owned(),
                 body("m-expired", 100),
                 body("m-old", 100),

@@ -11,7 +11,7 @@ use charge_once::clock::Time;
 use charge_once::config::Secret;
 use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key, State};
 use charge_once::order::Order;
-use charge_once::payment::PaymentProvider;
+use charge_once::payment::ChargePath;
 use charge_once::payment::http::HttpProvider;
 use harness::lease::Lease;
 use harness::logs::Captured;
@@ -247,12 +247,12 @@ async fn resolve_releases_with_the_next_attempt_when_the_provider_has_no_charge(
 }
 
 #[tokio::test]
-async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider() {
+async fn resolve_refuses_a_legacy_format_record_until_a_human_checked_the_provider() {
     let table = Backend::Moto.fresh_table().await;
     let customer = stripe::customer("tok_visa").await;
-    let order = Order::new(&unique("res-card"), 900, "EUR", &customer).unwrap();
+    let order = Order::new(&unique("res-legacy"), 900, "EUR", &customer).unwrap();
     table
-        .put_card_item(
+        .put_legacy_item(
             &Key::for_order(&order),
             State::InProgress,
             None,
@@ -261,9 +261,9 @@ async fn resolve_refuses_a_card_format_record_until_a_human_checked_the_provider
         .await;
     let out = resolve(&table, &order, &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--card-format-checked"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--legacy-format-checked"));
 
-    let done = json_out(&resolve(&table, &order, &["--card-format-checked"]));
+    let done = json_out(&resolve(&table, &order, &["--legacy-format-checked"]));
     assert_eq!(done["resolution"], "released");
     let record = table
         .store

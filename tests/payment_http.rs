@@ -12,7 +12,7 @@ use charge_once::config::{Config, Secret};
 use charge_once::idempotency::{Key, State};
 use charge_once::order::Order;
 use charge_once::payment::http::HttpProvider;
-use charge_once::payment::{ChargeListing, FailureKind, PaymentError, PaymentProvider, api_key};
+use charge_once::payment::{ChargeListing, ChargePath, FailureKind, PaymentError, api_key};
 use harness::lease::Lease;
 use harness::logs::Captured;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};

@@ -190,7 +190,7 @@ async fn a_timeout_keeps_the_key_and_the_retry_replays_it_charging_once() {
         matches!(
             first,
             Outcome::FailedRetryable {
-                cause: RetryCause::Charge(_),
+                cause: RetryCause::ChargeTimedOut,
                 attempt: Some(1)
             }
         ),

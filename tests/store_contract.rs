@@ -14,16 +14,16 @@ use charge_once::idempotency::{
     WriteOutcome, judge,
 };
 use charge_once::store::sqlite::SqliteStore;
-use harness::servers::{Backend, Table, card_item};
+use harness::servers::{Backend, Table, legacy_item};
 use std::sync::Arc;
 
-/// A fresh, empty store, and a way to write items as the card's consumer did.
+/// A fresh, empty store, and a way to write items as the legacy consumer did.
 struct Fixture {
     store: Arc<dyn IdempotencyStore>,
-    card: CardWriter,
+    legacy: LegacyWriter,
 }
 
-enum CardWriter {
+enum LegacyWriter {
     Dynamo(Table),
     Sqlite(std::path::PathBuf, #[allow(dead_code)] tempfile::TempDir),
 }
@@ -33,7 +33,7 @@ impl Fixture {
         let table = backend.fresh_table().await;
         Self {
             store: table.dyn_store(),
-            card: CardWriter::Dynamo(table),
+            legacy: LegacyWriter::Dynamo(table),
         }
     }
 
@@ -42,21 +42,22 @@ impl Fixture {
         let path = dir.path().join("contract.sqlite3");
         Self {
             store: Arc::new(SqliteStore::open(&path).unwrap()),
-            card: CardWriter::Sqlite(path, dir),
+            legacy: LegacyWriter::Sqlite(path, dir),
         }
     }
 
-    /// An item as the pattern card's TypeScript consumer writes it: no fingerprint,
+    /// An item as the legacy consumer (the pattern card's TypeScript consumer) writes it: no fingerprint,
     /// no lease, no attempt.
-    async fn put_card_item(&self, pk: &Key, state: State, receipt: Option<&str>, expires: Time) {
-        self.put_item(card_item(pk, state, receipt, expires)).await;
+    async fn put_legacy_item(&self, pk: &Key, state: State, receipt: Option<&str>, expires: Time) {
+        self.put_item(legacy_item(pk, state, receipt, expires))
+            .await;
     }
 
     /// Writes an item as another program would, attribute by attribute.
     async fn put_item(&self, item: Vec<(&'static str, Value)>) {
-        match &self.card {
-            CardWriter::Dynamo(table) => table.put_item(item).await,
-            CardWriter::Sqlite(path, _) => {
+        match &self.legacy {
+            LegacyWriter::Dynamo(table) => table.put_item(item).await,
+            LegacyWriter::Sqlite(path, _) => {
                 let names: Vec<&str> = item.iter().map(|(name, _)| *name).collect();
                 let marks: Vec<String> = (1..=item.len()).map(|i| format!("?{i}")).collect();
                 let values: Vec<rusqlite::types::Value> = item
@@ -201,7 +202,7 @@ async fn duplicate_returns_the_stored_receipt(t: Fixture) {
     );
 }
 
-async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
+async fn a_done_item_past_its_expiry_is_still_a_duplicate(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
     first.expires = Time::from_secs(T.as_secs() + 1);
@@ -218,7 +219,7 @@ async fn hecho_past_expira_is_still_a_duplicate(t: Fixture) {
     );
 }
 
-async fn non_hecho_past_expira_counts_as_absent(t: Fixture) {
+async fn an_unfinished_item_past_its_expiry_counts_as_absent(t: Fixture) {
     let pk = key();
     let mut first = req(&pk, H1, "a", T);
     first.expires = Time::from_secs(T.as_secs() + 1);
@@ -281,7 +282,7 @@ async fn our_own_retried_reserve_is_won(t: Fixture) {
     assert_eq!(won(t.store.as_ref(), &first).await, record);
 }
 
-async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
+async fn an_expired_lease_is_taken_over_keeping_the_attempt(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     applied(
@@ -310,7 +311,7 @@ async fn expired_lease_is_taken_over_keeping_intento(t: Fixture) {
     );
 }
 
-async fn libre_is_reserved_again(t: Fixture) {
+async fn a_free_item_is_reserved_again(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let released = applied(
@@ -326,7 +327,7 @@ async fn libre_is_reserved_again(t: Fixture) {
     assert_eq!(again.attempt, Some(1));
 }
 
-async fn complete_and_release_with_a_stale_titular_are_refused(t: Fixture) {
+async fn complete_and_release_with_a_stale_owner_are_refused(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     won(t.store.as_ref(), &req(&pk, H1, "b", T + 2 * MINUTE)).await;
@@ -418,7 +419,7 @@ async fn complete_falls_back_on_the_attempt_when_the_fence_is_lost(t: Fixture) {
     );
 }
 
-async fn declined_release_bumps_intento_and_any_other_keeps_it(t: Fixture) {
+async fn a_declined_release_bumps_the_attempt_and_any_other_keeps_it(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     let kept = applied(
@@ -631,7 +632,7 @@ async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {
 
 async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
     let pk = key();
-    let mut item = card_item(&pk, State::Free, None, Time::from_secs(T.as_secs() + 3600));
+    let mut item = legacy_item(&pk, State::Free, None, Time::from_secs(T.as_secs() + 3600));
     item.push((attr::ATTEMPT, Value::N(-1)));
     t.put_item(item).await;
     let malformed = |result: Result<_, StoreError>| match result {
@@ -652,26 +653,26 @@ async fn an_attempt_out_of_range_is_malformed_in_every_store(t: Fixture) {
     assert_eq!(malformed(lost), ("intento", "is out of range"));
 }
 
-async fn card_format_hecho_is_a_duplicate(t: Fixture) {
+async fn a_legacy_done_item_is_a_duplicate(t: Fixture) {
     let pk = key();
-    t.put_card_item(
+    t.put_legacy_item(
         &pk,
         State::Done,
-        Some("ch_card"),
+        Some("ch_legacy"),
         Time::from_secs(T.as_secs() + 3600),
     )
     .await;
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "a", T)).await,
         Reservation::Duplicate {
-            receipt: Some("ch_card".into())
+            receipt: Some("ch_legacy".into())
         }
     );
 }
 
-async fn card_format_en_curso_needs_reconciliation(t: Fixture) {
+async fn a_legacy_in_progress_item_needs_reconciliation(t: Fixture) {
     let pk = key();
-    t.put_card_item(
+    t.put_legacy_item(
         &pk,
         State::InProgress,
         None,
@@ -699,7 +700,7 @@ async fn missing_key_reads_as_none(t: Fixture) {
 }
 
 /// The audit's read: every record first reserved at or after `since`, over several
-/// pages of the DynamoDB scan (100 items each); older and card-format items left out.
+/// pages of the DynamoDB scan (100 items each); older and legacy-format items left out.
 async fn created_since_reads_every_page_and_only_records_from_then_on(t: Fixture) {
     let recent: Vec<Key> = (0..230).map(|_| key()).collect();
     let reserve_all = |keys: Vec<Key>, at: Time| {
@@ -717,7 +718,7 @@ async fn created_since_reads_every_page_and_only_records_from_then_on(t: Fixture
     };
     reserve_all(recent.clone(), T).await;
     reserve_all((0..5).map(|_| key()).collect(), T - DAY).await;
-    t.put_card_item(&key(), State::Done, Some("ch_card"), T + DAY)
+    t.put_legacy_item(&key(), State::Done, Some("ch_legacy"), T + DAY)
         .await;
 
     let mut read: Vec<Key> = t
@@ -795,21 +796,21 @@ contract_suite!(
     an_attempt_out_of_range_is_malformed_in_every_store,
     fresh_reserve_wins_with_a_new_lease,
     duplicate_returns_the_stored_receipt,
-    hecho_past_expira_is_still_a_duplicate,
-    non_hecho_past_expira_counts_as_absent,
+    a_done_item_past_its_expiry_is_still_a_duplicate,
+    an_unfinished_item_past_its_expiry_counts_as_absent,
     other_fingerprint_is_a_conflict,
     live_lease_is_in_progress,
     our_own_retried_reserve_is_won,
-    expired_lease_is_taken_over_keeping_intento,
-    libre_is_reserved_again,
-    complete_and_release_with_a_stale_titular_are_refused,
+    an_expired_lease_is_taken_over_keeping_the_attempt,
+    a_free_item_is_reserved_again,
+    complete_and_release_with_a_stale_owner_are_refused,
     complete_falls_back_on_the_attempt_when_the_fence_is_lost,
-    declined_release_bumps_intento_and_any_other_keeps_it,
+    a_declined_release_bumps_the_attempt_and_any_other_keeps_it,
     declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them,
     every_write_agrees_with_the_pure_condition_and_effect,
     next_attempt_moves_the_key_under_the_lease,
-    card_format_hecho_is_a_duplicate,
-    card_format_en_curso_needs_reconciliation,
+    a_legacy_done_item_is_a_duplicate,
+    a_legacy_in_progress_item_needs_reconciliation,
     missing_key_reads_as_none,
     created_since_reads_every_page_and_only_records_from_then_on,
     twenty_concurrent_reservations_have_exactly_one_winner,

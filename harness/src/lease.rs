@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use charge_once::clock::Time;
 use charge_once::idempotency::{
-    Fingerprint, IdempotencyStore, Key, Owner, Reservation, ReserveRequest, Write, judge,
+    Fingerprint, IdempotencyStore, Identity, Key, Owner, Reservation, ReserveRequest, Write, judge,
 };
 use charge_once::order::Order;
 
@@ -27,9 +27,10 @@ impl Lease {
     /// `order` reserved by `owner` at `now`: a lease of one minute, the default
     /// retention (400 days) and decline limit (3).
     pub fn of(order: &Order, owner: &str, now: Time) -> Self {
+        let identity = Identity::of(order);
         Self {
-            pk: Key::for_order(order),
-            fingerprint: Fingerprint::of(order),
+            pk: identity.key,
+            fingerprint: identity.fingerprint,
             owner: Owner::new(owner),
             now,
             lease_until: now + Duration::from_secs(60),

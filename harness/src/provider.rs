@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use charge_once::clock::Time;
 use charge_once::order::Order;
 use charge_once::payment::{
-    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
+    ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
 };
 
 /// A scripted failure for the next charge call of one order.
@@ -158,7 +158,7 @@ fn declined() -> PaymentError {
 }
 
 #[async_trait]
-impl PaymentProvider for TestProvider {
+impl ChargePath for TestProvider {
     async fn charge(&self, order: &Order, key: &str) -> Result<Receipt, PaymentError> {
         let params = params(order);
         let (fault, replay) = {

@@ -14,7 +14,7 @@ use charge_once::deadline::Budget;
 use charge_once::idempotency::{
     Clock, IdempotencyStore, Key, Record, Settings, StoreError, Write, WriteOutcome,
 };
-use charge_once::payment::PaymentProvider;
+use charge_once::payment::ChargePath;
 use charge_once::retry::Backoff;
 use charge_once::retry::breaker::Breakers;
 use charge_once::store::dynamodb::DynamoStore;
@@ -115,7 +115,7 @@ impl Options {
     }
 }
 
-impl<P: PaymentProvider + 'static> Harness<P> {
+impl<P: ChargePath + 'static> Harness<P> {
     pub async fn new(provider: P) -> Self {
         Self::with(provider, Options::default()).await
     }

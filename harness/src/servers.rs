@@ -89,9 +89,9 @@ impl Backend {
     }
 }
 
-/// An item as the pattern card's TypeScript consumer writes it: `pk`, `estado`,
+/// An item as the legacy consumer (the pattern card's TypeScript consumer) writes it: `pk`, `estado`,
 /// `creado`, `expira` and, once done, `recibo`; no fingerprint, no lease, no attempt.
-pub fn card_item(
+pub fn legacy_item(
     pk: &Key,
     state: State,
     receipt: Option<&str>,
@@ -156,16 +156,17 @@ impl Table {
         self.store.clone()
     }
 
-    /// Writes an item as the pattern card's TypeScript consumer does (see
-    /// [`card_item`]).
-    pub async fn put_card_item(
+    /// Writes an item as the legacy consumer (the pattern card's TypeScript consumer) does (see
+    /// [`legacy_item`]).
+    pub async fn put_legacy_item(
         &self,
         pk: &Key,
         state: State,
         receipt: Option<&str>,
         expires: Time,
     ) {
-        self.put_item(card_item(pk, state, receipt, expires)).await;
+        self.put_item(legacy_item(pk, state, receipt, expires))
+            .await;
     }
 
     /// Writes an item as another program would, attribute by attribute.

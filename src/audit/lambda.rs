@@ -9,7 +9,6 @@ use lambda_runtime::{LambdaEvent, service_fn};
 
 use super::INCOMPLETE_METRIC;
 use super::run::{Window, audit};
-use crate::clock::{self, Time};
 use crate::emf::Emf;
 use crate::idempotency::IdempotencyStore;
 use crate::payment::ChargeListing;
@@ -25,12 +24,7 @@ pub async fn serve(
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let (store, provider) = (Arc::clone(&store), Arc::clone(&provider));
         async move {
-            let now = Time::from_ms(clock::wall_ms());
-            let window = Window {
-                now,
-                since: now - since,
-                stuck_after,
-            };
+            let window = Window::ending_now(since, stuck_after);
             let (result, recorded) = metrics
                 .measure(async {
                     let result = audit(store.as_ref(), provider.as_ref(), window).await;

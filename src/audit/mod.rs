@@ -327,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn a_charged_and_recorded_order_is_no_finding_and_a_declined_libre_one_neither() {
+    fn a_charged_and_recorded_order_is_no_finding_and_a_declined_free_one_neither() {
         let mut declined = record("o-2", State::Free);
         declined.declines = Some(2);
         let found = judge(

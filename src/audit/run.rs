@@ -30,6 +30,19 @@ pub struct Window {
     pub stuck_after: Duration,
 }
 
+impl Window {
+    /// The window that ends now on the wall clock and reaches `since` back: the one
+    /// place an audit's window is built.
+    pub fn ending_now(since: Duration, stuck_after: Duration) -> Self {
+        let now = Time::from_ms(crate::clock::wall_ms());
+        Self {
+            now,
+            since: now - since,
+            stuck_after,
+        }
+    }
+}
+
 /// The audit's answer: what it read, and what disagrees.
 #[derive(Debug)]
 pub struct Report {

@@ -27,7 +27,7 @@ use crate::clock::Time;
 use crate::config::{Config, FifoScope};
 use crate::deadline::{self, CallKind};
 use crate::idempotency::{Charger, IdempotencyStore, Settings};
-use crate::payment::PaymentProvider;
+use crate::payment::ChargePath;
 use crate::queue::{DeadLetter, Offline, Queue, QueueError};
 use crate::retry::{self, Backoff, Jitter};
 use crate::telemetry::QUEUE_FAILURES;
@@ -64,7 +64,7 @@ impl From<&Config> for Limits {
 /// invocation.
 pub struct Consumer {
     store: Arc<dyn IdempotencyStore>,
-    provider: Arc<dyn PaymentProvider>,
+    provider: Arc<dyn ChargePath>,
     queue: Arc<dyn Queue>,
     settings: Settings,
     limits: Limits,
@@ -73,7 +73,7 @@ pub struct Consumer {
 impl Consumer {
     pub fn new(
         store: Arc<dyn IdempotencyStore>,
-        provider: Arc<dyn PaymentProvider>,
+        provider: Arc<dyn ChargePath>,
         settings: Settings,
         limits: Limits,
     ) -> Self {

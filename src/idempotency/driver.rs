@@ -1,5 +1,5 @@
 //! The driver of one record: performs each step the state machine (`machine.rs`) asks for
-//! with the real store and provider, and feeds the answer back. It owns what the core
+//! with the real store and provider, and feeds the answer back. It owns what the machine
 //! must not touch: the clock, the owner token, timeouts, metrics and log lines.
 //!
 //! Every store and provider call is bounded, and none starts unless its timeout ends
@@ -26,7 +26,7 @@ use crate::clock::Time;
 use crate::config::Config;
 use crate::deadline::{Budget, CallKind};
 use crate::order::Order;
-use crate::payment::{FailureKind, PaymentError, PaymentProvider, Receipt};
+use crate::payment::{ChargePath, FailureKind, PaymentError, Receipt};
 use crate::retry::Jitter;
 use crate::retry::breaker::{Admission, Breaker, Breakers, Dependency};
 use crate::telemetry::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
@@ -86,7 +86,7 @@ impl Settings {
 /// Runs the state machine for one order against a store and a provider.
 pub struct Charger<'a> {
     pub store: &'a dyn IdempotencyStore,
-    pub provider: &'a dyn PaymentProvider,
+    pub provider: &'a dyn ChargePath,
     pub settings: &'a Settings,
 }
 
@@ -149,8 +149,8 @@ impl Charger<'_> {
                         let write = machine.write(kind, self.settings.now());
                         self.store_call(deadline, self.store.write(&write)).await
                     };
-                    calls.store |= self.observe_store(&answer);
-                    observe(kind, &answer, now);
+                    calls.store |= self.tell_store_breaker(&answer);
+                    observe_write(kind, &answer, now);
                     let next = machine.on(Input::Written(answer));
                     if next == Step::Write(WriteKind::CompleteAttempt) {
                         warn!(
@@ -181,7 +181,7 @@ impl Charger<'_> {
                     let answer = self
                         .provider_call(deadline, self.provider.find_charge(order))
                         .await;
-                    calls.provider |= self.observe_provider(&answer);
+                    calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Looked(answer))
                 }
             };
@@ -200,7 +200,7 @@ impl Charger<'_> {
         let answer = self
             .provider_call(deadline, self.provider.charge(order, key))
             .await;
-        calls.provider |= self.observe_provider(&answer);
+        calls.provider |= self.tell_provider_breaker(&answer);
         if !self.may_retry_charge(&answer, deadline).await {
             return answer;
         }
@@ -208,13 +208,13 @@ impl Charger<'_> {
         let answer = self
             .provider_call(deadline, self.provider.charge(order, key))
             .await;
-        self.observe_provider(&answer);
+        self.tell_provider_breaker(&answer);
         answer
     }
 
     /// Tells the store's breaker how a call went; whether the call was made.
-    fn observe_store<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
-        observe_call(
+    fn tell_store_breaker<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
+        tell_breaker(
             &self.settings.breakers.store,
             answer,
             self.settings.now(),
@@ -223,8 +223,8 @@ impl Charger<'_> {
     }
 
     /// Tells the provider's breaker how a call went; whether the call was made.
-    fn observe_provider<T>(&self, answer: &Result<T, NoAnswer<PaymentError>>) -> bool {
-        observe_call(
+    fn tell_provider_breaker<T>(&self, answer: &Result<T, NoAnswer<PaymentError>>) -> bool {
+        tell_breaker(
             &self.settings.breakers.provider,
             answer,
             self.settings.now(),
@@ -307,7 +307,7 @@ impl Charger<'_> {
 /// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
 pub async fn resolve(
     store: &dyn IdempotencyStore,
-    provider: &dyn PaymentProvider,
+    provider: &dyn ChargePath,
     settings: &Settings,
     order: &Order,
     confirmed: Confirmed,
@@ -352,7 +352,7 @@ struct Calls {
 /// Feeds a call's answer to its breaker: a call that was not started says nothing; an
 /// answer that `is_down` says the dependency is down is a failure; anything else, an
 /// error that the dependency chose to answer with included, is a success.
-fn observe_call<T, E>(
+fn tell_breaker<T, E>(
     breaker: &Breaker,
     answer: &Result<T, NoAnswer<E>>,
     now: Time,
@@ -384,8 +384,12 @@ fn provider_is_down(error: &PaymentError) -> bool {
 }
 
 /// Metrics, warnings and crash points on a write's answer; what the answer means is
-/// the core's to decide.
-fn observe(kind: WriteKind, answer: &Result<WriteOutcome, NoAnswer<StoreError>>, started_at: Time) {
+/// the machine's to decide.
+fn observe_write(
+    kind: WriteKind,
+    answer: &Result<WriteOutcome, NoAnswer<StoreError>>,
+    started_at: Time,
+) {
     match (kind, answer) {
         (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
             if record.created.is_some_and(|created| created < started_at) {

@@ -29,7 +29,7 @@ pub enum NoAnswer<E> {
     Failed(E),
 }
 
-/// The kinds of write the core asks for; [`Machine::write`] builds the request.
+/// The kinds of write the machine asks for; [`Machine::write`] builds the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WriteKind {
     Reserve,
@@ -71,7 +71,7 @@ impl Input {
     }
 }
 
-/// Where the core is: which answer it waits for.
+/// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Reserving,
@@ -100,7 +100,7 @@ impl Phase {
     }
 }
 
-/// What one record starts from: all of it comes from outside the core.
+/// What one record starts from: all of it comes from outside the machine.
 #[derive(Clone, Debug)]
 pub struct Start {
     pub key: Key,
@@ -141,7 +141,7 @@ pub struct Machine {
 impl Machine {
     /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
     pub fn new(start: Start) -> (Self, Step) {
-        let core = Self {
+        let machine = Self {
             key: start.key,
             fingerprint: start.fingerprint,
             owner: start.owner,
@@ -157,10 +157,10 @@ impl Machine {
             receipt: None,
             success: None,
         };
-        (core, Step::Write(WriteKind::Reserve))
+        (machine, Step::Write(WriteKind::Reserve))
     }
 
-    /// The attempt whose key the core is on.
+    /// The attempt whose key the machine is on.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
@@ -342,9 +342,7 @@ impl Machine {
                 before: Call::Charge,
                 attempt: Some(self.attempt),
             }),
-            Err(NoAnswer::TimedOut) => self.after_failed_charge(PaymentError::retryable(
-                crate::payment::FailureKind::Timeout,
-            )),
+            Err(NoAnswer::TimedOut) => self.after_uncertain_charge(RetryCause::ChargeTimedOut),
             // The original outcome is unknown: look it up before anything else.
             Err(NoAnswer::Failed(PaymentError::ReplayedServerError { .. }))
                 if !self.must_reconcile =>
@@ -388,9 +386,7 @@ impl Machine {
                 cause: ReconcileCause::RecordMovedOn {
                     receipt: self.receipt.clone().unwrap_or_default(),
                     attempt: self.attempt,
-                    state: old
-                        .as_ref()
-                        .map(|r| super::schema::state_value(&r.state).to_owned()),
+                    state: old.as_ref().map(|r| r.state.clone()),
                     record_attempt: old.as_ref().and_then(|r| r.attempt),
                     record_receipt: old.and_then(|r| r.receipt),
                 },
@@ -477,29 +473,28 @@ impl Machine {
                     },
                 },
             ),
-            other => {
-                // Uncertain: the provider may hold a charge under this key, so the
-                // next attempt must replay it.
-                let kind = if self.rules.keep_key_when_uncertain {
-                    ReleaseKind::KeepKey
-                } else {
-                    ReleaseKind::NextKey {
-                        reset_declines: false,
-                    }
-                };
-                self.release(
-                    kind,
-                    Outcome::retryable(RetryCause::Charge(Shared::new(other)), Some(attempt)),
-                )
-            }
+            other => self.after_uncertain_charge(RetryCause::Charge(Shared::new(other))),
         }
+    }
+
+    /// Uncertain: the provider may hold a charge under this key, so the next attempt
+    /// must replay it.
+    fn after_uncertain_charge(&mut self, cause: RetryCause) -> Step {
+        let kind = if self.rules.keep_key_when_uncertain {
+            ReleaseKind::KeepKey
+        } else {
+            ReleaseKind::NextKey {
+                reset_declines: false,
+            }
+        };
+        self.release(kind, Outcome::retryable(cause, Some(self.attempt)))
     }
 }
 
 /// The outcome of a store call that gave no answer. A charge made before it is safe:
 /// the retry replays the same key.
-fn store_no_answer(call: Call, cut: NoAnswer<StoreError>, attempt: Option<u32>) -> Outcome {
-    match cut {
+fn store_no_answer(call: Call, no_answer: NoAnswer<StoreError>, attempt: Option<u32>) -> Outcome {
+    match no_answer {
         NoAnswer::NoTime => Outcome::Deadline {
             before: call,
             attempt,

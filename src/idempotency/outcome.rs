@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::clock::Time;
-use crate::idempotency::StoreError;
+use crate::idempotency::{State, StoreError};
 use crate::outcomes::{Handling, Kind};
 use crate::payment::PaymentError;
 use crate::retry::Class;
@@ -120,12 +120,15 @@ pub enum RetryCause {
     LookupTimedOut,
     #[error("reconciliation lookup")]
     Lookup(#[source] Shared<PaymentError>),
-    /// The charge failed with its outcome unknown or transient (a timeout included).
+    /// The charge timed out: its outcome is unknown.
+    #[error("charge: provider timed out")]
+    ChargeTimedOut,
+    /// The charge failed with its outcome unknown or transient.
     #[error("charge")]
     Charge(#[source] Shared<PaymentError>),
     #[error("lease lost before moving to the next attempt")]
     LeaseLostBeforeNextAttempt,
-    /// A bug: the core got an answer its phase does not expect.
+    /// A bug: the machine got an answer its phase does not expect.
     #[error("internal: answer {answer} does not fit phase {phase}")]
     OutOfPhase {
         phase: &'static str,
@@ -147,10 +150,10 @@ impl ReconcileCause {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
     #[error(
-        "item written by the card's consumer is not `hecho`: it gave the provider no \
+        "item written by the legacy consumer is not `hecho`: it gave the provider no \
          idempotency key, so it is never taken over"
     )]
-    CardItemNotDone,
+    LegacyItemNotDone,
     #[error("item has an unknown `estado`")]
     UnknownState,
     /// A reconciliation lookup found a charge that may still succeed.
@@ -170,12 +173,13 @@ pub enum ReconcileCause {
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
         "charged {receipt} under attempt {attempt} but the record moved on (estado \
-         {state:?}, intento {record_attempt:?}, recibo {record_receipt:?})"
+         {:?}, intento {record_attempt:?}, recibo {record_receipt:?})",
+        state.as_ref().map(super::schema::state_value)
     )]
     RecordMovedOn {
         receipt: String,
         attempt: u32,
-        state: Option<String>,
+        state: Option<State>,
         record_attempt: Option<u32>,
         record_receipt: Option<String>,
     },
@@ -456,7 +460,7 @@ mod tests {
         let human = [
             Outcome::Conflict,
             Outcome::NeedsReconciliation {
-                cause: ReconcileCause::CardItemNotDone,
+                cause: ReconcileCause::LegacyItemNotDone,
             },
             Outcome::Rejected {
                 status: 400,

@@ -89,7 +89,7 @@ pub enum State {
 }
 
 /// One item of the idempotency table. Optional fields are absent on items written by
-/// the pattern card's TypeScript consumer (no `fingerprint`, no lease, no attempt).
+/// the legacy consumer (the pattern card's TypeScript consumer) (no `fingerprint`, no lease, no attempt).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     pub pk: Key,
@@ -128,8 +128,8 @@ impl Record {
         }
     }
 
-    /// Written by the card's consumer: no fingerprint, so no lease and no provider key.
-    pub fn is_card_format(&self) -> bool {
+    /// Written by the legacy consumer: no fingerprint, so no lease and no provider key.
+    pub fn is_legacy_format(&self) -> bool {
         self.fingerprint.is_none()
     }
 

@@ -34,11 +34,11 @@ pub enum ResolveError {
     #[error("the order given does not match the recorded fingerprint (a conflicting payload?)")]
     FingerprintMismatch,
     #[error(
-        "the record was written by the card's consumer, which gave the provider no key, so \
+        "the record was written by the legacy consumer, which gave the provider no key, so \
          its charge cannot be found by order id: check the provider by hand, then pass \
-         --card-format-checked"
+         --legacy-format-checked"
     )]
-    CardFormat,
+    LegacyFormat,
     #[error("the record changed while resolving; run resolve again")]
     Changed,
     #[error(
@@ -55,14 +55,14 @@ pub enum ResolveError {
 /// What a human confirmed before running `resolve`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Confirmed {
-    /// A card-format record's order was checked at the provider by hand.
-    pub card_format_checked: bool,
+    /// A legacy-format record's order was checked at the provider by hand.
+    pub legacy_format_checked: bool,
     /// The customer fixed their card: reset the order's decline count, so the next
     /// delivery may try the card again.
     pub retry_declined: bool,
 }
 
-/// What the resolve core asks for next.
+/// What the resolve machine asks for next.
 #[derive(Debug)]
 pub enum ResolveStep {
     /// Read the record (strongly consistent); answer with [`ResolveInput::Read`].
@@ -103,7 +103,7 @@ enum Phase {
     Done,
 }
 
-/// `resolve` as a pure core: the record read, the provider's answer and each write's
+/// `resolve` as a pure machine: the record read, the provider's answer and each write's
 /// outcome come in; the next step comes out. Time and the owner token are inputs.
 #[derive(Debug)]
 pub struct Resolver {
@@ -218,8 +218,8 @@ impl Resolver {
                 receipt: record.receipt,
             }));
         }
-        let card_format_checked = self.confirmed.card_format_checked;
-        if let Err(refused) = check(&record, &self.fingerprint, self.now, card_format_checked) {
+        let legacy_format_checked = self.confirmed.legacy_format_checked;
+        if let Err(refused) = check(&record, &self.fingerprint, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
         }
         self.phase = Phase::Leasing;
@@ -261,7 +261,7 @@ fn check(
     record: &Record,
     fingerprint: &Fingerprint,
     now: Time,
-    card_format_checked: bool,
+    legacy_format_checked: bool,
 ) -> Result<(), ResolveError> {
     if record
         .fingerprint
@@ -270,8 +270,8 @@ fn check(
     {
         return Err(ResolveError::FingerprintMismatch);
     }
-    if record.is_card_format() && !card_format_checked {
-        return Err(ResolveError::CardFormat);
+    if record.is_legacy_format() && !legacy_format_checked {
+        return Err(ResolveError::LegacyFormat);
     }
     match (&record.state, record.lease_until) {
         (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),

@@ -3,7 +3,7 @@
 //! they are what the table holds, what the card's own consumer wrote, and what an
 //! operator reads in the console. The Rust code speaks English (`state = Done`,
 //! `receipt`, `fingerprint`…). The DynamoDB and SQLite adapters, `inspect`'s JSON and
-//! the tests' card-format items all map between the two here.
+//! the tests' legacy-format items all map between the two here.
 
 use super::{Fingerprint, Key, Owner, Record, State, StoreError};
 use crate::clock::Time;

@@ -131,13 +131,13 @@ pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
 }
 
 fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
-    if old.is_card_format() {
+    if old.is_legacy_format() {
         return match old.state {
             State::Done => Reservation::Duplicate {
                 receipt: old.receipt,
             },
             _ => Reservation::NeedsReconciliation {
-                cause: ReconcileCause::CardItemNotDone,
+                cause: ReconcileCause::LegacyItemNotDone,
             },
         };
     }

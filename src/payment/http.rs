@@ -17,9 +17,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Response, StatusCode};
 use serde::Deserialize;
 
-use super::{
-    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
-};
+use super::{ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt};
 use crate::clock::Time;
 use crate::config::Secret;
 use crate::order::Order;
@@ -311,7 +309,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 }
 
 #[async_trait]
-impl PaymentProvider for HttpProvider {
+impl ChargePath for HttpProvider {
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
         let request = self
             .client

@@ -1,5 +1,8 @@
-//! The payment provider contract (ARCHITECTURE.md, "The state machine"): charge an order under an
-//! idempotency key, and look a charge up for reconciliation.
+//! The payment provider contracts, each named by what its reader uses: the charge
+//! path ([`ChargePath`]: charge an order under an idempotency key, look a charge up
+//! for reconciliation; read by the record's driver and `resolve`), and the listing
+//! ([`ChargeListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
+//! builds it (ARCHITECTURE.md, "The state machine").
 //!
 //! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key;
 //! [`simulated::SimulatedProvider`] is the local stand-in for runs without a provider.
@@ -133,9 +136,9 @@ impl PaymentError {
     }
 }
 
-/// What the charge path needs: charge under a key, and look an order's charge up.
+/// The charge path: charge under a key, and look an order's charge up.
 #[async_trait]
-pub trait PaymentProvider: Send + Sync {
+pub trait ChargePath: Send + Sync {
     /// Charges `order` under `idempotency_key`. The request must be a pure function of
     /// the order's fingerprinted fields, so a replay is byte-identical.
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
@@ -145,13 +148,13 @@ pub trait PaymentProvider: Send + Sync {
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
 }
 
-/// A client that serves both readers (the HTTP client and the simulator do): what
-/// the wiring builds once and hands to each side as the trait it uses.
-pub trait Provider: PaymentProvider + ChargeListing {}
+/// The whole provider, serving both readers (the HTTP client and the simulator do):
+/// what the wiring builds once and hands to each side as the trait it uses.
+pub trait PaymentProvider: ChargePath + ChargeListing {}
 
-impl<T: PaymentProvider + ChargeListing> Provider for T {}
+impl<T: ChargePath + ChargeListing> PaymentProvider for T {}
 
-/// What the audit needs: the provider's charges as they are listed.
+/// The listing the audit reads: the provider's charges as they are listed.
 #[async_trait]
 pub trait ChargeListing: Send + Sync {
     /// Every charge created at or after `since`, every page read. An error, never a

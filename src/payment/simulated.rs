@@ -16,9 +16,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
-use super::{
-    ChargeListing, FailureKind, ListedCharge, Lookup, PaymentError, PaymentProvider, Receipt,
-};
+use super::{ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt};
 use crate::clock::Time;
 use crate::order::Order;
 use crate::sqlite_file::{OpenError, SharedConnection};
@@ -232,7 +230,7 @@ fn ledger_error(e: impl std::error::Error + Send + Sync + 'static) -> PaymentErr
 }
 
 #[async_trait]
-impl PaymentProvider for SimulatedProvider {
+impl ChargePath for SimulatedProvider {
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
         let order = order.clone();
         let key = idempotency_key.to_owned();

@@ -49,7 +49,7 @@ const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
      #huella = :huella, #expira = :expira, #creado = if_not_exists(#creado, :now_ms), \
      #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
-/// card's consumer have no `huella` and are never taken over); or the same payload,
+/// legacy consumer have no `huella` and are never taken over); or the same payload,
 /// below the decline limit, `libre` or with an expired lease. `hecho` is never
 /// matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
