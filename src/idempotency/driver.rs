@@ -151,31 +151,12 @@ impl Charger<'_> {
                     };
                     calls.store |= self.tell_store_breaker(&answer);
                     observe_write(kind, &answer, now);
-                    let next = machine.on(Input::Written(answer));
-                    if next == Step::Write(WriteKind::CompleteAttempt) {
-                        warn!(
-                            attempt = machine.attempt(),
-                            "lease lost before complete; completing by attempt"
-                        );
-                    }
-                    next
+                    on_written(&mut machine, answer)
                 }
                 Step::Charge { key } => {
                     let key = key.unwrap_or_default();
                     let answer = self.charge(order, &key, deadline, calls).await;
-                    if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) =
-                        &answer
-                    {
-                        warn!(
-                            status,
-                            attempt = machine.attempt(),
-                            "provider replayed a server error; reconciling"
-                        );
-                    }
-                    if answer.is_ok() {
-                        crash_points::reached("after-charge");
-                    }
-                    machine.on(Input::Charged(answer))
+                    on_charged(&mut machine, answer)
                 }
                 Step::Lookup => {
                     let answer = self
@@ -339,6 +320,34 @@ pub async fn resolve(
             }
         };
     }
+}
+
+/// Feeds a write's answer to the machine, with a warning when the fence was lost.
+fn on_written(machine: &mut Machine, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+    let next = machine.on(Input::Written(answer));
+    if next == Step::Write(WriteKind::CompleteAttempt) {
+        warn!(
+            attempt = machine.attempt(),
+            "lease lost before complete; completing by attempt"
+        );
+    }
+    next
+}
+
+/// Feeds a charge's answer to the machine: a replayed server error is said, and a
+/// charge made is a crash point.
+fn on_charged(machine: &mut Machine, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
+    if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) = &answer {
+        warn!(
+            status,
+            attempt = machine.attempt(),
+            "provider replayed a server error; reconciling"
+        );
+    }
+    if answer.is_ok() {
+        crash_points::reached("after-charge");
+    }
+    machine.on(Input::Charged(answer))
 }
 
 /// What each record's calls have reached, so that a probe that reached nothing is
