@@ -1,7 +1,7 @@
 //! The model checker of ARCHITECTURE.md, "The proof" (`make model`, `make model MUTANT=<name>`).
 //!
 //! It explores, breadth first, every interleaving of a few consumer invocations that
-//! run the product's own state machine (`charge_once::idempotency::machine::Machine`)
+//! run the product's own state machine (`charge_once::policy::machine::Machine`)
 //! against models of the other parts:
 //!
 //! * the table: one linearisable item, written only through the table's own
@@ -40,18 +40,18 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use charge_once::clock::Time;
+use charge_once::domain::clock::Time;
 
-use charge_once::idempotency::Outcome;
-use charge_once::idempotency::Write;
-use charge_once::idempotency::machine::{Input, Machine, NoAnswer, Start, Step};
-use charge_once::idempotency::table::{apply, holds};
-use charge_once::idempotency::{
-    Fingerprint, Key, Owner, Record, Rules, State as RecordState, StoreError, WriteOutcome,
-};
-use charge_once::order::Order;
-use charge_once::payment::{FailureKind, Lookup, PaymentError, Receipt};
-use charge_once::retry::Class;
+use charge_once::contracts::payment::{FailureKind, Lookup, PaymentError, Receipt};
+use charge_once::contracts::store::Write;
+use charge_once::contracts::store::{StoreError, WriteOutcome};
+use charge_once::domain::order::Order;
+use charge_once::domain::{Fingerprint, Key, Owner, Record, State as RecordState};
+use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
+use charge_once::policy::outcome::Outcome;
+use charge_once::policy::retry::Class;
+use charge_once::policy::rules::Rules;
+use charge_once::policy::table::{apply, holds};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 // The search clones and drops millions of small states; glibc's allocator was a quarter
@@ -891,7 +891,7 @@ impl fmt::Display for State {
             None => "absent".to_owned(),
             Some(r) => format!(
                 "{} intento={} recibo={} titular={} hasta={} rechazos={}",
-                charge_once::idempotency::schema::state_value(&r.state),
+                charge_once::contracts::schema::state_value(&r.state),
                 r.attempt.map_or("-".into(), |i| i.to_string()),
                 r.receipt.as_deref().unwrap_or("-"),
                 r.owner.as_deref().unwrap_or("-"),

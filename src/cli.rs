@@ -9,10 +9,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::config::Config;
-use charge_once::idempotency::{self, Confirmed, Key, Record, Resolution, Settings, schema};
-use charge_once::order::{Order, validate_id};
+use charge_once::contracts::schema;
+use charge_once::domain::clock;
+use charge_once::domain::order::{Order, validate_id};
+use charge_once::domain::{Key, Record};
+use charge_once::drivers::audit;
+use charge_once::drivers::charge::{self, Settings};
+use charge_once::policy::resolve::{Confirmed, Resolution};
+use charge_once::telemetry;
 use charge_once::wiring::{self, StoreChoice};
-use charge_once::{audit, clock, telemetry};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -166,11 +171,11 @@ async fn audit(
     stuck_after: Duration,
     backing: &Backing,
 ) -> ExitStatus {
-    let window = audit::run::Window::ending_now(since, stuck_after);
+    let window = audit::Window::ending_now(since, stuck_after);
     let report = async {
         let store = wiring::store(config, &backing.store()).await?;
         let provider = wiring::provider(config, &backing.db).await?;
-        anyhow::Ok(audit::run::audit(store.as_ref(), provider.as_ref(), window).await?)
+        anyhow::Ok(audit::audit(store.as_ref(), provider.as_ref(), window).await?)
     };
     match report.await {
         Ok(report) => {
@@ -243,7 +248,7 @@ async fn resolve(
     let store = wiring::store(config, &backing.store()).await?;
     let provider = wiring::provider(config, &backing.db).await?;
     let settings = Settings::from(config);
-    let done = idempotency::resolve(
+    let done = charge::resolve(
         store.as_ref(),
         provider.as_ref(),
         &settings,

@@ -6,17 +6,9 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use crate::deadline;
-
-/// What the first failure in a FIFO batch stops (`FIFO_FAILURE_SCOPE`). Order in a
-/// FIFO queue holds per `MessageGroupId`, so `Group` keeps every group's order while
-/// other groups go on, as Powertools' `skip_group_on_error` does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FifoScope {
-    #[default]
-    Group,
-    Batch,
-}
+pub use crate::policy::batch::plan::FifoScope;
+use crate::policy::deadline;
+use crate::policy::retry::MAX_VISIBILITY;
 
 /// What the function does when Lambda invokes it (`CHARGE_ONCE_FUNCTION`): consume
 /// the queue (the default), or audit the table against the provider (the scheduled
@@ -112,8 +104,6 @@ const MIN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 const KEY_TTL_HEADROOM: Duration = Duration::from_secs(3600);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
-/// SQS's longest visibility timeout: no retry delay can be longer.
-pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
 impl Config {
     /// Reads the process environment.

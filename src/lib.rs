@@ -7,47 +7,30 @@
 //!
 //! ## Layout
 //!
+//! The folders are the layers, each importing only those below it:
+//!
 //! | module | owns |
 //! | --- | --- |
-//! | [`clock`] | "now": the clock type and the wall clock |
-//! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
-//! | [`config`] | every setting, typed and validated once at cold start |
-//! | [`order`] | message parsing (raw / SNS / EventBridge), validation, fingerprint |
-//! | [`idempotency`] | the policy: key, record, store contract, the table's write specification, the rules, the state machine and its driver, `resolve` (no AWS types) |
-//! | [`retry`] | what happens to a record not acknowledged: its delay by cause, the DLQ at once, the breakers (no I/O) |
-//! | [`queue`] | the queue contract (visibility, dead letters) and its SQS adapter |
-//! | [`store`] | store adapters: DynamoDB (production), SQLite (local runs) |
-//! | [`payment`] | the provider contract (charge path, listing), the Stripe-compatible HTTP client, the API key, the local simulator |
-//! | [`batch`] | SQS batch → grouped, concurrent, settled (DLQ or delay), partial batch response |
-//! | [`audit`] | the table held against the provider's charges: findings, the reads behind them, the scheduled audit in Lambda |
-//! | [`wiring`] | the clients and parts both entry points build at start |
-//! | [`sqlite_file`] | the SQLite file of local runs, shared by the local store and the simulator |
-//! | [`tls`] | the TLS settings of both HTTPS clients (compiled-in roots and `AWS_CA_BUNDLE`) |
-//! | [`sdk_http`] | the AWS SDK's HTTP client (reqwest on those TLS settings) |
-//! | [`telemetry`] | logs; the metric names and their units |
-//! | [`emf`] | metrics as EMF, one document per invocation (also concurrent ones) |
+//! | [`domain`] | the words every layer shares: time, the order, its key, fingerprint and record |
+//! | [`contracts`] | the ports: the idempotency table (and its stored format), the payment provider, the queue |
+//! | [`policy`] | every decision, pure: outcomes, the table's write specification, the state machines, the deadline budget, retries and breakers, the batch's plan, the audit's findings |
+//! | [`drivers`] | run the policy through the contracts: one record, the batch, `resolve`, the audit |
+//! | [`adapters`] | I/O only: DynamoDB, SQLite, the HTTP provider and the simulator, SQS, TLS, EMF |
+//! | [`config`], [`wiring`], [`telemetry`] | cold start: every setting validated once; the clients and parts both entry points build; logs and metric units |
+//! | [`audit_lambda`] | the scheduled audit's entry in Lambda, beside `main.rs`'s consumer loop |
 //! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |
 //!
 //! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`].
 
-pub mod audit;
-pub mod batch;
-pub mod clock;
+pub mod adapters;
+pub mod audit_lambda;
 pub mod config;
+pub mod contracts;
 pub mod crash_points;
-pub mod deadline;
-pub mod emf;
-pub mod idempotency;
-pub mod order;
-pub mod outcomes;
-pub mod payment;
-pub mod queue;
-pub mod retry;
-pub mod sdk_http;
-pub mod sqlite_file;
-pub mod store;
+pub mod domain;
+pub mod drivers;
+pub mod policy;
 pub mod telemetry;
-pub mod tls;
 pub mod wiring;
 
 /// A boxed source error of an adapter, kept whole (never stringified).

@@ -8,10 +8,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::audit;
-use charge_once::batch::Consumer;
+use charge_once::adapters::emf::Emf;
 use charge_once::config::{Config, Function};
-use charge_once::emf::Emf;
+use charge_once::drivers::batch::Consumer;
 use charge_once::{telemetry, wiring};
 use clap::Parser as _;
 use lambda_runtime::{LambdaEvent, service_fn};
@@ -88,7 +87,7 @@ async fn run_lambda() -> anyhow::Result<()> {
         }
         Function::Audit => {
             let (since, stuck_after) = (config.audit_since, config.audit_stuck_after);
-            audit::lambda::serve(since, stuck_after, store, provider, metrics)
+            charge_once::audit_lambda::serve(since, stuck_after, store, provider, metrics)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))
         }

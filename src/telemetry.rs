@@ -1,27 +1,18 @@
 //! Logs and metrics. Logs on stderr, the Lambda way: JSON lines when
 //! `AWS_LAMBDA_LOG_FORMAT` is `JSON` (the template sets it), readable text otherwise;
 //! one span per record (`message_id`, `key`, `receive_count`, `trace_id`), one line
-//! per record outcome. Metrics: CloudWatch embedded metric format (EMF, [`crate::emf`])
+//! per record outcome. Metrics: CloudWatch embedded metric format (EMF, [`crate::adapters::emf`])
 //! through the `metrics` facade, one document per invocation: a count per outcome
 //! (named as the outcome), `takeover`, and the latency of every store and payment
 //! call in ms.
 
 use tracing_subscriber::EnvFilter;
 
-use crate::emf::{Emf, InstallError};
+use crate::drivers::metrics::{
+    CHARGE_RETRIED, DEAD_LETTERED, PAYMENT_LATENCY, QUEUE_FAILURES, STORE_LATENCY, TAKEOVER,
+};
 
-/// Histogram of every store call, ms.
-pub const STORE_LATENCY: &str = "store_latency_ms";
-/// Histogram of every provider call (charge and lookup), ms.
-pub const PAYMENT_LATENCY: &str = "payment_latency_ms";
-/// A retry reserved a record left `Free` or with an expired lease.
-pub const TAKEOVER: &str = "takeover";
-/// A charge retried once in the invocation after a transient failure (same key).
-pub const CHARGE_RETRIED: &str = "charge_retried";
-/// A record sent to the dead-letter queue (and then acknowledged).
-pub const DEAD_LETTERED: &str = "dead_lettered";
-/// A queue call (visibility change, dead letter) that failed or was not started.
-pub const QUEUE_FAILURES: &str = "queue_failures";
+use crate::adapters::emf::{Emf, InstallError};
 
 /// How logs are written, from the environment as `lambda_runtime`'s default subscriber
 /// reads it.

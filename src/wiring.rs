@@ -6,19 +6,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::batch::Consumer;
+use crate::adapters::api_key::{self, ApiKeyError};
+use crate::adapters::dynamodb::DynamoStore;
+use crate::adapters::payment_http::{HttpProvider, HttpSetupError};
+use crate::adapters::simulated::SimulatedProvider;
+use crate::adapters::sqlite::SqliteStore;
+use crate::adapters::sqlite_file::OpenError;
+use crate::adapters::sqs::SqsQueue;
+use crate::adapters::tls::{Tls, TlsError};
 use crate::config::{Config, ConfigError};
-use crate::deadline;
-use crate::idempotency::{IdempotencyStore, Settings, StoreError};
-use crate::payment::api_key::{self, ApiKeyError};
-use crate::payment::http::{HttpProvider, HttpSetupError};
-use crate::payment::simulated::SimulatedProvider;
-use crate::payment::{ChargePath, PaymentProvider};
-use crate::queue::sqs::SqsQueue;
-use crate::sqlite_file::OpenError;
-use crate::store::dynamodb::DynamoStore;
-use crate::store::sqlite::SqliteStore;
-use crate::tls::{Tls, TlsError};
+use crate::contracts::payment::{ChargePath, PaymentProvider};
+use crate::contracts::store::{IdempotencyStore, StoreError};
+use crate::drivers::batch::Consumer;
+use crate::drivers::charge::Settings;
+use crate::policy::deadline;
 
 /// A part could not be built: the start stops with this, naming what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +76,7 @@ pub async fn sdk_config(tls: &Tls) -> aws_config::SdkConfig {
         .operation_timeout(deadline::STORE_TIMEOUT)
         .build();
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(crate::sdk_http::client(tls))
+        .http_client(crate::adapters::sdk_http::client(tls))
         .timeout_config(timeouts)
         .load()
         .await

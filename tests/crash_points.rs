@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use charge_once::idempotency::{IdempotencyStore, Key, State};
+use charge_once::contracts::store::IdempotencyStore;
+use charge_once::domain::{Key, State};
 use harness::rig::single_event_with_body;
 use harness::runtime_api::{Endpoints, Reply, RuntimeApi, lambda_environment};
 use harness::servers::Backend;

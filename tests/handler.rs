@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::config::FifoScope;
-use charge_once::idempotency::{Confirmed, Resolution, ResolveError, State, resolve};
-use charge_once::order::Order;
+use charge_once::domain::State;
+use charge_once::domain::order::Order;
+use charge_once::drivers::charge::resolve;
+use charge_once::policy::resolve::{Confirmed, Resolution, ResolveError};
 use harness::logs::Captured;
 use harness::provider::{Fault, TestProvider};
 use harness::rig::{
@@ -631,7 +633,7 @@ async fn declines_are_bounded_per_order_across_copies_and_deliveries() {
 }
 
 /// Asserts the handler answered before its deadline, with every record failed.
-async fn answers_before_the_deadline<P: charge_once::payment::ChargePath + 'static>(
+async fn answers_before_the_deadline<P: charge_once::contracts::payment::ChargePath + 'static>(
     h: &Harness<P>,
     event: SqsEvent,
     time_left: Duration,

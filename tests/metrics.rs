@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use charge_once::clock::{self, Time};
-use charge_once::emf::{Emf, Recorded};
-use charge_once::idempotency::{Key, State};
-use charge_once::order::Order;
-use charge_once::payment::ChargePath;
+use charge_once::adapters::emf::{Emf, Recorded};
+use charge_once::contracts::payment::ChargePath;
+use charge_once::domain::clock::{self, Time};
+use charge_once::domain::order::Order;
+use charge_once::domain::{Key, State};
 use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};
 use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch_of};

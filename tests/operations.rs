@@ -7,12 +7,13 @@ use std::process::{Command, Output};
 
 use std::time::Duration;
 
-use charge_once::clock::Time;
+use charge_once::adapters::payment_http::HttpProvider;
 use charge_once::config::Secret;
-use charge_once::idempotency::{Fingerprint, IdempotencyStore, Key, State};
-use charge_once::order::Order;
-use charge_once::payment::ChargePath;
-use charge_once::payment::http::HttpProvider;
+use charge_once::contracts::payment::ChargePath;
+use charge_once::contracts::store::IdempotencyStore;
+use charge_once::domain::clock::Time;
+use charge_once::domain::order::Order;
+use charge_once::domain::{Fingerprint, Key, State};
 use harness::lease::Lease;
 use harness::logs::Captured;
 use harness::rig::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
@@ -175,7 +176,7 @@ fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
 }
 
 fn now() -> Time {
-    Time::from_ms(charge_once::clock::wall_ms())
+    Time::from_ms(charge_once::domain::clock::wall_ms())
 }
 
 /// A reservation by an invocation that died, with its lease ending at `until`.

@@ -8,11 +8,12 @@
 
 use std::time::{Duration, Instant};
 
+use charge_once::adapters::api_key;
+use charge_once::adapters::payment_http::HttpProvider;
 use charge_once::config::{Config, Secret};
-use charge_once::idempotency::{Key, State};
-use charge_once::order::Order;
-use charge_once::payment::http::HttpProvider;
-use charge_once::payment::{ChargeListing, ChargePath, FailureKind, PaymentError, api_key};
+use charge_once::contracts::payment::{ChargeListing, ChargePath, FailureKind, PaymentError};
+use charge_once::domain::order::Order;
+use charge_once::domain::{Key, State};
 use harness::lease::Lease;
 use harness::logs::Captured;
 use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
@@ -164,14 +165,15 @@ async fn a_payment_api_whose_certificate_no_trusted_root_signed_is_refused_and_k
 #[tokio::test]
 async fn the_store_refuses_an_endpoint_whose_certificate_no_trusted_root_signed() {
     let server = harness::servers::SelfSignedTls::start();
-    let store = charge_once::store::dynamodb::DynamoStore::new(
+    let store = charge_once::adapters::dynamodb::DynamoStore::new(
         harness::servers::Backend::client_at(&server.url),
         "orders".to_owned(),
     );
     let order = order("ord-untrusted", 100, "cus_x");
-    let error = charge_once::idempotency::IdempotencyStore::get(&store, &Key::for_order(&order))
-        .await
-        .unwrap_err();
+    let error =
+        charge_once::contracts::store::IdempotencyStore::get(&store, &Key::for_order(&order))
+            .await
+            .unwrap_err();
     assert!(
         chain(&error).contains("invalid peer certificate"),
         "{}",
@@ -182,7 +184,7 @@ async fn the_store_refuses_an_endpoint_whose_certificate_no_trusted_root_signed(
 #[tokio::test]
 async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
     let server = harness::servers::SelfSignedTls::start();
-    let tls = charge_once::tls::Tls::new(Some(&server.cert)).unwrap();
+    let tls = charge_once::adapters::tls::Tls::new(Some(&server.cert)).unwrap();
     // The handshake succeeds and the server answers a GET with an HTML page: no
     // charge. (openssl s_server answers GET only: a POST waits, so the store's read
     // below ends in its timeout, after the handshake.)
@@ -202,7 +204,7 @@ async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
         ),
         Ok(found) => panic!("an HTML page is no charge: {found:?}"),
     }
-    let store = charge_once::store::dynamodb::DynamoStore::new(
+    let store = charge_once::adapters::dynamodb::DynamoStore::new(
         aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::Config::builder()
                 .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -211,7 +213,7 @@ async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
                     "test", "test", None, None, "tests",
                 ))
                 .endpoint_url(&server.url)
-                .http_client(charge_once::sdk_http::client(&tls))
+                .http_client(charge_once::adapters::sdk_http::client(&tls))
                 .timeout_config(
                     aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
                         .operation_timeout(Duration::from_secs(2))
@@ -223,7 +225,7 @@ async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
     );
     let order = order("ord-bundle", 100, "cus_x");
     let read =
-        charge_once::idempotency::IdempotencyStore::get(&store, &Key::for_order(&order)).await;
+        charge_once::contracts::store::IdempotencyStore::get(&store, &Key::for_order(&order)).await;
     let error = chain(&read.unwrap_err());
     assert!(error.contains("timeout"), "{error}");
     assert!(!error.contains("certificate"), "{error}");
@@ -583,8 +585,8 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
 async fn the_audit_lists_every_page_of_charges_and_finds_one_by_id() {
     let p = provider();
     let customer = stripe::customer("tok_visa").await;
-    let since =
-        charge_once::clock::Time::from_ms(charge_once::clock::wall_ms()) - Duration::from_secs(5);
+    let since = charge_once::domain::clock::Time::from_ms(charge_once::domain::clock::wall_ms())
+        - Duration::from_secs(5);
     let mut made = Vec::new();
     for n in 0..130 {
         let o = order(&unique_id(), 100 + n, &customer);

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use charge_once::idempotency::{
-    Call, Charger, IdempotencyStore, Identity, Key, Outcome, ReconcileCause, Record, RetryCause,
-    Settings, State,
-};
-use charge_once::order::Order;
-use charge_once::store::sqlite::SqliteStore;
+use charge_once::adapters::sqlite::SqliteStore;
+use charge_once::contracts::store::IdempotencyStore;
+use charge_once::domain::order::Order;
+use charge_once::domain::{Identity, Key, Record, State};
+use charge_once::drivers::charge::{Charger, Settings};
+use charge_once::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause};
 use harness::clock::TestClock;
 use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};
@@ -38,13 +38,13 @@ fn bench() -> Bench {
         settings: Settings {
             retention: Duration::from_secs(400 * 24 * 3600),
             provider_key_ttl: KEY_TTL,
-            budget: charge_once::deadline::Budget::new(
-                PAYMENT_TIMEOUT + charge_once::deadline::SAFETY,
+            budget: charge_once::policy::deadline::Budget::new(
+                PAYMENT_TIMEOUT + charge_once::policy::deadline::SAFETY,
                 PAYMENT_TIMEOUT,
             ),
             max_declines: MAX_DECLINES,
             clock: clock.clock(),
-            breakers: std::sync::Arc::new(charge_once::retry::breaker::Breakers::new(
+            breakers: std::sync::Arc::new(charge_once::policy::retry::breaker::Breakers::new(
                 u32::MAX,
                 Duration::from_secs(30),
                 Duration::from_secs(900),

@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
-use charge_once::clock::Time;
-use charge_once::idempotency::schema::{Value, attr};
-use charge_once::idempotency::{
-    CompleteRequest, Fingerprint, IdempotencyStore, Key, Owner, Record, ReleaseKind,
-    ReleaseRequest, Reservation, ReserveRequest, ResolveLeaseRequest, State, StoreError, Write,
-    WriteOutcome, judge,
+use charge_once::adapters::sqlite::SqliteStore;
+use charge_once::contracts::schema::{Value, attr};
+use charge_once::contracts::store::{
+    CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, StoreError, Write, WriteOutcome,
 };
-use charge_once::store::sqlite::SqliteStore;
+use charge_once::domain::clock::Time;
+use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
+use charge_once::policy::table::{Reservation, judge};
 use harness::servers::{Backend, Table, legacy_item};
 use std::sync::Arc;
 
@@ -517,8 +518,8 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
 /// retention) is applied to the store and to `holds`/`apply` in lockstep.
 async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     const STEPS: i64 = 300;
-    use charge_once::idempotency::Rules;
-    use charge_once::idempotency::table::{apply, holds};
+    use charge_once::policy::rules::Rules;
+    use charge_once::policy::table::{apply, holds};
     use rand::{Rng, SeedableRng};
 
     let keys: Vec<Key> = (0..STEPS).map(|_| key()).collect();

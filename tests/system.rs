@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use charge_once::idempotency::State;
-use charge_once::store::dynamodb::record_from_item;
+use charge_once::adapters::dynamodb::record_from_item;
+use charge_once::domain::State;
 use harness::event_source::{DlqMessage, EsmStats, Queues, drain, poll};
 use harness::log_dir;
 use harness::producer::{Plan, charges_by_order, produce};
@@ -348,7 +348,7 @@ impl Run {
             assert!(poison.contains(body), "not poison, yet in the DLQ: {body}");
         }
 
-        let now = charge_once::clock::Time::from_ms(charge_once::clock::wall_ms());
+        let now = charge_once::domain::clock::Time::from_ms(charge_once::domain::clock::wall_ms());
         let scan = self
             .table
             .client

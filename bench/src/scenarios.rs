@@ -351,19 +351,22 @@ pub async fn cold_starts() -> BTreeMap<Contender, (Vec<f64>, Vec<f64>, f64)> {
 /// the sum of its requests' server costs; this explains the batch figures.
 pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use charge_once::idempotency::IdempotencyStore;
+    use charge_once::contracts::store::IdempotencyStore;
     pub const CALLS: u32 = 200;
     let table = Backend::Dynalite.fresh_table().await;
-    let now = charge_once::clock::Time::from_ms(1_764_460_800_000);
+    let now = charge_once::domain::clock::Time::from_ms(1_764_460_800_000);
     let started = Instant::now();
     for i in 0..CALLS {
         let order =
-            charge_once::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench").unwrap();
+            charge_once::domain::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench")
+                .unwrap();
         let lease = harness::lease::Lease::of(&order, "bench", now)
             .expiring(now + Duration::from_secs(86_400));
         table
             .store
-            .write(&charge_once::idempotency::Write::Reserve(lease.request()))
+            .write(&charge_once::contracts::store::Write::Reserve(
+                lease.request(),
+            ))
             .await
             .unwrap();
     }

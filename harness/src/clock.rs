@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use charge_once::clock::{Clock, Time};
+use charge_once::domain::clock::{Clock, Time};
 
 /// A clock the test moves by hand; starts at a fixed instant.
 #[derive(Clone)]

@@ -153,7 +153,7 @@ impl Queues {
             for m in messages {
                 let note = m
                     .message_attributes()
-                    .and_then(|a| a.get(charge_once::queue::NOTE_ATTRIBUTE))
+                    .and_then(|a| a.get(charge_once::contracts::queue::NOTE_ATTRIBUTE))
                     .and_then(|v| v.string_value())
                     .map(|v| serde_json::from_str(v).unwrap());
                 let mut attributes: Vec<String> = m

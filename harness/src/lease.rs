@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use charge_once::clock::Time;
-use charge_once::idempotency::{
-    Fingerprint, IdempotencyStore, Identity, Key, Owner, Reservation, ReserveRequest, Write, judge,
-};
-use charge_once::order::Order;
+use charge_once::contracts::store::{IdempotencyStore, ReserveRequest, Write};
+use charge_once::domain::clock::Time;
+use charge_once::domain::order::Order;
+use charge_once::domain::{Fingerprint, Identity, Key, Owner};
+use charge_once::policy::table::{Reservation, judge};
 
 /// A reservation of one order by one owner.
 #[derive(Clone, Debug)]

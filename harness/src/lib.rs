@@ -32,18 +32,18 @@ pub mod stripe;
 use std::path::{Path, PathBuf};
 
 /// The product's TLS settings without `AWS_CA_BUNDLE`: Mozilla's roots.
-pub fn tls() -> charge_once::tls::Tls {
-    charge_once::tls::Tls::new(None).unwrap()
+pub fn tls() -> charge_once::adapters::tls::Tls {
+    charge_once::adapters::tls::Tls::new(None).unwrap()
 }
 
 /// The product's AWS SDK HTTP client, for the harness's own SDK clients.
 pub fn sdk_http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
-    charge_once::sdk_http::client(&tls())
+    charge_once::adapters::sdk_http::client(&tls())
 }
 
 /// An HTTP client for the harness's own calls (the mock, the proxies): plain HTTP on
 /// loopback, with the product's TLS settings only because reqwest builds them anyway
-/// (the product's reqwest has no default crypto provider: see `charge_once::tls`).
+/// (the product's reqwest has no default crypto provider: see `charge_once::adapters::tls`).
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls().client_config())

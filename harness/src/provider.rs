@@ -7,11 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use charge_once::clock::Time;
-use charge_once::order::Order;
-use charge_once::payment::{
+use charge_once::contracts::payment::{
     ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
 };
+use charge_once::domain::clock::Time;
+use charge_once::domain::order::Order;
 
 /// A scripted failure for the next charge call of one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

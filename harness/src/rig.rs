@@ -8,19 +8,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::batch::{Consumer, Limits};
+use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::config::FifoScope;
-use charge_once::deadline::Budget;
-use charge_once::idempotency::{
-    Clock, IdempotencyStore, Key, Record, Settings, StoreError, Write, WriteOutcome,
-};
-use charge_once::payment::ChargePath;
-use charge_once::retry::Backoff;
-use charge_once::retry::breaker::Breakers;
-use charge_once::store::dynamodb::DynamoStore;
+use charge_once::contracts::payment::ChargePath;
+use charge_once::contracts::store::{IdempotencyStore, StoreError, Write, WriteOutcome};
+use charge_once::domain::clock::Clock;
+use charge_once::domain::{Key, Record};
+use charge_once::drivers::batch::{Consumer, Limits};
+use charge_once::drivers::charge::Settings;
+use charge_once::policy::deadline::Budget;
+use charge_once::policy::retry::Backoff;
+use charge_once::policy::retry::breaker::Breakers;
 use lambda_runtime::{Context, LambdaEvent};
 
-use charge_once::clock::Time;
+use charge_once::domain::clock::Time;
 
 use crate::clock::TestClock;
 use crate::proxy::{Faults, Target, start_proxy};
@@ -142,7 +143,7 @@ impl<P: ChargePath + 'static> Harness<P> {
         let provider = Arc::new(provider);
         let clock = TestClock::new();
         let now = if options.wall_clock {
-            charge_once::clock::system()
+            charge_once::domain::clock::system()
         } else {
             clock.clock()
         };

@@ -59,7 +59,7 @@ pub struct RuntimeApi {
 }
 
 fn now_ms() -> u64 {
-    u64::try_from(charge_once::clock::wall_ms()).unwrap()
+    u64::try_from(charge_once::domain::clock::wall_ms()).unwrap()
 }
 
 async fn next(State(state): State<RuntimeState>) -> Response {

@@ -15,10 +15,11 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
-use charge_once::clock::Time;
-use charge_once::idempotency::schema::{self, Value};
-use charge_once::idempotency::{IdempotencyStore, Key, Record, State};
-use charge_once::store::dynamodb::DynamoStore;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::contracts::schema::{self, Value};
+use charge_once::contracts::store::IdempotencyStore;
+use charge_once::domain::clock::Time;
+use charge_once::domain::{Key, Record, State};
 
 /// The DynamoDB-compatible servers the suites run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_norway::Value;
 
-use charge_once::retry::Backoff;
+use charge_once::policy::retry::Backoff;
 
 use crate::values::*;
 

@@ -72,7 +72,7 @@ pub fn violations(t: &Value) -> Vec<String> {
             duration(t, &env["DEADLINE_MARGIN"]).unwrap_or(payment + Duration::from_secs(2));
         let per_record = (payment + Duration::from_secs(2)).as_millis();
         let rounds = Duration::from_secs(timeout)
-            .saturating_sub(charge_once::deadline::QUEUE_RESERVE)
+            .saturating_sub(charge_once::policy::deadline::QUEUE_RESERVE)
             .checked_sub(margin)
             .map_or(0, |window| {
                 u64::try_from(window.as_millis() / per_record).unwrap() + 1
@@ -293,7 +293,7 @@ pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
         out.push("the dashboard reads another namespace than METRICS_NAMESPACE".to_owned());
     }
     // Every declared outcome, and nothing else, besides the other counters.
-    let outcomes = charge_once::outcomes::DECLARED.map(|d| d.name);
+    let outcomes = charge_once::policy::outcome_kind::DECLARED.map(|d| d.name);
     let counters = [
         "dead_lettered",
         "charge_retried",

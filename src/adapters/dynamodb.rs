@@ -1,0 +1,400 @@
+//! The production store: the idempotency table in DynamoDB. Each contract operation
+//! is one conditional `UpdateItem`; a lost condition returns the old item in the same
+//! round trip (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), or, on backends that
+//! ignore that flag, through one strongly consistent `GetItem`.
+//!
+//! Every attribute name goes through `ExpressionAttributeNames`: several of them are
+//! DynamoDB reserved words, and aliasing all of them leaves no trap for the next one.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use crate::contracts::schema::{self, Problem, Value, attr};
+use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
+use crate::domain::clock::Time;
+use crate::domain::{Key, Record};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// The audit's scan: items per page (before the filter), the pause between pages, and
+/// how many pages at most (ten million items).
+const SCAN_PAGE: i32 = 100;
+const SCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+const SCAN_MAX_PAGES: usize = 100_000;
+
+/// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every
+/// expression (several are DynamoDB reserved words; aliasing all avoids the trap).
+const NAMES: &[(&str, &str)] = &[
+    ("#pk", attr::PK),
+    ("#estado", attr::STATE),
+    ("#creado", attr::CREATED),
+    ("#expira", attr::EXPIRES),
+    ("#recibo", attr::RECEIPT),
+    ("#huella", attr::FINGERPRINT),
+    ("#titular", attr::OWNER),
+    ("#hasta", attr::LEASE_UNTIL),
+    ("#intento", attr::ATTEMPT),
+    ("#enviado", attr::SENT),
+    ("#rechazos", attr::DECLINES),
+];
+
+const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
+     #huella = :huella, #expira = :expira, #creado = if_not_exists(#creado, :now_ms), \
+     #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
+/// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
+/// legacy consumer have no `huella` and are never taken over); or the same payload,
+/// below the decline limit, `libre` or with an expired lease. `hecho` is never
+/// matched: it is final.
+const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
+     OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
+     OR (#huella = :huella AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
+         AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
+const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
+const COMPLETE_UPDATE: &str =
+    "SET #estado = :hecho, #recibo = :recibo, #expira = :expira REMOVE #titular, #hasta";
+const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :hecho";
+const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
+const RELEASE_DECLINED_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno, \
+     #rechazos = if_not_exists(#rechazos, :cero) + :uno REMOVE #titular, #hasta, #enviado";
+const RELEASE_NEXT_UPDATE: &str =
+    "SET #estado = :libre, #intento = #intento + :uno REMOVE #titular, #hasta, #enviado";
+const RELEASE_NEXT_RESET_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno \
+     REMOVE #titular, #hasta, #enviado, #rechazos";
+const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
+     #huella = if_not_exists(#huella, :huella), #intento = if_not_exists(#intento, :uno), \
+     #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
+const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
+     AND (#estado <> :en_curso OR attribute_not_exists(#hasta) OR #hasta < :now_ms) \
+     AND (attribute_not_exists(#huella) OR #huella = :huella)";
+const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
+
+/// The values every expression may use: the states and the numbers 0 and 1.
+const CONSTANTS: &[(&str, Constant)] = &[
+    (":en_curso", Constant::S(schema::state::IN_PROGRESS)),
+    (":hecho", Constant::S(schema::state::DONE)),
+    (":libre", Constant::S(schema::state::FREE)),
+    (":uno", Constant::N(1)),
+    (":cero", Constant::N(0)),
+];
+
+/// A constant of the expressions, made into an `AttributeValue` only where a write
+/// mentions it (each is an allocation, on every write).
+enum Constant {
+    S(&'static str),
+    N(i64),
+}
+
+impl Constant {
+    fn value(&self) -> AttributeValue {
+        match self {
+            Self::S(value) => s(value),
+            Self::N(value) => n(*value),
+        }
+    }
+}
+
+/// The idempotency table in DynamoDB (or a compatible server).
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// An `UpdateItem` on `pk` with the names its expressions use, returning the new
+    /// item on success and the old one on a failed condition.
+    fn update(&self, pk: &Key, update: &str, condition: &str) -> UpdateItemFluentBuilder {
+        let mut builder = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(pk.as_str()))
+            .update_expression(update)
+            .condition_expression(condition)
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        // DynamoDB rejects unused names and values, so alias only the names, and bind
+        // only the constants, that the expressions mention.
+        // One pass over both expressions (this runs on every write).
+        let mentioned: Vec<&str> = placeholders(update)
+            .chain(placeholders(condition))
+            .collect();
+        let used = |placeholder: &str| mentioned.contains(&placeholder);
+        for (alias, name) in NAMES {
+            if used(alias) {
+                builder = builder.expression_attribute_names(*alias, *name);
+            }
+        }
+        for (placeholder, constant) in CONSTANTS {
+            if used(placeholder) {
+                builder = builder.expression_attribute_values(*placeholder, constant.value());
+            }
+        }
+        builder
+    }
+
+    async fn send(
+        &self,
+        operation: &'static str,
+        pk: &Key,
+        builder: UpdateItemFluentBuilder,
+    ) -> Result<WriteOutcome, StoreError> {
+        match builder.send().await {
+            Ok(output) => match output.attributes() {
+                Some(item) => Ok(WriteOutcome::Applied(record_from_item(item)?)),
+                // Only a non-conforming backend answers a success without ALL_NEW.
+                None => Ok(WriteOutcome::Applied(self.required(pk).await?)),
+            },
+            Err(err) if is_condition_failure(&err) => {
+                let old = match condition_failure_item(&err) {
+                    Some(item) => Some(record_from_item(item)?),
+                    None => self.get(pk).await?,
+                };
+                Ok(WriteOutcome::Refused(old))
+            }
+            Err(err) => Err(StoreError::backend(operation, pk.as_str(), err)),
+        }
+    }
+
+    async fn required(&self, pk: &Key) -> Result<Record, StoreError> {
+        self.get(pk).await?.ok_or_else(|| StoreError::Malformed {
+            pk: pk.to_string(),
+            attribute: "pk",
+            problem: "vanished right after a successful write",
+        })
+    }
+}
+
+impl DynamoStore {
+    /// The `UpdateItem` of one write: its expressions and values.
+    fn request(&self, write: &Write<'_>) -> UpdateItemFluentBuilder {
+        match write {
+            Write::Reserve(req) => self
+                .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":expira", n(req.expires.as_secs()))
+                .expression_attribute_values(":now_ms", n(req.now.as_ms()))
+                .expression_attribute_values(":now_s", n(req.now.as_secs()))
+                .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines))),
+            Write::Complete(req) => self
+                .update(req.pk, COMPLETE_UPDATE, FENCE)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":recibo", s(req.receipt))
+                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+            Write::CompleteAttempt(req) => self
+                .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
+                .expression_attribute_values(":intento", n(i64::from(req.attempt)))
+                .expression_attribute_values(":recibo", s(req.receipt))
+                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+            Write::Release(req) => self
+                .update(req.pk, release_update(req.kind), FENCE)
+                .expression_attribute_values(":titular", s(req.owner)),
+            Write::NextAttempt { pk, owner, now } => self
+                .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
+                .expression_attribute_values(":titular", s(owner))
+                .expression_attribute_values(":now_ms", n(now.as_ms())),
+            Write::LeaseForResolve(req) => self
+                .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
+                .expression_attribute_values(":titular", s(req.owner))
+                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(":now_ms", n(req.now.as_ms())),
+        }
+    }
+}
+
+/// The update of a release: what it does to the key and the decline count.
+fn release_update(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::KeepKey => RELEASE_UPDATE,
+        ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
+        ReleaseKind::NextKey {
+            reset_declines: false,
+        } => RELEASE_NEXT_UPDATE,
+        ReleaseKind::NextKey {
+            reset_declines: true,
+        } => RELEASE_NEXT_RESET_UPDATE,
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for DynamoStore {
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError> {
+        self.send(write.operation(), write.pk(), self.request(write))
+            .await
+    }
+
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(pk.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("get", pk.as_str(), e))?;
+        output.item().map(record_from_item).transpose()
+    }
+
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
+        let mut records = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        for page in 0..SCAN_MAX_PAGES {
+            if page > 0 {
+                // Rate-limited: the audit must not take the consumer's read capacity.
+                tokio::time::sleep(SCAN_PAUSE).await;
+            }
+            let output = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("#created >= :since")
+                .expression_attribute_names("#created", attr::CREATED)
+                .expression_attribute_values(":since", n(since.as_ms()))
+                .limit(SCAN_PAGE)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("scan", &self.table, e))?;
+            for item in output.items() {
+                records.push(record_from_item(item)?);
+            }
+            match output.last_evaluated_key() {
+                Some(last) if !last.is_empty() => start = Some(last.clone()),
+                _ => return Ok(records),
+            }
+        }
+        Err(StoreError::backend(
+            "scan",
+            &self.table,
+            std::io::Error::other("more pages than the audit reads"),
+        ))
+    }
+}
+
+/// The placeholders an expression mentions: each `#name` and `:value`, whole.
+fn placeholders(expression: &str) -> impl Iterator<Item = &str> {
+    expression.match_indices(['#', ':']).map(|(at, _)| {
+        let rest = &expression[at + 1..];
+        let len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        &expression[at..=at + len]
+    })
+}
+
+fn is_condition_failure<R>(err: &SdkError<UpdateItemError, R>) -> bool {
+    err.as_service_error()
+        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+}
+
+fn condition_failure_item<R>(err: &SdkError<UpdateItemError, R>) -> Option<&Item> {
+    match err.as_service_error() {
+        Some(UpdateItemError::ConditionalCheckFailedException(e)) => e.item(),
+        _ => None,
+    }
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: i64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// Reads an item into a record through the one schema mapping.
+pub fn record_from_item(item: &Item) -> Result<Record, StoreError> {
+    schema::read(&Attributes(item))
+}
+
+/// A DynamoDB item as the schema reads it.
+struct Attributes<'a>(&'a Item);
+
+impl schema::Item for Attributes<'_> {
+    fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem> {
+        match self.0.get(attribute) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(Value::S(v.clone()))),
+            // DynamoDB numbers are decimal strings; ours are integers, and a decimal
+            // one written by another tool is read as its integer part.
+            Some(AttributeValue::N(v)) => v
+                .parse::<i64>()
+                .or_else(|_| v.parse::<f64>().map(|f| f as i64))
+                .map(|v| Some(Value::N(v)))
+                .map_err(|_| Problem::NotANumber),
+            Some(_) => Err(Problem::NotAString),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_attribute_in_every_expression_is_aliased() {
+        let expressions = [
+            RESERVE_UPDATE,
+            RESERVE_CONDITION,
+            FENCE,
+            COMPLETE_UPDATE,
+            COMPLETE_ATTEMPT_CONDITION,
+            RELEASE_UPDATE,
+            RELEASE_NEXT_UPDATE,
+            RELEASE_DECLINED_UPDATE,
+            RELEASE_NEXT_RESET_UPDATE,
+            NEXT_ATTEMPT_UPDATE,
+            RESOLVE_UPDATE,
+            RESOLVE_CONDITION,
+        ];
+        for expression in expressions {
+            for (_, name) in NAMES {
+                let bare = expression
+                    .split(|c: char| {
+                        !(c.is_ascii_alphanumeric() || c == '_' || c == '#' || c == ':')
+                    })
+                    .any(|word| word == *name);
+                assert!(!bare, "`{name}` appears unaliased in {expression}");
+            }
+        }
+    }
+
+    #[test]
+    fn placeholders_are_whole_names_and_values() {
+        let found: Vec<&str> =
+            placeholders("SET #estado_x = :x, #hastaX = if_not_exists(#hasta, :now_ms)").collect();
+        assert_eq!(found, ["#estado_x", ":x", "#hastaX", "#hasta", ":now_ms"]);
+    }
+
+    #[test]
+    fn a_wrongly_typed_attribute_is_malformed() {
+        let mut item = Item::new();
+        item.insert("pk".into(), s("cobro#a"));
+        item.insert("estado".into(), s("hecho"));
+        item.insert("intento".into(), s("uno"));
+        assert!(matches!(
+            record_from_item(&item),
+            Err(StoreError::Malformed {
+                attribute: "intento",
+                ..
+            })
+        ));
+    }
+}

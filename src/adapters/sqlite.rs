@@ -1,0 +1,313 @@
+//! The embedded store for local runs: the idempotency table in one SQLite file, with
+//! the same contract and semantics as DynamoDB. Each operation is one immediate
+//! transaction holding one conditional statement (`INSERT … ON CONFLICT DO UPDATE …
+//! WHERE` / `UPDATE … WHERE`, `RETURNING *`); when the condition fails, the old row is
+//! read in the same transaction, as DynamoDB's `ALL_OLD` would return it.
+//!
+//! Columns are the attribute names of ARCHITECTURE.md, "The table". SQL `NULL` comparisons are false, as
+//! comparisons with missing attributes are in DynamoDB condition expressions.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use rusqlite::types::{Type, ValueRef};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
+
+use crate::adapters::sqlite_file::{CallError, SharedConnection};
+use crate::contracts::schema::{self, Problem, Value};
+use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
+use crate::domain::clock::Time;
+use crate::domain::{Key, Record};
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
+    pk             TEXT PRIMARY KEY NOT NULL,
+    estado         TEXT NOT NULL,
+    creado         INTEGER,
+    expira         INTEGER,
+    recibo         TEXT,
+    huella         TEXT,
+    titular        TEXT,
+    en_curso_hasta INTEGER,
+    intento        INTEGER,
+    enviado        INTEGER,
+    rechazos       INTEGER
+) STRICT";
+/// Files made before `rechazos` existed get the column (absent = no declines).
+const HAS_RECHAZOS: &str = "SELECT rechazos FROM idempotency LIMIT 0";
+const ADD_RECHAZOS: &str = "ALTER TABLE idempotency ADD COLUMN rechazos INTEGER";
+
+const RESERVE: &str = "INSERT INTO idempotency
+        (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
+    VALUES (:pk, :en_curso, :titular, :hasta, :huella, :expira, :now_ms, 1, :now_ms)
+    ON CONFLICT (pk) DO UPDATE SET
+        estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
+        huella = :huella, expira = :expira,
+        creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
+        enviado = COALESCE(enviado, :now_ms)
+    WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
+       OR (huella = :huella AND (rechazos IS NULL OR rechazos < :max_rechazos)
+           AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
+    RETURNING *";
+const COMPLETE: &str = "UPDATE idempotency
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND intento = :intento AND estado <> :hecho
+    RETURNING *";
+const RELEASE: &str = "UPDATE idempotency
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const RELEASE_DECLINED: &str = "UPDATE idempotency
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+        rechazos = COALESCE(rechazos, 0) + 1
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const RELEASE_NEXT: &str = "UPDATE idempotency
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const RELEASE_NEXT_RESET: &str = "UPDATE idempotency
+    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+        rechazos = NULL
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const NEXT_ATTEMPT: &str = "UPDATE idempotency
+    SET intento = intento + 1, enviado = :now_ms
+    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    RETURNING *";
+const RESOLVE: &str = "UPDATE idempotency
+    SET estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
+        huella = COALESCE(huella, :huella), intento = COALESCE(intento, 1),
+        enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
+    WHERE pk = :pk AND estado <> :hecho
+      AND (estado <> :en_curso OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
+      AND (huella IS NULL OR huella = :huella)
+    RETURNING *";
+const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
+const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
+
+/// The idempotency table in a SQLite file. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: SharedConnection,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteStore")
+    }
+}
+
+impl SqliteStore {
+    /// Opens the file and creates the `idempotency` table if missing (adding columns
+    /// a file from an older version lacks).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = SharedConnection::open(path, SCHEMA, "idempotency")
+            .map_err(|e| StoreError::backend("open", &path.display().to_string(), e))?;
+        conn.call_here(|c| {
+            if c.prepare(HAS_RECHAZOS).is_err() {
+                c.execute_batch(ADD_RECHAZOS)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| StoreError::backend("add column rechazos", "idempotency", e))?;
+        Ok(Self { conn })
+    }
+
+    /// Runs one conditional statement in an immediate transaction; on a failed
+    /// condition, reads the old row in the same transaction.
+    async fn conditional(
+        &self,
+        operation: &'static str,
+        pk: &Key,
+        sql: &'static str,
+        params: Vec<(&'static str, rusqlite::types::Value)>,
+    ) -> Result<WriteOutcome, StoreError> {
+        let pk_text = pk.to_string();
+        let run = move |conn: &mut Connection| -> Result<WriteOutcome, rusqlite::Error> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":pk", &pk_text)];
+            for (name, value) in &params {
+                bound.push((name, value));
+            }
+            // SQLite refuses a parameter its statement does not name: bind only the
+            // state values this one uses.
+            for (name, value) in &STATES {
+                if sql.contains(name) {
+                    bound.push((name, value));
+                }
+            }
+            let written = tx
+                .query_row(sql, bound.as_slice(), row_to_record)
+                .optional()?;
+            let outcome = match written {
+                Some(record) => WriteOutcome::Applied(record),
+                None => WriteOutcome::Refused(
+                    tx.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
+                        .optional()?,
+                ),
+            };
+            tx.commit()?;
+            Ok(outcome)
+        };
+        self.conn
+            .call(run)
+            .await
+            .map_err(|e| store_error(operation, pk.as_str(), e))
+    }
+}
+
+/// The `estado` values the statements bind (never SQL literals): one mapping, the
+/// schema's.
+const STATES: [(&str, &str); 3] = [
+    (":en_curso", schema::state::IN_PROGRESS),
+    (":hecho", schema::state::DONE),
+    (":libre", schema::state::FREE),
+];
+
+/// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
+/// failed in SQLite.
+fn store_error(operation: &'static str, target: &str, error: CallError) -> StoreError {
+    match error {
+        CallError::Sqlite(rusqlite::Error::FromSqlConversionFailure(_, _, inner)) => {
+            match inner.downcast::<StoreError>() {
+                Ok(malformed) => *malformed,
+                Err(other) => StoreError::Backend {
+                    operation,
+                    target: target.to_owned(),
+                    source: other,
+                },
+            }
+        }
+        other => StoreError::backend(operation, target, other),
+    }
+}
+
+fn row_to_record(row: &Row<'_>) -> Result<Record, rusqlite::Error> {
+    // A malformed row is reported as DynamoDB reports a malformed item; the error
+    // crosses rusqlite's row callback whole and is unwrapped in `conditional`/`get`.
+    schema::read(&Columns(row))
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, Type::Null, Box::new(e)))
+}
+
+/// A row as the schema reads it.
+struct Columns<'a, 'r>(&'a Row<'r>);
+
+impl schema::Item for Columns<'_, '_> {
+    fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem> {
+        match self.0.get_ref(attribute) {
+            Ok(ValueRef::Null) => Ok(None),
+            Ok(ValueRef::Text(bytes)) => std::str::from_utf8(bytes)
+                .map(|text| Some(Value::S(text.to_owned())))
+                .map_err(|_| Problem::NotAString),
+            Ok(ValueRef::Integer(n)) => Ok(Some(Value::N(n))),
+            // A column of the table is always there; any other answer is a bad value.
+            Ok(ValueRef::Real(_) | ValueRef::Blob(_)) | Err(_) => Err(Problem::NotAString),
+        }
+    }
+}
+
+fn text(value: &str) -> rusqlite::types::Value {
+    rusqlite::types::Value::Text(value.to_owned())
+}
+
+fn int(value: i64) -> rusqlite::types::Value {
+    rusqlite::types::Value::Integer(value)
+}
+
+/// The statement of one write and the values it binds (besides `:pk` and the states).
+fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::types::Value)>) {
+    match write {
+        Write::Reserve(req) => (
+            RESERVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":expira", int(req.expires.as_secs())),
+                (":now_ms", int(req.now.as_ms())),
+                (":now_s", int(req.now.as_secs())),
+                (":max_rechazos", int(i64::from(req.max_declines))),
+            ],
+        ),
+        Write::Complete(req) => (
+            COMPLETE,
+            vec![
+                (":titular", text(req.owner)),
+                (":recibo", text(req.receipt)),
+                (":expira", int(req.expires.as_secs())),
+            ],
+        ),
+        Write::CompleteAttempt(req) => (
+            COMPLETE_ATTEMPT,
+            vec![
+                (":intento", int(i64::from(req.attempt))),
+                (":recibo", text(req.receipt)),
+                (":expira", int(req.expires.as_secs())),
+            ],
+        ),
+        Write::Release(req) => (release_sql(req.kind), vec![(":titular", text(req.owner))]),
+        Write::NextAttempt { owner, now, .. } => (
+            NEXT_ATTEMPT,
+            vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))],
+        ),
+        Write::LeaseForResolve(req) => (
+            RESOLVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":now_ms", int(req.now.as_ms())),
+            ],
+        ),
+    }
+}
+
+/// The statement of a release: what it does to the key and the decline count.
+fn release_sql(kind: ReleaseKind) -> &'static str {
+    match kind {
+        ReleaseKind::KeepKey => RELEASE,
+        ReleaseKind::Declined => RELEASE_DECLINED,
+        ReleaseKind::NextKey {
+            reset_declines: false,
+        } => RELEASE_NEXT,
+        ReleaseKind::NextKey {
+            reset_declines: true,
+        } => RELEASE_NEXT_RESET,
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError> {
+        let (sql, params) = statement(write);
+        self.conditional(write.operation(), write.pk(), sql, params)
+            .await
+    }
+
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
+        let pk_text = pk.to_string();
+        self.conn
+            .call(move |conn| {
+                conn.query_row(GET, named_params! {":pk": pk_text}, row_to_record)
+                    .optional()
+            })
+            .await
+            .map_err(|e| store_error("get", pk.as_str(), e))
+    }
+
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
+        self.conn
+            .call(move |conn| {
+                let mut stmt = conn.prepare(CREATED_SINCE)?;
+                let rows =
+                    stmt.query_map(named_params! {":since": since.as_ms()}, row_to_record)?;
+                rows.collect()
+            })
+            .await
+            .map_err(|e| store_error("scan", "idempotency", e))
+    }
+}

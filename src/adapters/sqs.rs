@@ -1,0 +1,402 @@
+//! The SQS adapter of the queue contract: `ChangeMessageVisibilityBatch` on the source
+//! queue (its URL found once per queue and execution environment with `GetQueueUrl`,
+//! from the record's `eventSourceARN`) and `SendMessageBatch` to the dead-letter queue.
+//! Only I/O: which records, which delays and which reasons are the batch's to decide.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue,
+    SendMessageBatchRequestEntry,
+};
+use futures::future::join_all;
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+use crate::contracts::queue::{
+    DeadLetter, MAX_ATTRIBUTES, NOTE_ATTRIBUTE, Queue, QueueError, VisibilityChange,
+    parse_queue_arn,
+};
+
+/// Entries per batch call: SQS's limit.
+const BATCH: usize = 10;
+/// The most bytes one `SendMessageBatch` carries (bodies and attributes), SQS's
+/// historical limit; a larger message goes alone.
+const BATCH_BYTES: usize = 256 * 1024;
+/// The message group of a dead letter for a FIFO DLQ when the record has none.
+const FALLBACK_GROUP: &str = "charge-once";
+
+/// The queue calls of one execution environment.
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+    dead_letter_queue_url: String,
+    /// Queue URL by ARN, found once per queue.
+    urls: Mutex<HashMap<String, String>>,
+}
+
+impl SqsQueue {
+    pub fn new(client: aws_sdk_sqs::Client, dead_letter_queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            dead_letter_queue_url: dead_letter_queue_url.into(),
+            urls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached_url(&self, arn: &str) -> Option<String> {
+        self.urls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(arn)
+            .cloned()
+    }
+
+    /// The URL of the queue `arn`, asked of SQS once.
+    async fn url_of(&self, arn: &str) -> Result<String, QueueError> {
+        if let Some(url) = self.cached_url(arn) {
+            return Ok(url);
+        }
+        let (account, name) = parse_queue_arn(arn)?;
+        let out = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .queue_owner_aws_account_id(account)
+            .send()
+            .await
+            .map_err(|e| QueueError::call("GetQueueUrl", e))?;
+        let url = out.queue_url.ok_or(QueueError::Missing("queue URL"))?;
+        self.urls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(arn.to_owned(), url.clone());
+        Ok(url)
+    }
+
+    async fn change_in_queue(
+        &self,
+        arn: &str,
+        changes: &[(usize, &VisibilityChange<'_>)],
+    ) -> Vec<(usize, Result<(), QueueError>)> {
+        let url = match self.url_of(arn).await {
+            Ok(url) => url,
+            Err(e) => return changes.iter().map(|(i, _)| (*i, Err(e.clone()))).collect(),
+        };
+        let calls = changes.chunks(BATCH).map(|chunk| {
+            let url = &url;
+            async move {
+                let entries: Vec<_> = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(id, (_, change))| {
+                        ChangeMessageVisibilityBatchRequestEntry::builder()
+                            .id(id.to_string())
+                            .receipt_handle(change.receipt_handle)
+                            .visibility_timeout(i32::try_from(change.delay_s).unwrap_or(i32::MAX))
+                            .build()
+                    })
+                    .collect();
+                let operation = "ChangeMessageVisibilityBatch";
+                let built = entries.into_iter().collect::<Result<Vec<_>, _>>();
+                batch_call(operation, chunk.len(), built, |entries| async move {
+                    self.client
+                        .change_message_visibility_batch()
+                        .queue_url(url)
+                        .set_entries(Some(entries))
+                        .send()
+                        .await
+                        .map(|out| out.failed)
+                        .map_err(|e| QueueError::call(operation, e))
+                })
+                .await
+                .into_iter()
+                .zip(chunk)
+                .map(|(r, (i, _))| (*i, r))
+                .collect::<Vec<_>>()
+            }
+        });
+        join_all(calls).await.into_iter().flatten().collect()
+    }
+
+    async fn send_chunk(&self, chunk: &[&DeadLetter<'_>]) -> Vec<Result<(), QueueError>> {
+        let operation = "SendMessageBatch";
+        let fifo = self.dead_letter_queue_url.ends_with(".fifo");
+        let entries: Result<Vec<_>, _> = chunk
+            .iter()
+            .enumerate()
+            .map(|(id, letter)| entry(id, letter, fifo))
+            .collect();
+        batch_call(operation, chunk.len(), entries, |entries| async move {
+            self.client
+                .send_message_batch()
+                .queue_url(&self.dead_letter_queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map(|out| out.failed)
+                .map_err(|e| QueueError::call(operation, e))
+        })
+        .await
+    }
+}
+
+/// One batch call of `len` entries, once they are built: each entry's result.
+async fn batch_call<E, Fut>(
+    operation: &'static str,
+    len: usize,
+    built: Result<Vec<E>, aws_sdk_sqs::error::BuildError>,
+    send: impl FnOnce(Vec<E>) -> Fut,
+) -> Vec<Result<(), QueueError>>
+where
+    Fut: std::future::Future<Output = Result<Vec<BatchResultErrorEntry>, QueueError>>,
+{
+    let result = match built {
+        Err(e) => Err(QueueError::call(operation, e)),
+        Ok(entries) => send(entries).await,
+    };
+    per_entry(operation, len, result)
+}
+
+/// Each entry's result of a batch call: the call's error for all, or the entries SQS
+/// refused (by their ids, which are their positions).
+fn per_entry(
+    operation: &'static str,
+    len: usize,
+    result: Result<Vec<BatchResultErrorEntry>, QueueError>,
+) -> Vec<Result<(), QueueError>> {
+    match result {
+        Err(e) => vec![Err(e); len],
+        Ok(failed) => {
+            let mut out = vec![Ok(()); len];
+            for f in failed {
+                if let Some(slot) = f.id.parse::<usize>().ok().and_then(|i| out.get_mut(i)) {
+                    *slot = Err(QueueError::Entry {
+                        operation,
+                        code: f.code,
+                        message: f.message.unwrap_or_default(),
+                    });
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A dead letter as SQS takes it: the body and attributes unchanged, plus the note.
+fn entry(
+    id: usize,
+    letter: &DeadLetter<'_>,
+    fifo: bool,
+) -> Result<SendMessageBatchRequestEntry, aws_sdk_sqs::error::BuildError> {
+    let message = letter.message;
+    let mut attributes = HashMap::with_capacity(message.message_attributes.len() + 1);
+    for (name, value) in &message.message_attributes {
+        // A message redriven from the DLQ may carry an earlier note: the new one wins.
+        if name != NOTE_ATTRIBUTE {
+            attributes.insert(name.clone(), attribute(value)?);
+        }
+    }
+    if attributes.len() < MAX_ATTRIBUTES {
+        let note = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(&letter.note)
+            .build()?;
+        attributes.insert(NOTE_ATTRIBUTE.to_owned(), note);
+    } else {
+        warn!(
+            message_id = letter.message_id,
+            attributes = attributes.len(),
+            "dead letter sent without its `charge-once` attribute: the message already has \
+             SQS's maximum of 10; its reason is in this record's outcome line"
+        );
+    }
+    let mut builder = SendMessageBatchRequestEntry::builder()
+        .id(id.to_string())
+        .message_body(message.body.as_deref().unwrap_or_default())
+        .set_message_attributes(Some(attributes).filter(|a| !a.is_empty()));
+    if fifo {
+        let group = message
+            .attributes
+            .get("MessageGroupId")
+            .map_or(FALLBACK_GROUP, String::as_str);
+        builder = builder
+            .message_group_id(group)
+            .message_deduplication_id(deduplication_id(letter.message_id));
+    }
+    builder.build()
+}
+
+/// A FIFO DLQ's deduplication id for a record: derived from its message id, so a copy
+/// sent again within five minutes (an acknowledgement lost) is dropped by SQS.
+fn deduplication_id(message_id: &str) -> String {
+    let digest = Sha256::digest(format!("charge-once dead letter {message_id}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attribute(
+    value: &SqsMessageAttribute,
+) -> Result<MessageAttributeValue, aws_sdk_sqs::error::BuildError> {
+    MessageAttributeValue::builder()
+        .set_data_type(value.data_type.clone())
+        .set_string_value(value.string_value.clone())
+        .set_binary_value(value.binary_value.as_ref().map(|b| Blob::new(b.0.clone())))
+        .set_string_list_values(
+            Some(value.string_list_values.clone()).filter(|list| !list.is_empty()),
+        )
+        .set_binary_list_values(
+            Some(
+                value
+                    .binary_list_values
+                    .iter()
+                    .map(|b| Blob::new(b.0.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .filter(|list| !list.is_empty()),
+        )
+        .build()
+}
+
+/// What a dead letter weighs against the batch call's size limit.
+fn weight(message: &SqsMessage, note: &str) -> usize {
+    let attributes: usize = message
+        .message_attributes
+        .iter()
+        .map(|(name, v)| {
+            name.len()
+                + v.data_type.as_deref().map_or(0, str::len)
+                + v.string_value.as_deref().map_or(0, str::len)
+                + v.binary_value.as_ref().map_or(0, |b| b.0.len())
+        })
+        .sum();
+    message.body.as_deref().map_or(0, str::len) + attributes + NOTE_ATTRIBUTE.len() + note.len()
+}
+
+#[async_trait]
+impl Queue for SqsQueue {
+    async fn change_visibility(
+        &self,
+        changes: &[VisibilityChange<'_>],
+    ) -> Vec<Result<(), QueueError>> {
+        let mut by_queue: HashMap<&str, Vec<(usize, &VisibilityChange<'_>)>> = HashMap::new();
+        for (i, change) in changes.iter().enumerate() {
+            by_queue
+                .entry(change.queue_arn)
+                .or_default()
+                .push((i, change));
+        }
+        let calls = by_queue
+            .iter()
+            .map(|(arn, changes)| self.change_in_queue(arn, changes));
+        let mut out = vec![Err(QueueError::Missing("answer")); changes.len()];
+        for (i, result) in join_all(calls).await.into_iter().flatten() {
+            out[i] = result;
+        }
+        out
+    }
+
+    async fn dead_letter(&self, letters: &[DeadLetter<'_>]) -> Vec<Result<(), QueueError>> {
+        // Chunks of at most 10 entries and BATCH_BYTES, in order.
+        let mut chunks: Vec<Vec<&DeadLetter<'_>>> = Vec::new();
+        let mut bytes = 0;
+        for letter in letters {
+            let w = weight(letter.message, &letter.note);
+            match chunks.last_mut() {
+                Some(chunk) if chunk.len() < BATCH && bytes + w <= BATCH_BYTES => {
+                    chunk.push(letter);
+                    bytes += w;
+                }
+                _ => {
+                    chunks.push(vec![letter]);
+                    bytes = w;
+                }
+            }
+        }
+        join_all(chunks.iter().map(|chunk| self.send_chunk(chunk)))
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deduplication_id_is_stable_per_message_and_valid_for_sqs() {
+        let a = deduplication_id("059f36b4-87a3-44ab-83d2-661975830a7d");
+        assert_eq!(a, deduplication_id("059f36b4-87a3-44ab-83d2-661975830a7d"));
+        assert_ne!(a, deduplication_id("another"));
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn a_refused_entry_fails_alone_and_a_failed_call_fails_every_entry() {
+        let refused = BatchResultErrorEntry::builder()
+            .id("1")
+            .sender_fault(true)
+            .code("ReceiptHandleIsInvalid")
+            .build()
+            .unwrap();
+        let results = per_entry("X", 3, Ok(vec![refused]));
+        assert!(results[0].is_ok() && results[2].is_ok());
+        assert!(
+            matches!(&results[1], Err(QueueError::Entry { code, .. }) if code == "ReceiptHandleIsInvalid")
+        );
+        let all = per_entry("X", 2, Err(QueueError::TimedOut));
+        assert!(all.iter().all(Result::is_err));
+    }
+
+    #[test]
+    fn the_note_is_added_beside_the_original_attributes_unless_there_are_ten() {
+        let attribute = |data_type: &str, value: &str| {
+            let mut a = SqsMessageAttribute::default();
+            a.data_type = Some(data_type.into());
+            a.string_value = Some(value.into());
+            a
+        };
+        let mut message = SqsMessage::default();
+        message.body = Some("{}".into());
+        message
+            .message_attributes
+            .insert("trace".into(), attribute("String", "abc"));
+        let note = "{\"outcome\":\"invalid\"}".to_owned();
+        let letter = DeadLetter {
+            message: &message,
+            message_id: "m-1",
+            note: note.clone(),
+        };
+        let sent = entry(0, &letter, true).unwrap();
+        let attributes = sent.message_attributes.unwrap();
+        assert_eq!(attributes["trace"].string_value.as_deref(), Some("abc"));
+        assert_eq!(
+            attributes[NOTE_ATTRIBUTE].string_value.as_deref(),
+            Some(note.as_str())
+        );
+        assert_eq!(sent.message_group_id.as_deref(), Some(FALLBACK_GROUP));
+        assert!(sent.message_deduplication_id.is_some());
+
+        for n in 0..9 {
+            message
+                .message_attributes
+                .insert(format!("a{n}"), attribute("Number", &n.to_string()));
+        }
+        let letter = DeadLetter {
+            message: &message,
+            message_id: "m-1",
+            note,
+        };
+        let full = entry(0, &letter, false)
+            .unwrap()
+            .message_attributes
+            .unwrap();
+        assert_eq!(full.len(), 10);
+        assert!(!full.contains_key(NOTE_ATTRIBUTE));
+    }
+}

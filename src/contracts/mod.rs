@@ -1,0 +1,9 @@
+//! The contracts (ports) the drivers call and the adapters implement, each named by
+//! what its reader uses: the idempotency table ([`store`], its stored format in
+//! [`schema`]), the payment provider ([`payment`]) and the queue ([`queue`]). Data and
+//! traits only: no I/O, no decisions.
+
+pub mod payment;
+pub mod queue;
+pub mod schema;
+pub mod store;

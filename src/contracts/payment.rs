@@ -1,0 +1,162 @@
+//! The payment provider contracts, each named by what its reader uses: the charge
+//! path ([`ChargePath`]: charge an order under an idempotency key, look a charge up
+//! for reconciliation; read by the record's driver and `resolve`), and the listing
+//! ([`ChargeListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
+//! builds it (ARCHITECTURE.md, "The state machine").
+//!
+//! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key;
+//! [`simulated::SimulatedProvider`] is the local stand-in for runs without a provider.
+
+use async_trait::async_trait;
+
+use crate::BoxError;
+use crate::domain::clock::Time;
+use crate::domain::order::Order;
+
+/// What the provider returns for a successful charge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The provider's charge id, stored as the record's receipt.
+    pub id: String,
+}
+
+/// What a lookup of an order's charges found (ARCHITECTURE.md, "The state machine"). A charge counts
+/// when its `metadata[order_id]`, amount and currency match and its status is not
+/// `failed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// A `succeeded` charge: the order is paid; complete with it.
+    Succeeded(Receipt),
+    /// A charge still in flight (`pending`, or any status that is not final): it may
+    /// yet succeed, so no new key may be sent. A human settles it.
+    Pending { charge_id: String, status: String },
+    /// No live charge: a new key cannot charge twice.
+    NotFound,
+}
+/// A charge as the provider lists it (for the audit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedCharge {
+    pub id: String,
+    /// `metadata[order_id]`; `None` for a charge that is not an order's.
+    pub order_id: Option<String>,
+    pub amount: u64,
+    /// As the provider writes it (Stripe: lower case).
+    pub currency: String,
+    pub customer: Option<String>,
+    /// `succeeded`, `failed`, `pending`, ...
+    pub status: String,
+    pub created: Time,
+}
+
+impl ListedCharge {
+    pub fn succeeded(&self) -> bool {
+        self.status == "succeeded"
+    }
+}
+
+/// Why a provider call did not produce a receipt. The variant decides what happens to
+/// the provider key (ARCHITECTURE.md, "The state machine"): only `Declined` moves to the next attempt.
+#[derive(Debug, thiserror::Error)]
+pub enum PaymentError {
+    /// 402: the provider stored a decline under this key; nothing was charged.
+    #[error("declined ({code}{})", decline_code.as_deref().map(|d| format!(", {d}")).unwrap_or_default())]
+    Declined {
+        code: String,
+        decline_code: Option<String>,
+    },
+    /// The provider refused the key because it was used with other parameters.
+    #[error("idempotency key reused with other parameters")]
+    KeyReused,
+    /// A permanent refusal (400 other than a reused key, 404): the same request will
+    /// be refused again until someone fixes the order or the provider's data. Nothing
+    /// was charged; the key is kept.
+    #[error("provider rejected the request (status {status}{})", code.as_deref().map(|c| format!(", {c}")).unwrap_or_default())]
+    Rejected { status: u16, code: Option<String> },
+    /// The provider answered with a charge that is not final (`pending`, …): it may
+    /// still succeed or fail. Not a receipt: the key is kept and a human settles it.
+    #[error("the provider holds the charge in status `{status}`, not final")]
+    Pending { charge_id: String, status: String },
+    /// The provider replayed a stored 5xx for this key: the original outcome is
+    /// unknown, so the charge must be looked up before anything else is sent.
+    #[error("provider replayed a stored server error (status {status})")]
+    ReplayedServerError { status: u16 },
+    /// Anything else: timeout, connection error, 5xx, 409, 429, 401, other 4xx. The
+    /// outcome is unknown or transient; the next attempt replays the same key.
+    #[error("{kind}")]
+    Retryable {
+        kind: FailureKind,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+/// The classes of retryable failure, for logs and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    Timeout,
+    Connection,
+    Server(u16),
+    RateLimited,
+    Conflict,
+    Unauthorized,
+    Client(u16),
+    /// A 3xx. The client follows no redirect: a charge sent again to another address
+    /// (307/308 keep the method and body) is a charge nobody configured.
+    Redirect(u16),
+    /// A 2xx (or error) body we cannot read.
+    BadResponse,
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("provider timed out"),
+            Self::Connection => f.write_str("provider connection failed"),
+            Self::Server(s) => write!(f, "provider server error (status {s})"),
+            Self::RateLimited => f.write_str("provider rate limited (status 429)"),
+            Self::Conflict => f.write_str("provider conflict (status 409)"),
+            Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
+            Self::Client(s) => write!(f, "provider refused the request (status {s})"),
+            Self::Redirect(s) => write!(
+                f,
+                "provider answered with a redirect (status {s}), which is not followed: check PAYMENT_API_URL"
+            ),
+            Self::BadResponse => f.write_str("provider response could not be read"),
+        }
+    }
+}
+
+impl PaymentError {
+    pub fn retryable(kind: FailureKind) -> Self {
+        Self::Retryable { kind, source: None }
+    }
+}
+
+/// The charge path: charge under a key, and look an order's charge up.
+#[async_trait]
+pub trait ChargePath: Send + Sync {
+    /// Charges `order` under `idempotency_key`. The request must be a pure function of
+    /// the order's fingerprinted fields, so a replay is byte-identical.
+    async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
+
+    /// Looks up the order's live charge: same `metadata[order_id]`, amount and
+    /// currency, status not `failed`. "Not found" must be certain (every page read).
+    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+}
+
+/// The whole provider, serving both readers (the HTTP client and the simulator do):
+/// what the wiring builds once and hands to each side as the trait it uses.
+pub trait PaymentProvider: ChargePath + ChargeListing {}
+
+impl<T: ChargePath + ChargeListing> PaymentProvider for T {}
+
+/// The listing the audit reads: the provider's charges as they are listed.
+#[async_trait]
+pub trait ChargeListing: Send + Sync {
+    /// Every charge created at or after `since`, every page read. An error, never a
+    /// shorter list, when not everything could be read.
+    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError>;
+
+    /// The charge `id`, `None` when the provider has no such charge.
+    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError>;
+}

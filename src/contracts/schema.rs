@@ -1,0 +1,223 @@
+//! The table's storage format (ARCHITECTURE.md, "The table"), written once. Items keep the pattern card's
+//! Spanish attribute names and state values (`estado = hecho`, `recibo`, `huella`…):
+//! they are what the table holds, what the card's own consumer wrote, and what an
+//! operator reads in the console. The Rust code speaks English (`state = Done`,
+//! `receipt`, `fingerprint`…). The DynamoDB and SQLite adapters, `inspect`'s JSON and
+//! the tests' legacy-format items all map between the two here.
+
+use crate::contracts::store::StoreError;
+use crate::domain::clock::Time;
+use crate::domain::{Fingerprint, Key, Owner, Record, State};
+
+/// Attribute (and SQLite column) names.
+pub mod attr {
+    /// The partition key: `cobro#<order id>`.
+    pub const PK: &str = "pk";
+    pub const STATE: &str = "estado";
+    /// ms epoch of the first reservation.
+    pub const CREATED: &str = "creado";
+    /// s epoch: the TTL attribute (retention only).
+    pub const EXPIRES: &str = "expira";
+    pub const RECEIPT: &str = "recibo";
+    pub const FINGERPRINT: &str = "huella";
+    pub const OWNER: &str = "titular";
+    /// ms epoch when the current lease ends.
+    pub const LEASE_UNTIL: &str = "en_curso_hasta";
+    pub const ATTEMPT: &str = "intento";
+    /// ms epoch when the current attempt's key was first sent.
+    pub const SENT: &str = "enviado";
+    pub const DECLINES: &str = "rechazos";
+}
+
+/// The stored values of `estado`.
+pub mod state {
+    pub const IN_PROGRESS: &str = "en-curso";
+    pub const DONE: &str = "hecho";
+    pub const FREE: &str = "libre";
+}
+
+/// A record state as stored.
+pub fn state_value(state: &State) -> &str {
+    match state {
+        State::InProgress => state::IN_PROGRESS,
+        State::Done => state::DONE,
+        State::Free => state::FREE,
+        State::Other(value) => value,
+    }
+}
+
+/// A stored `estado`; an unknown value is kept as it is and never taken over.
+pub fn parse_state(value: &str) -> State {
+    match value {
+        state::IN_PROGRESS => State::InProgress,
+        state::DONE => State::Done,
+        state::FREE => State::Free,
+        other => State::Other(other.to_owned()),
+    }
+}
+
+/// An attribute's value as every adapter can give it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    S(String),
+    N(i64),
+}
+
+/// Why an attribute cannot be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    NotAString,
+    NotANumber,
+}
+
+/// One stored item, as an adapter reads it: the value of an attribute, `None` when
+/// absent (or null).
+pub trait Item {
+    fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem>;
+}
+
+/// Reads an item into a record. A wrong type or a missing `estado` is `Malformed`,
+/// never a guess; both adapters report it the same way.
+pub fn read(item: &impl Item) -> Result<Record, StoreError> {
+    let malformed =
+        |pk: &str, attribute: &'static str, problem: &'static str| StoreError::Malformed {
+            pk: pk.to_owned(),
+            attribute,
+            problem,
+        };
+    let pk = match item.value(attr::PK) {
+        Ok(Some(Value::S(pk))) => pk,
+        _ => return Err(malformed("", attr::PK, "is missing or not a string")),
+    };
+    let string = |attribute| match item.value(attribute) {
+        Ok(None) => Ok(None),
+        Ok(Some(Value::S(v))) => Ok(Some(v)),
+        Ok(Some(Value::N(_))) | Err(_) => Err(malformed(&pk, attribute, "is not a string")),
+    };
+    let number = |attribute| match item.value(attribute) {
+        Ok(None) => Ok(None),
+        Ok(Some(Value::N(v))) => Ok(Some(v)),
+        Ok(Some(Value::S(_))) | Err(_) => Err(malformed(&pk, attribute, "is not a number")),
+    };
+    let count = |attribute| {
+        number(attribute)?
+            .map(|v| u32::try_from(v).map_err(|_| malformed(&pk, attribute, "is out of range")))
+            .transpose()
+    };
+    let state = string(attr::STATE)?.ok_or_else(|| malformed(&pk, attr::STATE, "is missing"))?;
+    let record = Record {
+        state: parse_state(&state),
+        created: number(attr::CREATED)?.map(Time::from_ms),
+        expires: number(attr::EXPIRES)?.map(Time::from_secs),
+        receipt: string(attr::RECEIPT)?,
+        fingerprint: string(attr::FINGERPRINT)?.map(Fingerprint::new),
+        owner: string(attr::OWNER)?.map(Owner::new),
+        lease_until: number(attr::LEASE_UNTIL)?.map(Time::from_ms),
+        attempt: count(attr::ATTEMPT)?,
+        sent: number(attr::SENT)?.map(Time::from_ms),
+        declines: count(attr::DECLINES)?,
+        pk: Key::from_stored(&pk)
+            .ok_or_else(|| malformed(&pk, attr::PK, "is not `cobro#<order id>`"))?,
+    };
+    Ok(record)
+}
+
+/// A record's attributes under their table names, absent ones left out, in the
+/// order of ARCHITECTURE.md, "The table".
+pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
+    let s = |v: &str| Some(Value::S(v.to_owned()));
+    let n = |v: Option<i64>| v.map(Value::N);
+    let fields = [
+        (attr::PK, s(record.pk.as_str())),
+        (attr::STATE, s(state_value(&record.state))),
+        (attr::CREATED, n(record.created.map(Time::as_ms))),
+        (attr::EXPIRES, n(record.expires.map(Time::as_secs))),
+        (attr::RECEIPT, record.receipt.as_deref().and_then(s)),
+        (attr::FINGERPRINT, record.fingerprint.as_deref().and_then(s)),
+        (attr::OWNER, record.owner.as_deref().and_then(s)),
+        (attr::LEASE_UNTIL, n(record.lease_until.map(Time::as_ms))),
+        (attr::ATTEMPT, n(record.attempt.map(i64::from))),
+        (attr::SENT, n(record.sent.map(Time::as_ms))),
+        (attr::DECLINES, n(record.declines.map(i64::from))),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| (name, v)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    impl Item for HashMap<&'static str, Value> {
+        fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem> {
+            Ok(self.get(attribute).cloned())
+        }
+    }
+
+    fn record() -> Record {
+        Record {
+            pk: Key::for_order_id("A-1"),
+            state: State::Done,
+            created: Some(Time::from_ms(1_000)),
+            expires: Some(Time::from_secs(2)),
+            receipt: Some("ch_1".into()),
+            fingerprint: Some(Fingerprint::new("f")),
+            owner: None,
+            lease_until: None,
+            attempt: Some(2),
+            sent: Some(Time::from_ms(1_500)),
+            declines: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_from_its_own_attributes() {
+        let item: HashMap<_, _> = attributes(&record()).into_iter().collect();
+        assert_eq!(item[attr::STATE], Value::S("hecho".into()));
+        assert!(!item.contains_key(attr::OWNER));
+        assert_eq!(read(&item).unwrap(), record());
+    }
+
+    #[test]
+    fn every_state_value_parses_back_and_an_unknown_one_is_kept() {
+        for state in [State::InProgress, State::Done, State::Free] {
+            assert_eq!(parse_state(state_value(&state)), state);
+        }
+        assert_eq!(parse_state("pagado"), State::Other("pagado".into()));
+    }
+
+    #[test]
+    fn a_wrongly_typed_or_missing_attribute_is_malformed() {
+        let mut item: HashMap<_, _> = attributes(&record()).into_iter().collect();
+        item.insert(attr::ATTEMPT, Value::S("uno".into()));
+        assert!(matches!(
+            read(&item),
+            Err(StoreError::Malformed {
+                attribute: "intento",
+                ..
+            })
+        ));
+        item.insert(attr::ATTEMPT, Value::N(-1));
+        assert!(matches!(
+            read(&item),
+            Err(StoreError::Malformed {
+                problem: "is out of range",
+                ..
+            })
+        ));
+        item.remove(attr::ATTEMPT);
+        item.remove(attr::STATE);
+        assert!(matches!(
+            read(&item),
+            Err(StoreError::Malformed {
+                attribute: "estado",
+                problem: "is missing",
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,190 @@
+//! The store contract: the conditional writes the state machine needs, each one value
+//! ([`Write`]) and one request, a read, and the audit's listing (ARCHITECTURE.md, "The
+//! table"). `policy/table.rs` specifies what each write requires and leaves.
+
+use async_trait::async_trait;
+
+use crate::BoxError;
+use crate::domain::clock::Time;
+use crate::domain::{Fingerprint, Key, Owner, Record};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed or could not be reached. The write may or may not have been
+    /// applied: callers treat the record as failed, never as done.
+    #[error("{operation} on {target} failed")]
+    Backend {
+        operation: &'static str,
+        /// The key, or the table for table-level operations.
+        target: String,
+        #[source]
+        source: BoxError,
+    },
+    /// An item exists but cannot be read as a record (wrong type, unknown shape).
+    #[error("item {pk} is malformed: attribute `{attribute}` {problem}")]
+    Malformed {
+        pk: String,
+        attribute: &'static str,
+        problem: &'static str,
+    },
+}
+
+impl StoreError {
+    /// A backend failure of `operation` on `target` (a key or a table), source kept.
+    pub fn backend<E>(operation: &'static str, target: &str, source: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::Backend {
+            operation,
+            target: target.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Reserve `pk` for this fingerprint (ARCHITECTURE.md, "The state machine").
+#[derive(Clone, Debug)]
+pub struct ReserveRequest<'a> {
+    pub pk: &'a Key,
+    pub fingerprint: &'a Fingerprint,
+    /// Fresh random owner token of this attempt.
+    pub owner: &'a Owner,
+    pub now: Time,
+    /// End of the lease: the invocation deadline.
+    pub lease_until: Time,
+    /// Retention: the TTL attribute written with the reservation.
+    pub expires: Time,
+    /// A record with this many declines (`declines`) is not reserved again: the lost
+    /// condition returns it, and the order fails as declined without a provider call.
+    pub max_declines: u32,
+}
+
+/// Mark `pk` `Done` with `receipt`.
+#[derive(Clone, Debug)]
+pub struct CompleteRequest<'a> {
+    pub pk: &'a Key,
+    pub owner: &'a Owner,
+    /// The attempt whose provider key produced `receipt`.
+    pub attempt: u32,
+    pub receipt: &'a str,
+    pub expires: Time,
+}
+
+/// Give a lease back (`Free`).
+#[derive(Clone, Debug)]
+pub struct ReleaseRequest<'a> {
+    pub pk: &'a Key,
+    pub owner: &'a Owner,
+    pub kind: ReleaseKind,
+}
+
+/// What a release does to the provider key and the decline count (ARCHITECTURE.md, "The state machine").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReleaseKind {
+    /// Keep `attempt`: the next attempt replays the same key. Every failure whose
+    /// outcome at the provider is unknown or transient.
+    KeepKey,
+    /// After a 402: the provider stored a decline under this key, so nothing was
+    /// charged under it. `attempt` + 1, `sent` removed, `declines` + 1.
+    Declined,
+    /// `resolve` found no charge: `attempt` + 1, `sent` removed; `declines`
+    /// removed too when a human says the customer fixed the card.
+    NextKey { reset_declines: bool },
+}
+
+/// Take a record for `resolve` (a human settling it): any non-`Done` record with the
+/// same (or no) fingerprint and no live lease.
+#[derive(Clone, Debug)]
+pub struct ResolveLeaseRequest<'a> {
+    pub pk: &'a Key,
+    pub fingerprint: &'a Fingerprint,
+    pub owner: &'a Owner,
+    pub now: Time,
+    pub lease_until: Time,
+}
+
+/// The answer to every conditional write (a reservation included).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WriteOutcome {
+    /// The condition held; the record as written.
+    Applied(Record),
+    /// The condition failed; the record that made it fail (`None` if it vanished
+    /// between the write and the fallback read).
+    Refused(Option<Record>),
+}
+
+/// One conditional write to the idempotency table: the unit of the store contract.
+/// What each one requires and leaves is specified in `policy/table.rs` (`holds`,
+/// `apply`); the adapters implement exactly that.
+#[derive(Clone, Debug)]
+pub enum Write<'a> {
+    /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`, or
+    /// the item has the same `fingerprint`, fewer than `max_declines` declines, and is
+    /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
+    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`declines` kept
+    /// if present.
+    Reserve(ReserveRequest<'a>),
+    /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
+    Complete(CompleteRequest<'a>),
+    /// The fallback when the fence is lost: the success is still a fact about its
+    /// attempt, so `Done` + `receipt` on `attempt = mine AND state <> Done`.
+    CompleteAttempt(CompleteRequest<'a>),
+    /// `Free`, lease removed, the key and decline count as `kind` says; same fence as
+    /// `Complete`.
+    Release(ReleaseRequest<'a>),
+    /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the provider
+    /// may have forgotten and reconciliation did not find.
+    NextAttempt {
+        pk: &'a Key,
+        owner: &'a Owner,
+        now: Time,
+    },
+    /// For `resolve`: leases a record that exists, is not `Done`, has no live lease
+    /// (legacy-format `InProgress` items have none) and has the same or no
+    /// `fingerprint` (which it then gets). `attempt`, `sent`, `created` are kept or
+    /// started.
+    LeaseForResolve(ResolveLeaseRequest<'a>),
+}
+
+impl<'a> Write<'a> {
+    /// The key the write is on.
+    pub fn pk(&self) -> &'a Key {
+        match self {
+            Self::Reserve(r) => r.pk,
+            Self::Complete(r) | Self::CompleteAttempt(r) => r.pk,
+            Self::Release(r) => r.pk,
+            Self::NextAttempt { pk, .. } => pk,
+            Self::LeaseForResolve(r) => r.pk,
+        }
+    }
+
+    /// The write's name, as errors report it.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Self::Reserve(_) => "reserve",
+            Self::Complete(_) => "complete",
+            Self::CompleteAttempt(_) => "complete_attempt",
+            Self::Release(_) => "release",
+            Self::NextAttempt { .. } => "next_attempt",
+            Self::LeaseForResolve(_) => "lease_for_resolve",
+        }
+    }
+}
+
+/// The idempotency table, one item per key: the few primitives every backend offers.
+/// Implementations do only I/O; deciding what a refused write means is the state
+/// machine's job, so every refused write returns the old record.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Performs one conditional write as one request.
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, StoreError>;
+
+    /// Strongly consistent read.
+    async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
+
+    /// For the audit: every record first reserved at or after `since` (`created`;
+    /// legacy-format items have none). Every page is read, or an error: never a
+    /// shorter list.
+    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;
+}

@@ -1,0 +1,10 @@
+//! The words every layer shares, pure: the time, the order as a message carries it,
+//! and what the table knows an order by (its key, fingerprint and stored record).
+
+pub mod clock;
+mod key;
+pub mod order;
+mod record;
+
+pub use key::Key;
+pub use record::{Fingerprint, Identity, Owner, Record, State};

@@ -1,0 +1,313 @@
+//! The SQS batch (ARCHITECTURE.md, "The batch" and "Retries"), as a pure plan and a
+//! thin I/O layer, as the record is a machine and a driver. The plan (`plan.rs`) parses
+//! every record into an entry, groups them, stops a group after its first non-success,
+//! keeps FIFO batches strictly in order, chooses each record's disposition and builds
+//! the partial batch response. This layer runs the groups concurrently (bounded), each
+//! in message order, within the deadline margin, isolating panics; then makes the
+//! queue calls (the DLQ at once, or a delay chosen by the cause, told to SQS).
+//! `report.rs` writes one line per record and counts its metrics.
+
+mod report;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use futures::{FutureExt, StreamExt};
+use lambda_runtime::{Context, LambdaEvent};
+use tracing::{Instrument, info_span, warn};
+
+use crate::config::{Config, FifoScope};
+use crate::contracts::payment::ChargePath;
+use crate::contracts::queue::{DeadLetter, Offline, Queue, QueueError};
+use crate::contracts::store::IdempotencyStore;
+use crate::domain::clock::Time;
+use crate::drivers::charge::{Charger, Settings};
+use crate::drivers::metrics::QUEUE_FAILURES;
+pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
+pub use crate::policy::batch::plan::BatchError;
+use crate::policy::batch::plan::{self, Entry, InOrder, Retries, Schedule};
+use crate::policy::deadline::{self, CallKind};
+use crate::policy::retry::{self, Backoff, Jitter};
+
+/// How a batch is run (ARCHITECTURE.md, "The batch").
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Key groups processed at once.
+    pub max_concurrency: usize,
+    /// The deadline given to a batch whose invocation has none usable (outside
+    /// Lambda, or an emulator that sends no epoch deadline).
+    pub invoke_deadline: Duration,
+    /// What the first failure in a FIFO batch stops.
+    pub fifo_failure_scope: FifoScope,
+    /// The backoff of transient failures.
+    pub backoff: Backoff,
+}
+
+impl From<&Config> for Limits {
+    fn from(config: &Config) -> Self {
+        Self {
+            max_concurrency: config.max_concurrency,
+            invoke_deadline: config.invoke_deadline,
+            fifo_failure_scope: config.fifo_failure_scope,
+            backoff: Backoff {
+                base: config.retry_base,
+                cap: config.retry_cap,
+            },
+        }
+    }
+}
+
+/// The consumer: clients and settings built once at cold start, shared by every
+/// invocation.
+pub struct Consumer {
+    store: Arc<dyn IdempotencyStore>,
+    provider: Arc<dyn ChargePath>,
+    queue: Arc<dyn Queue>,
+    settings: Settings,
+    limits: Limits,
+}
+
+impl Consumer {
+    pub fn new(
+        store: Arc<dyn IdempotencyStore>,
+        provider: Arc<dyn ChargePath>,
+        settings: Settings,
+        limits: Limits,
+    ) -> Self {
+        let limits = Limits {
+            max_concurrency: limits.max_concurrency.max(1),
+            ..limits
+        };
+        Self {
+            store,
+            provider,
+            queue: Arc::new(Offline),
+            settings,
+            limits,
+        }
+    }
+
+    /// The consumer that tells `queue` what becomes of each failed record (in Lambda,
+    /// and `invoke --sqs`); without it nothing is sent and the log says what would be.
+    pub fn with_queue(mut self, queue: Arc<dyn Queue>) -> Self {
+        self.settings.budget = self.settings.budget.with_queue_steps();
+        Self { queue, ..self }
+    }
+
+    /// The Lambda handler: the invocation deadline comes from the context. Its span
+    /// carries the request id and the invocation's X-Ray trace id.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        let span = info_span!(
+            "invocation",
+            request_id = event.context.request_id.as_str(),
+            trace_id = event.context.xray_trace_id.as_deref()
+        );
+        async {
+            let deadline = self.invocation_deadline(&event.context);
+            self.run(&event.payload, deadline).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The deadline Lambda sent, or `INVOKE_DEADLINE` from now when it is not an epoch
+    /// time.
+    fn invocation_deadline(&self, context: &Context) -> Time {
+        let sent = i64::try_from(context.deadline).unwrap_or(i64::MAX);
+        deadline::plausible(sent).unwrap_or_else(|| {
+            let fallback = self.default_deadline();
+            warn!(
+                sent,
+                fallback = fallback.as_ms(),
+                "the invocation deadline is not an epoch time (an emulator?); using INVOKE_DEADLINE"
+            );
+            fallback
+        })
+    }
+
+    /// Now + `invoke_deadline`: the deadline of a batch run outside Lambda.
+    pub fn default_deadline(&self) -> Time {
+        self.settings.now() + self.limits.invoke_deadline
+    }
+
+    /// Runs a batch whose invocation ends at `deadline`.
+    pub async fn run(
+        &self,
+        event: &SqsEvent,
+        deadline: Time,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        let started = Instant::now();
+        let mut entries = plan::parse(&event.records)?;
+        let schedule = plan::schedule(&mut entries, self.limits.fifo_failure_scope);
+        // The records' calls end early enough for the queue steps to follow.
+        let records_deadline = self.settings.budget.records_deadline(deadline);
+        self.run_groups(&mut entries, schedule, records_deadline)
+            .await;
+        let retries = Retries {
+            now: self.settings.now(),
+            backoff: &self.limits.backoff,
+            // SQS's 12-hour limit counts from the receive: the time spent here comes off.
+            longest: retry::longest_delay(started.elapsed()),
+        };
+        plan::dispose(&mut entries, &retries, Jitter::random);
+        self.send_dead_letters(&mut entries, deadline, &retries)
+            .await;
+        self.change_visibility(&mut entries, deadline).await;
+        entries.iter().for_each(report::report);
+        Ok(plan::response(&entries))
+    }
+
+    /// Groups run concurrently (at most `max_concurrency` at once), each in message
+    /// order.
+    async fn run_groups(&self, entries: &mut [Entry<'_>], schedule: Schedule, deadline: Time) {
+        let shared: &[Entry<'_>] = entries;
+        let ended: Vec<Vec<(usize, RecordOutcome, Duration)>> =
+            futures::stream::iter(schedule.groups)
+                .map(|members| self.run_in_order(shared, members, deadline, schedule.skip))
+                .buffer_unordered(self.limits.max_concurrency)
+                .collect()
+                .await;
+        for (i, outcome, latency) in ended.into_iter().flatten() {
+            entries[i].outcome = outcome;
+            entries[i].latency = latency;
+        }
+    }
+
+    /// Runs `members` one after another, as the skip rule lets them.
+    async fn run_in_order(
+        &self,
+        entries: &[Entry<'_>],
+        members: Vec<usize>,
+        deadline: Time,
+        skip: Skip,
+    ) -> Vec<(usize, RecordOutcome, Duration)> {
+        let mut rule = InOrder::new(skip);
+        let mut ended = Vec::with_capacity(members.len());
+        for i in members {
+            let (outcome, latency) = match rule.skipped() {
+                Some(skipped) => (skipped, Duration::ZERO),
+                None => self.run_record(&entries[i], deadline).await,
+            };
+            rule.ended(i, &outcome);
+            ended.push((i, outcome, latency));
+        }
+        ended
+    }
+
+    /// One record inside its span; its outcome and how long it took. Its log line is
+    /// written once the batch has settled it.
+    async fn run_record(&self, entry: &Entry<'_>, deadline: Time) -> (RecordOutcome, Duration) {
+        let Ok(valid) = &entry.order else {
+            return (RecordOutcome::Invalid, Duration::ZERO);
+        };
+        async move {
+            let started = Instant::now();
+            let start = self
+                .settings
+                .budget
+                .may_start(self.settings.now(), deadline);
+            let outcome = if let Err(time_left) = start {
+                RecordOutcome::Unstarted { time_left }
+            } else {
+                let charger = Charger {
+                    store: self.store.as_ref(),
+                    provider: self.provider.as_ref(),
+                    settings: &self.settings,
+                };
+                // Release builds keep `panic = "unwind"`, so a panic in one record is
+                // caught here and fails that record only.
+                match AssertUnwindSafe(charger.process(&valid.order, &valid.identity, deadline))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(outcome) => RecordOutcome::Processed(outcome),
+                    Err(_panic) => RecordOutcome::Panicked,
+                }
+            };
+            (outcome, started.elapsed())
+        }
+        .instrument(report::span(entry))
+        .await
+    }
+
+    /// Sends the dead letters; each is acknowledged only once its send succeeded.
+    async fn send_dead_letters(
+        &self,
+        entries: &mut [Entry<'_>],
+        deadline: Time,
+        retries: &Retries<'_>,
+    ) {
+        let chosen = plan::dead_letters(entries);
+        if chosen.is_empty() {
+            return;
+        }
+        let letters: Vec<DeadLetter<'_>> = chosen
+            .iter()
+            .map(|&i| DeadLetter {
+                message: entries[i].message,
+                message_id: entries[i].message_id,
+                note: report::note(&entries[i]),
+            })
+            .collect();
+        let sent = self
+            .queue_step(deadline, letters.len(), self.queue.dead_letter(&letters))
+            .await;
+        for (i, result) in chosen.into_iter().zip(sent) {
+            plan::dead_lettered(&mut entries[i], result, retries, Jitter::random());
+        }
+    }
+
+    /// Tells SQS each failed record's delay. A change that fails is logged; the record
+    /// comes back at the queue's own visibility timeout.
+    async fn change_visibility(&self, entries: &mut [Entry<'_>], deadline: Time) {
+        let (chosen, changes): (Vec<usize>, Vec<_>) =
+            plan::visibility_changes(entries).into_iter().unzip();
+        if changes.is_empty() {
+            return;
+        }
+        let results = self
+            .queue_step(
+                deadline,
+                changes.len(),
+                self.queue.change_visibility(&changes),
+            )
+            .await;
+        for (i, result) in chosen.into_iter().zip(results) {
+            if let Err(e) = result {
+                entries[i].queue_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// One step of queue calls, bounded like every other call: it ends before the
+    /// deadline less the safety margin, or is not started.
+    async fn queue_step(
+        &self,
+        deadline: Time,
+        entries: usize,
+        call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
+    ) -> Vec<Result<(), QueueError>> {
+        let now = self.settings.now();
+        let results = match self
+            .settings
+            .budget
+            .call_timeout(CallKind::Queue, now, deadline)
+        {
+            None => vec![Err(QueueError::NoTime); entries],
+            Some(timeout) => tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries]),
+        };
+        let failures = results
+            .iter()
+            .filter(|r| matches!(r, Err(e) if !matches!(e, QueueError::Offline)))
+            .count();
+        metrics::counter!(QUEUE_FAILURES).increment(failures as u64);
+        results
+    }
+}

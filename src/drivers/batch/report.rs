@@ -1,0 +1,99 @@
+//! What the batch tells about each record once it is settled: its one log line, in the
+//! record's span, at the level its kind declares; its metrics (the count under its
+//! kind's name, `dead_lettered`); and a dead letter's note. Rendering and counting
+//! live here together, apart from the plan and the I/O.
+
+use std::time::Duration;
+
+use tracing::info_span;
+
+use crate::drivers::metrics::DEAD_LETTERED;
+use crate::policy::batch::ending::RecordOutcome;
+use crate::policy::batch::plan::Entry;
+use crate::policy::outcome::Details;
+use crate::policy::outcome_kind::Level;
+
+/// The record's span: every line about it carries these fields.
+pub fn span(entry: &Entry<'_>) -> tracing::Span {
+    info_span!(
+        "record",
+        message_id = entry.message_id,
+        key = entry.key(),
+        receive_count = entry.receive_count,
+        trace_id = entry.trace_id
+    )
+}
+
+/// The `charge-once` attribute of a dead letter: why it is there, as JSON.
+pub fn note(entry: &Entry<'_>) -> String {
+    serde_json::json!({
+        "outcome": entry.outcome.kind().name(),
+        "reason": entry.reason().as_deref().unwrap_or(""),
+        "message_id": entry.message_id,
+        "receive_count": entry.receive_count,
+    })
+    .to_string()
+}
+
+/// Counts the record's metrics and writes its one line, with what the batch made of
+/// it (`retry_in_s`, `dead_lettered`).
+pub fn report(entry: &Entry<'_>) {
+    let kind = entry.outcome.kind();
+    kind.count();
+    if entry.dead_lettered == Some(true) {
+        metrics::counter!(DEAD_LETTERED).increment(1);
+    }
+    let span = span(entry);
+    let _entered = span.enter();
+    let d = match &entry.outcome {
+        RecordOutcome::Processed(processed) => processed.details(),
+        _ => Details::default(),
+    };
+    let time_left_ms = match entry.outcome {
+        RecordOutcome::Unstarted { time_left } => Some(millis(time_left)),
+        _ => None,
+    };
+    let reason = entry.reason();
+    let queue_error = entry.queue_error.as_ref().map(|e| crate::error_chain(e));
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                outcome = kind.name(),
+                receipt = d.receipt,
+                code = d.code,
+                decline_code = d.decline_code,
+                status = d.status,
+                declines = d.declines,
+                before = d.before,
+                attempt = d.attempt,
+                time_left_ms,
+                latency_ms = millis(entry.latency),
+                retry_in_s = entry.retry_in_s(),
+                dead_lettered = entry.dead_lettered,
+                queue_error,
+                reason = reason.as_deref(),
+                "{}",
+                message(entry)
+            )
+        };
+    }
+    match kind.level() {
+        Level::Info => line!(info),
+        Level::Warn => line!(warn),
+        Level::Error => line!(error),
+    }
+}
+
+/// The line's message: how the record ended for the queue.
+fn message(entry: &Entry<'_>) -> &'static str {
+    match entry.outcome {
+        RecordOutcome::Skipped { .. } => "record not started",
+        _ if entry.outcome.is_ack() => "record done",
+        _ if entry.dead_lettered == Some(true) => "record dead-lettered",
+        _ => "record failed",
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

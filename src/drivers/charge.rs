@@ -1,0 +1,451 @@
+//! The driver of one record: performs each step the state machine (`policy/machine.rs`) asks for
+//! with the real store and provider, and feeds the answer back. It owns what the machine
+//! must not touch: the clock, the owner token, timeouts, metrics and log lines.
+//!
+//! Every store and provider call is bounded, and none starts unless its timeout ends
+//! before the invocation deadline less the safety margin (`policy/deadline.rs`): a handler
+//! that answers late loses its whole partial response, charged records included.
+//!
+//! It also keeps the execution environment's breakers (`policy/retry/breaker.rs`): a record
+//! whose store or provider breaker is open is `Deferred` before any call, every call's
+//! answer is fed to its breaker, and a charge that failed transiently is sent again
+//! once, under the same key, while the provider's breaker is closed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::config::Config;
+use crate::contracts::payment::{ChargePath, FailureKind, PaymentError, Receipt};
+use crate::contracts::store::{IdempotencyStore, StoreError, WriteOutcome};
+pub use crate::domain::clock::Clock;
+use crate::domain::clock::Time;
+use crate::domain::order::Order;
+use crate::domain::{Identity, Owner};
+use crate::drivers::metrics::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
+use crate::policy::deadline::{Budget, CallKind};
+use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
+use crate::policy::outcome::Outcome;
+use crate::policy::resolve::{
+    Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver,
+};
+use crate::policy::retry::Jitter;
+use crate::policy::retry::breaker::{Admission, Breaker, Breakers, Dependency};
+use crate::policy::rules::Rules;
+use crate::{crash_points, error_chain};
+
+/// The pause before the one in-invocation retry of a transient charge failure (same
+/// key), jittered so that the records of a batch do not retry together.
+const CHARGE_RETRY_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_millis(400));
+
+/// What the state machine needs from the configuration.
+#[derive(Clone)]
+pub struct Settings {
+    /// `expires` = now + this.
+    pub retention: Duration,
+    /// Keys first sent longer ago than this are reconciled before reuse.
+    pub provider_key_ttl: Duration,
+    /// The invocation's time: when a record may start, how long each call may take.
+    pub budget: Budget,
+    /// Declines per order before deliveries stop calling the provider.
+    pub max_declines: u32,
+    pub clock: Clock,
+    /// This execution environment's breakers, shared by every invocation.
+    pub breakers: Arc<Breakers>,
+}
+
+impl From<&Config> for Settings {
+    /// What the state machine needs from the configuration, on the wall clock.
+    fn from(config: &Config) -> Self {
+        Self {
+            retention: config.retention,
+            provider_key_ttl: config.provider_key_ttl,
+            budget: Budget::new(config.deadline_margin, config.payment_timeout),
+            max_declines: config.max_declines,
+            clock: crate::domain::clock::system(),
+            breakers: Arc::new(Breakers::new(
+                config.breaker_threshold,
+                config.retry_base,
+                config.retry_cap,
+            )),
+        }
+    }
+}
+
+impl Settings {
+    pub fn now(&self) -> Time {
+        (self.clock)()
+    }
+
+    /// `expires` of a record written at `now`: now + retention, in whole seconds (the
+    /// TTL attribute's unit). The one place it is computed.
+    pub fn expires(&self, now: Time) -> Time {
+        Time::from_secs((now + self.retention).as_secs())
+    }
+}
+
+/// Runs the state machine for one order against a store and a provider.
+pub struct Charger<'a> {
+    pub store: &'a dyn IdempotencyStore,
+    pub provider: &'a dyn ChargePath,
+    pub settings: &'a Settings,
+}
+
+impl Charger<'_> {
+    /// Processes one valid order. `deadline` is the invocation deadline; the lease
+    /// ends there and no call runs past it.
+    pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
+        let now = self.settings.now();
+        let breakers = self.settings.breakers.as_ref();
+        let store = breakers.store.admit(now, deadline);
+        let provider = breakers.provider.admit(now, deadline);
+        let mut calls = Calls::default();
+        let outcome = match (store, provider) {
+            (Admission::Open { until }, _) => Outcome::Deferred {
+                dependency: Dependency::Store,
+                until,
+            },
+            (_, Admission::Open { until }) => Outcome::Deferred {
+                dependency: Dependency::Provider,
+                until,
+            },
+            _ => self.run(order, identity, deadline, &mut calls).await,
+        };
+        // A probe that never reached its dependency proves nothing: the next record
+        // probes.
+        let now = self.settings.now();
+        if store == Admission::Probe && !calls.store {
+            breakers.store.return_probe(now);
+        }
+        if provider == Admission::Probe && !calls.provider {
+            breakers.provider.return_probe(now);
+        }
+        outcome
+    }
+
+    async fn run(
+        &self,
+        order: &Order,
+        identity: &Identity,
+        deadline: Time,
+        calls: &mut Calls,
+    ) -> Outcome {
+        let now = self.settings.now();
+        let (mut machine, mut step) = Machine::new(Start {
+            key: identity.key.clone(),
+            fingerprint: identity.fingerprint.clone(),
+            owner: Owner::fresh(),
+            now,
+            deadline,
+            expires: self.settings.expires(now),
+            max_declines: self.settings.max_declines,
+            key_ttl: self.settings.provider_key_ttl,
+            rules: Rules::ALL,
+        });
+        loop {
+            step = match step {
+                Step::Done(outcome) => return outcome,
+                Step::Write(kind) => {
+                    let answer = {
+                        let write = machine.write(kind, self.settings.now());
+                        self.store_call(deadline, self.store.write(&write)).await
+                    };
+                    calls.store |= self.tell_store_breaker(&answer);
+                    observe_write(kind, &answer, now);
+                    on_written(&mut machine, answer)
+                }
+                Step::Charge { key } => {
+                    let key = key.unwrap_or_default();
+                    let answer = self.charge(order, &key, deadline, calls).await;
+                    on_charged(&mut machine, answer)
+                }
+                Step::Lookup => {
+                    let answer = self
+                        .provider_call(deadline, self.provider.find_charge(order))
+                        .await;
+                    calls.provider |= self.tell_provider_breaker(&answer);
+                    machine.on(Input::Looked(answer))
+                }
+            };
+        }
+    }
+
+    /// The charge under `key`, and its one in-invocation retry when it failed
+    /// transiently.
+    async fn charge(
+        &self,
+        order: &Order,
+        key: &str,
+        deadline: Time,
+        calls: &mut Calls,
+    ) -> Result<Receipt, NoAnswer<PaymentError>> {
+        let answer = self
+            .provider_call(deadline, self.provider.charge(order, key))
+            .await;
+        calls.provider |= self.tell_provider_breaker(&answer);
+        if !self.may_retry_charge(&answer, deadline).await {
+            return answer;
+        }
+        metrics::counter!(CHARGE_RETRIED).increment(1);
+        let answer = self
+            .provider_call(deadline, self.provider.charge(order, key))
+            .await;
+        self.tell_provider_breaker(&answer);
+        answer
+    }
+
+    /// Tells the store's breaker how a call went; whether the call was made.
+    fn tell_store_breaker<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
+        tell_breaker(
+            &self.settings.breakers.store,
+            answer,
+            self.settings.now(),
+            |_| true,
+        )
+    }
+
+    /// Tells the provider's breaker how a call went; whether the call was made.
+    fn tell_provider_breaker<T>(&self, answer: &Result<T, NoAnswer<PaymentError>>) -> bool {
+        tell_breaker(
+            &self.settings.breakers.provider,
+            answer,
+            self.settings.now(),
+            provider_is_down,
+        )
+    }
+
+    /// At most one in-invocation retry of a charge that failed transiently, under the
+    /// same key (a replay, so it cannot charge twice), after a short jittered pause:
+    /// only while the provider's breaker is closed and the deadline rule allows it. A
+    /// timeout is not retried here: a hanging provider would cost its timeout twice.
+    async fn may_retry_charge<T>(
+        &self,
+        answer: &Result<T, NoAnswer<PaymentError>>,
+        deadline: Time,
+    ) -> bool {
+        let transient = matches!(
+            answer,
+            Err(NoAnswer::Failed(PaymentError::Retryable {
+                kind: FailureKind::Connection
+                    | FailureKind::Server(_)
+                    | FailureKind::RateLimited
+                    | FailureKind::Conflict,
+                ..
+            }))
+        );
+        if !transient || !self.settings.breakers.provider.is_closed() {
+            return false;
+        }
+        let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
+        if !self
+            .settings
+            .budget
+            .fits_after(pause, self.settings.now(), deadline)
+        {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        self.settings.breakers.provider.is_closed()
+    }
+
+    /// A provider call, only with its full timeout left: one cut short would leave a
+    /// charge's outcome unknown for nothing.
+    async fn provider_call<T>(
+        &self,
+        deadline: Time,
+        call: impl Future<Output = Result<T, PaymentError>>,
+    ) -> Result<T, NoAnswer<PaymentError>> {
+        self.bounded_call(CallKind::Provider, deadline, PAYMENT_LATENCY, call)
+            .await
+    }
+
+    /// A store call, with its timeout cut to the time left (a store answers in
+    /// milliseconds; recording a charge is worth a short try).
+    async fn store_call<T>(
+        &self,
+        deadline: Time,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, NoAnswer<StoreError>> {
+        self.bounded_call(CallKind::Store, deadline, STORE_LATENCY, call)
+            .await
+    }
+
+    /// A call of `kind` under the budget's timeout for it, or not started.
+    async fn bounded_call<T, E>(
+        &self,
+        kind: CallKind,
+        deadline: Time,
+        metric: &'static str,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, NoAnswer<E>> {
+        let now = self.settings.now();
+        match self.settings.budget.call_timeout(kind, now, deadline) {
+            None => Err(NoAnswer::NoTime),
+            Some(timeout) => bounded(timeout, metric, call).await,
+        }
+    }
+}
+
+/// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
+pub async fn resolve(
+    store: &dyn IdempotencyStore,
+    provider: &dyn ChargePath,
+    settings: &Settings,
+    order: &Order,
+    confirmed: Confirmed,
+) -> Result<Resolution, ResolveError> {
+    let now = settings.now();
+    let lease_until = settings.budget.resolve_lease(now);
+    let (mut resolver, mut step) = Resolver::new(
+        order,
+        Owner::new(format!("resolve-{}", Owner::fresh())),
+        now,
+        lease_until,
+        settings.expires(now),
+        confirmed,
+    );
+    loop {
+        step = match step {
+            ResolveStep::Done(result) => return result,
+            ResolveStep::Read => {
+                let read = store.get(resolver.key()).await;
+                resolver.on(ResolveInput::Read(read))
+            }
+            ResolveStep::Write(kind) => {
+                let answer = store.write(&resolver.write(kind)).await;
+                resolver.on(ResolveInput::Written(answer))
+            }
+            ResolveStep::Lookup => {
+                let found = provider.find_charge(order).await;
+                resolver.on(ResolveInput::Looked(found))
+            }
+        };
+    }
+}
+
+/// Feeds a write's answer to the machine, with a warning when the fence was lost.
+fn on_written(machine: &mut Machine, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+    let next = machine.on(Input::Written(answer));
+    if next == Step::Write(WriteKind::CompleteAttempt) {
+        warn!(
+            attempt = machine.attempt(),
+            "lease lost before complete; completing by attempt"
+        );
+    }
+    next
+}
+
+/// Feeds a charge's answer to the machine: a replayed server error is said, and a
+/// charge made is a crash point.
+fn on_charged(machine: &mut Machine, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
+    if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) = &answer {
+        warn!(
+            status,
+            attempt = machine.attempt(),
+            "provider replayed a server error; reconciling"
+        );
+    }
+    if answer.is_ok() {
+        crash_points::reached("after-charge");
+    }
+    machine.on(Input::Charged(answer))
+}
+
+/// What each record's calls have reached, so that a probe that reached nothing is
+/// handed back.
+#[derive(Default)]
+struct Calls {
+    store: bool,
+    provider: bool,
+}
+
+/// Feeds a call's answer to its breaker: a call that was not started says nothing; an
+/// answer that `is_down` says the dependency is down is a failure; anything else, an
+/// error that the dependency chose to answer with included, is a success.
+fn tell_breaker<T, E>(
+    breaker: &Breaker,
+    answer: &Result<T, NoAnswer<E>>,
+    now: Time,
+    is_down: impl Fn(&E) -> bool,
+) -> bool {
+    match answer {
+        Err(NoAnswer::NoTime) => return false,
+        Err(NoAnswer::TimedOut) => breaker.failure(now),
+        Err(NoAnswer::Failed(e)) if is_down(e) => breaker.failure(now),
+        _ => breaker.success(),
+    }
+    true
+}
+
+/// A provider failure that says the provider is down or overloaded, not an answer
+/// about this charge (a decline, a rejection, a reused key, a 409 on a key in use).
+fn provider_is_down(error: &PaymentError) -> bool {
+    matches!(
+        error,
+        PaymentError::Retryable {
+            kind: FailureKind::Timeout
+                | FailureKind::Connection
+                | FailureKind::Server(_)
+                | FailureKind::RateLimited
+                | FailureKind::BadResponse,
+            ..
+        }
+    )
+}
+
+/// Metrics, warnings and crash points on a write's answer; what the answer means is
+/// the machine's to decide.
+fn observe_write(
+    kind: WriteKind,
+    answer: &Result<WriteOutcome, NoAnswer<StoreError>>,
+    started_at: Time,
+) {
+    match (kind, answer) {
+        (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
+            if record.created.is_some_and(|created| created < started_at) {
+                // A retry reserved a record left `Free` or with an expired lease.
+                metrics::counter!(TAKEOVER).increment(1);
+            }
+            crash_points::reached("after-reserve");
+        }
+        (WriteKind::Complete, Ok(WriteOutcome::Applied(_))) => {
+            crash_points::reached("after-complete");
+        }
+        (WriteKind::Release(_), Ok(WriteOutcome::Refused(_))) => {
+            warn!("release refused: the lease is no longer ours");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::NoTime)) => {
+            warn!("release not started: too close to the deadline, where the lease ends");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::TimedOut)) => {
+            warn!("release timed out; the lease ends at its deadline");
+        }
+        (WriteKind::Release(_), Err(NoAnswer::Failed(e))) => {
+            warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
+        }
+        _ => {}
+    }
+}
+
+/// Runs `call` for at most `timeout`, its latency recorded in `metric`.
+async fn bounded<T, E>(
+    timeout: Duration,
+    metric: &'static str,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, NoAnswer<E>> {
+    match tokio::time::timeout(timeout, timed(metric, call)).await {
+        Ok(result) => result.map_err(NoAnswer::Failed),
+        Err(_elapsed) => Err(NoAnswer::TimedOut),
+    }
+}
+
+/// Runs `fut`, recording how long it took in the histogram `metric` (ms).
+async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = fut.await;
+    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
+    out
+}

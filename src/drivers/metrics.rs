@@ -1,0 +1,15 @@
+//! The names of the metrics the drivers count (their units are set in `telemetry.rs`);
+//! each record outcome is counted under its own name (`policy/outcome_kind.rs`).
+
+/// Histogram of every store call, ms.
+pub const STORE_LATENCY: &str = "store_latency_ms";
+/// Histogram of every provider call (charge and lookup), ms.
+pub const PAYMENT_LATENCY: &str = "payment_latency_ms";
+/// A retry reserved a record left `Free` or with an expired lease.
+pub const TAKEOVER: &str = "takeover";
+/// A charge retried once in the invocation after a transient failure (same key).
+pub const CHARGE_RETRIED: &str = "charge_retried";
+/// A record sent to the dead-letter queue (and then acknowledged).
+pub const DEAD_LETTERED: &str = "dead_lettered";
+/// A queue call (visibility change, dead letter) that failed or was not started.
+pub const QUEUE_FAILURES: &str = "queue_failures";

@@ -1,0 +1,14 @@
+//! The drivers: they run the policy's steps through the contracts, and own what the
+//! policy must not touch (the clock, tokens, timeouts, breakers, metrics, log lines).
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`charge`] | one record's machine, and `resolve`'s, with the real store and provider |
+//! | [`batch`] | the SQS batch: runs the plan's groups, makes the queue calls, reports each record |
+//! | [`audit`] | the audit's reads |
+//! | [`metrics`] | the names of the metrics the drivers count |
+
+pub mod audit;
+pub mod batch;
+pub mod charge;
+pub mod metrics;

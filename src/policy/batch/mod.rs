@@ -1,0 +1,8 @@
+//! The batch's plan, pure: how a record of a batch ends ([`ending`]) and the rules
+//! that plan and settle a batch ([`plan`]). The batch's I/O is `drivers/batch`.
+
+pub mod ending;
+pub mod plan;
+
+pub use ending::{InvalidRecord, RecordOutcome, Skip};
+pub use plan::BatchError;

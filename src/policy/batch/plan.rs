@@ -1,0 +1,630 @@
+//! The batch's plan, pure (ARCHITECTURE.md, "The batch" and "Retries"): one
+//! [`Entry`] per record, and the rules that fill it in. Parsing, grouping (by order;
+//! FIFO: by message group or the whole batch), the rule that stops a group after its
+//! first failure, each record's disposition, the queue calls to ask for, and the
+//! partial batch response. No I/O, clock or randomness in here: the batch's I/O layer
+//! (`mod.rs`) runs the records and makes the queue calls, and hands the time and the
+//! jitter in.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsMessage};
+
+use crate::contracts::queue::{QueueError, VisibilityChange};
+use crate::domain::Identity;
+use crate::domain::clock::Time;
+use crate::domain::order::Order;
+use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
+use crate::policy::retry::{self, Backoff, Class, Disposition, Jitter};
+
+/// The batch cannot be judged at all: the whole batch is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("record {index} has no messageId, so no partial failure can name it")]
+    MissingMessageId { index: usize },
+}
+
+/// What the first failure in a FIFO batch stops (`FIFO_FAILURE_SCOPE`). Order in a
+/// FIFO queue holds per `MessageGroupId`, so `Group` keeps every group's order while
+/// other groups go on, as Powertools' `skip_group_on_error` does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FifoScope {
+    #[default]
+    Group,
+    Batch,
+}
+
+/// A valid order with what the table knows it by, derived once per record.
+#[derive(Debug)]
+pub struct Valid {
+    pub order: Order,
+    pub identity: Identity,
+}
+
+/// One record of the batch, from its parse to its place in the response.
+#[derive(Debug)]
+pub struct Entry<'a> {
+    pub message: &'a SqsMessage,
+    pub message_id: &'a str,
+    /// `ApproximateReceiveCount`: the last delivery before the DLQ stands out.
+    pub receive_count: Option<u32>,
+    /// The `Root=` of the record's `AWSTraceHeader` (X-Ray), when present.
+    pub trace_id: Option<&'a str>,
+    /// The order, or why the record is not one.
+    pub order: Result<Valid, InvalidRecord>,
+    /// The group it runs in (`None`: it runs in none, being invalid on a standard
+    /// queue).
+    pub group: Option<usize>,
+    /// How it ended, and how long that took. `NoOutcome` until it is run.
+    pub outcome: RecordOutcome,
+    pub latency: Duration,
+    /// What the batch does with it; chosen by [`dispose`] once every record has ended.
+    pub disposition: Disposition,
+    /// A dead letter: whether the send succeeded (only then is it acknowledged).
+    pub dead_lettered: Option<bool>,
+    /// A queue call for it that failed or was not made.
+    pub queue_error: Option<QueueError>,
+}
+
+impl Entry<'_> {
+    /// Whether the message is left out of `batchItemFailures`.
+    pub fn is_ack(&self) -> bool {
+        self.outcome.is_ack() || self.dead_lettered == Some(true)
+    }
+
+    /// The delay SQS is told, in whole seconds; `None` when it is not retried.
+    pub fn retry_in_s(&self) -> Option<u32> {
+        match self.disposition {
+            Disposition::Retry(delay) if self.dead_lettered != Some(true) => {
+                Some(retry::whole_seconds(delay))
+            }
+            _ => None,
+        }
+    }
+
+    /// The key, for a valid order.
+    pub fn key(&self) -> Option<&str> {
+        self.order
+            .as_ref()
+            .ok()
+            .map(|valid| valid.identity.key.as_str())
+    }
+
+    /// Why it failed, with the whole chain of the cause.
+    pub fn reason(&self) -> Option<std::borrow::Cow<'static, str>> {
+        match (&self.outcome, &self.order) {
+            (RecordOutcome::Invalid, Err(invalid)) => Some(crate::error_chain(invalid).into()),
+            (outcome, _) => outcome.reason(),
+        }
+    }
+}
+
+/// Parses every record; an invalid one has its outcome at once.
+pub fn parse(records: &[SqsMessage]) -> Result<Vec<Entry<'_>>, BatchError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let message_id = message
+                .message_id
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .ok_or(BatchError::MissingMessageId { index })?;
+            let order = match message.body.as_deref() {
+                None => Err(InvalidRecord::NoBody),
+                Some(body) => Order::parse(body)
+                    .map(|order| Valid {
+                        identity: Identity::of(&order),
+                        order,
+                    })
+                    .map_err(InvalidRecord::from),
+            };
+            let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
+            Ok(Entry {
+                message,
+                message_id,
+                receive_count: attribute("ApproximateReceiveCount").and_then(|n| n.parse().ok()),
+                trace_id: attribute("AWSTraceHeader").and_then(trace_root),
+                outcome: match order {
+                    Ok(_) => RecordOutcome::NoOutcome,
+                    Err(_) => RecordOutcome::Invalid,
+                },
+                order,
+                group: None,
+                latency: Duration::ZERO,
+                disposition: Disposition::Ack,
+                dead_lettered: None,
+                queue_error: None,
+            })
+        })
+        .collect()
+}
+
+/// The `Root=` of an X-Ray trace header (`Root=1-…;Parent=…;Sampled=1`).
+fn trace_root(header: &str) -> Option<&str> {
+    header
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Root="))
+        .filter(|root| !root.is_empty())
+}
+
+/// The groups that run concurrently, each in message order, and why a group's
+/// records after a failure are skipped.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub groups: Vec<Vec<usize>>,
+    pub skip: Skip,
+}
+
+/// Standard queues group valid records by key, so two copies of one order never run
+/// at once (invalid ones fail on their own); FIFO queues by message group, or the
+/// whole batch as one group (the batch scope, or a record without a group: then only
+/// the whole batch's order is known).
+pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
+    let schedule = if !entries.iter().any(|e| is_fifo(e.message)) {
+        let keyed = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| Some((i, e.key()?)));
+        Schedule {
+            groups: group_in_order(keyed),
+            skip: Skip::SameOrder,
+        }
+    } else {
+        let by_group = match scope {
+            FifoScope::Group => message_groups(entries),
+            FifoScope::Batch => None,
+        };
+        match by_group {
+            Some(groups) => Schedule {
+                groups,
+                skip: Skip::FifoGroup,
+            },
+            None => Schedule {
+                groups: vec![(0..entries.len()).collect()],
+                skip: Skip::Fifo,
+            },
+        }
+    };
+    for (g, members) in schedule.groups.iter().enumerate() {
+        for &i in members {
+            entries[i].group = Some(g);
+        }
+    }
+    schedule
+}
+
+fn is_fifo(message: &SqsMessage) -> bool {
+    message
+        .event_source_arn
+        .as_deref()
+        .is_some_and(|arn| arn.ends_with(".fifo"))
+}
+
+/// The records' indices by `MessageGroupId`, each group in message order; `None` when
+/// a record has no group.
+fn message_groups(entries: &[Entry<'_>]) -> Option<Vec<Vec<usize>>> {
+    let keyed: Option<Vec<(usize, &String)>> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| Some((i, e.message.attributes.get("MessageGroupId")?)))
+        .collect();
+    keyed.map(group_in_order)
+}
+
+/// Indices grouped by their key: groups in order of first appearance, each in message
+/// order.
+fn group_in_order<K: Hash + Eq>(keyed: impl IntoIterator<Item = (usize, K)>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<K, usize> = HashMap::new();
+    for (i, key) in keyed {
+        let g = *group_of.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    groups
+}
+
+/// The skip rule of one group run in order: after its first record that is not
+/// acknowledged, the rest are skipped without any store or provider call.
+#[derive(Debug)]
+pub struct InOrder {
+    why: Skip,
+    stopped_at: Option<usize>,
+}
+
+impl InOrder {
+    pub fn new(why: Skip) -> Self {
+        Self {
+            why,
+            stopped_at: None,
+        }
+    }
+
+    /// The next record's outcome when it must not run.
+    pub fn skipped(&self) -> Option<RecordOutcome> {
+        self.stopped_at.map(|behind| RecordOutcome::Skipped {
+            why: self.why,
+            behind,
+        })
+    }
+
+    /// Record `i` ended with `outcome`.
+    pub fn ended(&mut self, i: usize, outcome: &RecordOutcome) {
+        if !outcome.is_ack() {
+            self.stopped_at = self.stopped_at.or(Some(i));
+        }
+    }
+}
+
+/// What a disposition is chosen from: the time, the backoff, and the longest delay
+/// SQS still allows.
+#[derive(Clone, Copy, Debug)]
+pub struct Retries<'b> {
+    pub now: Time,
+    pub backoff: &'b Backoff,
+    pub longest: Duration,
+}
+
+impl Retries<'_> {
+    /// One record's disposition, delivered `receive_count` times (1 when the attribute
+    /// is missing).
+    pub fn dispose(&self, class: Class, receive_count: Option<u32>, jitter: Jitter) -> Disposition {
+        let receives = receive_count.unwrap_or(1);
+        retry::dispose(
+            class,
+            receives,
+            self.now,
+            self.backoff,
+            jitter,
+            self.longest,
+        )
+    }
+}
+
+/// Each record's disposition by its class (`policy/retry/mod.rs`); a skipped record waits as
+/// long as the failure ahead of it, or the backoff when that one went to the DLQ.
+pub fn dispose(
+    entries: &mut [Entry<'_>],
+    retries: &Retries<'_>,
+    mut jitter: impl FnMut() -> Jitter,
+) {
+    let own: Vec<Disposition> = entries
+        .iter()
+        .map(|e| retries.dispose(e.outcome.class(), e.receive_count, jitter()))
+        .collect();
+    for (entry, mine) in entries.iter_mut().zip(&own) {
+        entry.disposition = match entry.outcome {
+            RecordOutcome::Skipped { behind, .. } => match own.get(behind) {
+                Some(&Disposition::Retry(delay)) => Disposition::Retry(delay),
+                _ => retries.dispose(Class::Transient, entry.receive_count, jitter()),
+            },
+            _ => *mine,
+        };
+    }
+}
+
+/// The records to send to the dead-letter queue.
+pub fn dead_letters(entries: &[Entry<'_>]) -> Vec<usize> {
+    (0..entries.len())
+        .filter(|&i| entries[i].disposition == Disposition::DeadLetter)
+        .collect()
+}
+
+/// A dead letter's send ended: acknowledged only once it succeeded, else retried with
+/// the backoff (the next delivery sends it again).
+pub fn dead_lettered(
+    entry: &mut Entry<'_>,
+    sent: Result<(), QueueError>,
+    retries: &Retries<'_>,
+    jitter: Jitter,
+) {
+    entry.dead_lettered = Some(sent.is_ok());
+    if let Err(e) = sent {
+        entry.disposition = retries.dispose(Class::Transient, entry.receive_count, jitter);
+        entry.queue_error = Some(e);
+    }
+}
+
+/// The visibility change of each retried record; a record without the attributes the
+/// call needs gets its queue error instead.
+pub fn visibility_changes<'a>(entries: &mut [Entry<'a>]) -> Vec<(usize, VisibilityChange<'a>)> {
+    let mut changes = Vec::new();
+    for (i, entry) in entries.iter_mut().enumerate() {
+        let Some(delay_s) = entry.retry_in_s() else {
+            continue;
+        };
+        let message: &'a SqsMessage = entry.message;
+        match (
+            message.event_source_arn.as_deref(),
+            message.receipt_handle.as_deref(),
+        ) {
+            (Some(queue_arn), Some(receipt_handle)) => changes.push((
+                i,
+                VisibilityChange {
+                    queue_arn,
+                    receipt_handle,
+                    delay_s,
+                },
+            )),
+            (None, _) => entry.queue_error = Some(QueueError::Missing("eventSourceARN")),
+            (_, None) => entry.queue_error = Some(QueueError::Missing("receiptHandle")),
+        }
+    }
+    changes
+}
+
+/// The partial batch response: every record not acknowledged, each message id once
+/// (SQS can hand one message twice in a batch).
+pub fn response(entries: &[Entry<'_>]) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    let mut listed = HashSet::new();
+    for entry in entries {
+        if !entry.is_ack() && listed.insert(entry.message_id) {
+            response.add_failure(entry.message_id);
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::outcome::Outcome;
+
+    fn message(id: &str, body: &str) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(id.to_owned());
+        m.body = Some(body.to_owned());
+        m.event_source_arn = Some("arn:aws:sqs:eu-west-1:123456789012:orders".to_owned());
+        m.receipt_handle = Some(format!("rh-{id}"));
+        m
+    }
+
+    fn order(id: &str) -> String {
+        format!(r#"{{"id":"{id}","amount":100,"currency":"EUR","customer":"cus_1"}}"#)
+    }
+
+    fn fifo(mut m: SqsMessage, group: Option<&str>) -> SqsMessage {
+        m.event_source_arn = Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo".to_owned());
+        if let Some(group) = group {
+            m.attributes
+                .insert("MessageGroupId".to_owned(), group.to_owned());
+        }
+        m
+    }
+
+    fn declined() -> RecordOutcome {
+        RecordOutcome::Processed(Outcome::Declined {
+            code: "card_declined".into(),
+            decline_code: None,
+            attempt: 1,
+        })
+    }
+
+    fn charged() -> RecordOutcome {
+        RecordOutcome::Processed(Outcome::Charged {
+            receipt: "ch_1".into(),
+            attempt: 1,
+        })
+    }
+
+    #[test]
+    fn the_trace_id_is_the_root_of_the_x_ray_header() {
+        let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        assert_eq!(
+            trace_root(header),
+            Some("1-5759e988-bd862e3fe1be46a994272793")
+        );
+        assert_eq!(trace_root("Parent=1;Root=1-a-b"), Some("1-a-b"));
+        assert_eq!(trace_root("Parent=1;Sampled=0"), None);
+        assert_eq!(trace_root("Root="), None);
+    }
+
+    #[test]
+    fn groups_keep_first_appearance_and_message_order() {
+        let keyed = vec![(0, "b"), (1, "a"), (2, "b"), (3, "c"), (4, "a")];
+        assert_eq!(group_in_order(keyed), vec![vec![0, 2], vec![1, 4], vec![3]]);
+    }
+
+    #[test]
+    fn a_record_without_a_message_id_fails_the_whole_batch_and_an_invalid_one_only_itself() {
+        let mut nameless = message("m", &order("A"));
+        nameless.message_id = None;
+        assert!(matches!(
+            parse(&[message("m0", &order("A")), nameless]),
+            Err(BatchError::MissingMessageId { index: 1 })
+        ));
+        let records = [message("m0", "{"), message("m1", &order("A"))];
+        let entries = parse(&records).unwrap();
+        assert!(matches!(entries[0].outcome, RecordOutcome::Invalid));
+        assert!(entries[0].reason().is_some());
+        assert_eq!(entries[1].key(), Some("cobro#A"));
+        assert!(matches!(entries[1].outcome, RecordOutcome::NoOutcome));
+    }
+
+    #[test]
+    fn a_standard_queue_groups_copies_of_an_order_and_leaves_invalid_records_out() {
+        let records = [
+            message("m0", &order("A")),
+            message("m1", "not json"),
+            message("m2", &order("B")),
+            message("m3", &order("A")),
+        ];
+        let mut entries = parse(&records).unwrap();
+        let schedule = schedule(&mut entries, FifoScope::Group);
+        assert_eq!(schedule.groups, vec![vec![0, 3], vec![2]]);
+        assert_eq!(schedule.skip, Skip::SameOrder);
+        let groups: Vec<Option<usize>> = entries.iter().map(|e| e.group).collect();
+        assert_eq!(groups, [Some(0), None, Some(1), Some(0)]);
+    }
+
+    #[test]
+    fn a_fifo_batch_runs_by_message_group_or_whole_invalid_records_included() {
+        let records = [
+            fifo(message("m0", &order("A")), Some("g1")),
+            fifo(message("m1", "not json"), Some("g2")),
+            fifo(message("m2", &order("B")), Some("g1")),
+        ];
+        let mut entries = parse(&records).unwrap();
+        let by_group = schedule(&mut entries, FifoScope::Group);
+        assert_eq!(by_group.groups, vec![vec![0, 2], vec![1]]);
+        assert_eq!(by_group.skip, Skip::FifoGroup);
+        let whole = schedule(&mut entries, FifoScope::Batch);
+        assert_eq!(whole.groups, vec![vec![0, 1, 2]]);
+        assert_eq!(whole.skip, Skip::Fifo);
+    }
+
+    #[test]
+    fn a_fifo_record_without_a_group_puts_the_whole_batch_in_order() {
+        let records = [
+            fifo(message("m0", &order("A")), Some("g1")),
+            fifo(message("m1", &order("B")), None),
+        ];
+        let mut entries = parse(&records).unwrap();
+        let schedule = schedule(&mut entries, FifoScope::Group);
+        assert_eq!(schedule.groups, vec![vec![0, 1]]);
+        assert_eq!(schedule.skip, Skip::Fifo);
+    }
+
+    #[test]
+    fn a_group_stops_at_its_first_failure_and_names_it() {
+        let mut rule = InOrder::new(Skip::FifoGroup);
+        assert!(rule.skipped().is_none());
+        rule.ended(0, &charged());
+        assert!(rule.skipped().is_none(), "a success lets the next one run");
+        rule.ended(2, &declined());
+        let Some(RecordOutcome::Skipped { why, behind }) = rule.skipped() else {
+            panic!("the record after a failure is skipped");
+        };
+        assert_eq!((why, behind), (Skip::FifoGroup, 2));
+        rule.ended(5, &rule.skipped().unwrap());
+        assert!(
+            matches!(
+                rule.skipped(),
+                Some(RecordOutcome::Skipped { behind: 2, .. })
+            ),
+            "every later record is skipped behind the first failure"
+        );
+    }
+
+    fn retries(backoff: &Backoff) -> Retries<'_> {
+        Retries {
+            now: Time::from_secs(1_000_000),
+            backoff,
+            longest: Duration::from_secs(11 * 3600),
+        }
+    }
+
+    const BACKOFF: Backoff = Backoff {
+        base: Duration::from_secs(30),
+        cap: Duration::from_secs(900),
+    };
+
+    #[test]
+    fn a_skipped_record_waits_as_long_as_the_failure_ahead_or_the_backoff_behind_a_dead_letter() {
+        let records: Vec<SqsMessage> = (0..4)
+            .map(|i| message(&format!("m{i}"), &order("A")))
+            .collect();
+        let mut entries = parse(&records).unwrap();
+        entries[0].outcome = declined();
+        entries[1].outcome = RecordOutcome::Skipped {
+            why: Skip::SameOrder,
+            behind: 0,
+        };
+        entries[2].outcome = RecordOutcome::Processed(Outcome::Conflict);
+        entries[3].outcome = RecordOutcome::Skipped {
+            why: Skip::SameOrder,
+            behind: 2,
+        };
+        dispose(&mut entries, &retries(&BACKOFF), || Jitter::new(0.5));
+        let Disposition::Retry(declined) = entries[0].disposition else {
+            panic!("{:?}", entries[0].disposition);
+        };
+        assert!(declined >= BACKOFF.cap, "a decline waits past the cap");
+        assert_eq!(entries[1].disposition, Disposition::Retry(declined));
+        assert_eq!(entries[2].disposition, Disposition::DeadLetter);
+        let Disposition::Retry(behind_letter) = entries[3].disposition else {
+            panic!("{:?}", entries[3].disposition);
+        };
+        assert!(
+            behind_letter <= BACKOFF.base,
+            "the first step of the backoff"
+        );
+        assert_eq!(dead_letters(&entries), vec![2]);
+    }
+
+    #[test]
+    fn a_dead_letter_is_acknowledged_only_once_sent() {
+        let records = [message("m0", "{"), message("m1", "{")];
+        let mut entries = parse(&records).unwrap();
+        dispose(&mut entries, &retries(&BACKOFF), || Jitter::new(0.0));
+        assert_eq!(dead_letters(&entries), vec![0, 1]);
+        dead_lettered(
+            &mut entries[0],
+            Ok(()),
+            &retries(&BACKOFF),
+            Jitter::new(0.0),
+        );
+        dead_lettered(
+            &mut entries[1],
+            Err(QueueError::TimedOut),
+            &retries(&BACKOFF),
+            Jitter::new(0.0),
+        );
+        assert!(entries[0].is_ack());
+        assert_eq!(entries[0].retry_in_s(), None);
+        assert!(!entries[1].is_ack());
+        assert!(
+            entries[1].retry_in_s().is_some(),
+            "retried with the backoff"
+        );
+        assert_eq!(response(&entries).batch_item_failures.len(), 1);
+    }
+
+    #[test]
+    fn a_retried_record_asks_for_its_delay_or_says_what_it_lacks() {
+        let mut orphan = message("m1", &order("B"));
+        orphan.receipt_handle = None;
+        let records = [
+            message("m0", &order("A")),
+            orphan,
+            message("m2", &order("C")),
+        ];
+        let mut entries = parse(&records).unwrap();
+        entries[0].outcome = declined();
+        entries[1].outcome = declined();
+        entries[2].outcome = charged();
+        dispose(&mut entries, &retries(&BACKOFF), || Jitter::new(0.0));
+        let changes = visibility_changes(&mut entries);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].0, 0);
+        assert_eq!(changes[0].1.receipt_handle, "rh-m0");
+        assert!(matches!(
+            entries[1].queue_error,
+            Some(QueueError::Missing("receiptHandle"))
+        ));
+        assert!(entries[2].queue_error.is_none());
+    }
+
+    #[test]
+    fn the_response_lists_each_failed_message_once() {
+        let records = [
+            message("m0", "{"),
+            message("m0", "{"),
+            message("m1", &order("A")),
+        ];
+        let mut entries = parse(&records).unwrap();
+        entries[2].outcome = charged();
+        let failed: Vec<String> = response(&entries)
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        assert_eq!(failed, ["m0"]);
+    }
+}

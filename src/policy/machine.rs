@@ -1,0 +1,512 @@
+//! The state machine of one record, pure (ARCHITECTURE.md, "The state machine"): the
+//! machine's state plus the answer to its last step gives the next step, which is a
+//! conditional store write to attempt, a provider call to make, or the record's final
+//! [`Outcome`]. No I/O, clock or randomness in here: the time and the owner token come
+//! in as inputs. The driver (`drivers/charge.rs`) performs each step with the real store and
+//! provider; the model checker (`examples/model.rs`) performs them against a model of
+//! both. What each write requires and leaves is the table's contract (`policy/table.rs`);
+//! each rule can be switched off through [`Rules`], for the mutants only.
+
+use crate::contracts::store::{
+    CompleteRequest, ReleaseKind, ReleaseRequest, ReserveRequest, StoreError, Write, WriteOutcome,
+};
+use crate::domain::{Fingerprint, Key, Owner, Record, State};
+use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
+use crate::policy::rules::Rules;
+use crate::policy::table::{Reservation, judge};
+use std::time::Duration;
+
+use crate::contracts::payment::{Lookup, PaymentError, Receipt};
+use crate::domain::clock::Time;
+
+/// Why a call gave no answer (a store or provider call of the driver).
+#[derive(Debug)]
+pub enum NoAnswer<E> {
+    /// Too little time left before the deadline: not started.
+    NoTime,
+    /// Started, and its timeout ended first: the outcome is unknown.
+    TimedOut,
+    /// It answered with an error.
+    Failed(E),
+}
+
+/// The kinds of write the machine asks for; [`Machine::write`] builds the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteKind {
+    Reserve,
+    Complete,
+    CompleteAttempt,
+    Release(ReleaseKind),
+    NextAttempt,
+}
+
+/// What the driver does next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Perform [`Machine::write`] for this kind; answer with [`Input::Written`].
+    Write(WriteKind),
+    /// Charge the order under this provider key (`None`: only under a mutant);
+    /// answer with [`Input::Charged`].
+    Charge { key: Option<String> },
+    /// Look the order's charge up; answer with [`Input::Looked`].
+    Lookup,
+    /// The record's end.
+    Done(Outcome),
+}
+
+/// The answer to the last step.
+#[derive(Debug)]
+pub enum Input {
+    Written(Result<WriteOutcome, NoAnswer<StoreError>>),
+    Charged(Result<Receipt, NoAnswer<PaymentError>>),
+    Looked(Result<Lookup, NoAnswer<PaymentError>>),
+}
+
+impl Input {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Written(_) => "written",
+            Self::Charged(_) => "charged",
+            Self::Looked(_) => "looked up",
+        }
+    }
+}
+
+/// Where the machine is: which answer it waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Phase {
+    Reserving,
+    Looking,
+    MovingKey,
+    Charging,
+    Completing,
+    CompletingByAttempt,
+    /// Releasing; then the record ends with this outcome.
+    Releasing(Outcome),
+    Done(Outcome),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Reserving => "reserving",
+            Self::Looking => "looking",
+            Self::MovingKey => "moving key",
+            Self::Charging => "charging",
+            Self::Completing => "completing",
+            Self::CompletingByAttempt => "completing by attempt",
+            Self::Releasing(_) => "releasing",
+            Self::Done(_) => "done",
+        }
+    }
+}
+
+/// What one record starts from: all of it comes from outside the machine.
+#[derive(Clone, Debug)]
+pub struct Start {
+    pub key: Key,
+    pub fingerprint: Fingerprint,
+    /// The fresh random owner token of this attempt.
+    pub owner: Owner,
+    pub now: Time,
+    /// The invocation deadline: the lease's end.
+    pub deadline: Time,
+    /// `expires` written with the reservation and the completion.
+    pub expires: Time,
+    pub max_declines: u32,
+    /// Keys first sent longer ago than this are reconciled before reuse.
+    pub key_ttl: Duration,
+    pub rules: Rules,
+}
+
+/// One record's state machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Machine {
+    key: Key,
+    fingerprint: Fingerprint,
+    owner: Owner,
+    started_at: Time,
+    deadline: Time,
+    expires: Time,
+    max_declines: u32,
+    key_ttl: Duration,
+    rules: Rules,
+    phase: Phase,
+    attempt: u32,
+    must_reconcile: bool,
+    /// The charge to record, and the outcome once it is recorded.
+    receipt: Option<String>,
+    success: Option<Outcome>,
+}
+
+impl Machine {
+    /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
+    pub fn new(start: Start) -> (Self, Step) {
+        let machine = Self {
+            key: start.key,
+            fingerprint: start.fingerprint,
+            owner: start.owner,
+            started_at: start.now,
+            deadline: start.deadline,
+            expires: start.expires,
+            max_declines: start.max_declines,
+            key_ttl: start.key_ttl,
+            rules: start.rules,
+            phase: Phase::Reserving,
+            attempt: 1,
+            must_reconcile: false,
+            receipt: None,
+            success: None,
+        };
+        (machine, Step::Write(WriteKind::Reserve))
+    }
+
+    /// The attempt whose key the machine is on.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The reservation request (its time is the record's start).
+    fn reserve_request(&self) -> ReserveRequest<'_> {
+        ReserveRequest {
+            pk: &self.key,
+            fingerprint: &self.fingerprint,
+            owner: &self.owner,
+            now: self.started_at,
+            lease_until: self.deadline,
+            expires: self.expires,
+            max_declines: self.max_declines,
+        }
+    }
+
+    /// The request of a write step; `now` is the time it is sent.
+    pub fn write(&self, kind: WriteKind, now: Time) -> Write<'_> {
+        let complete = CompleteRequest {
+            pk: &self.key,
+            owner: &self.owner,
+            attempt: self.attempt,
+            receipt: self.receipt.as_deref().unwrap_or(""),
+            expires: self.expires,
+        };
+        match kind {
+            WriteKind::Reserve => Write::Reserve(self.reserve_request()),
+            WriteKind::Complete => Write::Complete(complete),
+            WriteKind::CompleteAttempt => Write::CompleteAttempt(complete),
+            WriteKind::Release(kind) => Write::Release(ReleaseRequest {
+                pk: &self.key,
+                owner: &self.owner,
+                kind,
+            }),
+            WriteKind::NextAttempt => Write::NextAttempt {
+                pk: &self.key,
+                owner: &self.owner,
+                now,
+            },
+        }
+    }
+
+    /// Feeds the answer to the last step; returns the next one.
+    pub fn on(&mut self, input: Input) -> Step {
+        let phase = std::mem::replace(
+            &mut self.phase,
+            Phase::Done(Outcome::InProgress { until: None }),
+        );
+        let step = self.next(phase, input);
+        if let Step::Done(outcome) = &step {
+            self.phase = Phase::Done(outcome.clone());
+        }
+        step
+    }
+
+    /// One method per phase; an answer its phase does not expect is a bug, and fails
+    /// the record with a safe retry.
+    fn next(&mut self, phase: Phase, input: Input) -> Step {
+        match (phase, input) {
+            (Phase::Reserving, Input::Written(answer)) => self.on_reserved(answer),
+            (Phase::Looking, Input::Looked(answer)) => self.on_looked(answer),
+            (Phase::MovingKey, Input::Written(answer)) => self.on_moved_key(answer),
+            (Phase::Charging, Input::Charged(answer)) => self.on_charged(answer),
+            (Phase::Completing, Input::Written(answer)) => self.on_completed(answer, false),
+            (Phase::CompletingByAttempt, Input::Written(answer)) => self.on_completed(answer, true),
+            // A failed or skipped release is never fatal: the lease ends at the
+            // deadline anyway, and the record already fails.
+            (Phase::Releasing(outcome), Input::Written(_)) => Step::Done(outcome),
+            (Phase::Done(outcome), _) => Step::Done(outcome),
+            (phase, input) => Step::Done(Outcome::retryable(
+                RetryCause::OutOfPhase {
+                    phase: phase.name(),
+                    answer: input.name(),
+                },
+                Some(self.attempt),
+            )),
+        }
+    }
+
+    /// Reserve: won → charge (or reconcile an old key first); lost → judged.
+    fn on_reserved(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(no_answer) => return Step::Done(store_no_answer(Call::Reserve, no_answer, None)),
+        };
+        let req = self.reserve_request();
+        let outcome = match judge(answer, &req) {
+            Reservation::Won(record) => {
+                self.attempt = record.attempt();
+                let age = record
+                    .sent
+                    .unwrap_or(self.started_at)
+                    .until(self.started_at);
+                self.must_reconcile = self.rules.reconcile_old_keys && age > self.key_ttl;
+                return self.charge_or_look();
+            }
+            Reservation::Duplicate { receipt } => Outcome::Duplicate { receipt },
+            Reservation::Conflict { .. } => Outcome::Conflict,
+            Reservation::InProgress { until } => Outcome::InProgress { until },
+            Reservation::DeclineLimit { declines } => Outcome::DeclineLimit { declines },
+            Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation { cause },
+        };
+        Step::Done(outcome)
+    }
+
+    /// Reconciliation: found succeeded → complete with it; pending → release, keep the
+    /// key; not found → the next attempt's key.
+    fn on_looked(&mut self, answer: Result<Lookup, NoAnswer<PaymentError>>) -> Step {
+        let attempt = Some(self.attempt);
+        match answer {
+            Ok(Lookup::Succeeded(receipt)) => {
+                let success = Outcome::Reconciled {
+                    receipt: receipt.id.clone(),
+                    attempt: self.attempt,
+                };
+                self.complete(receipt, success)
+            }
+            // A live charge may still succeed: a new key now could charge twice.
+            Ok(Lookup::Pending { charge_id, status }) if self.rules.pending_is_live => self
+                .release(
+                    ReleaseKind::KeepKey,
+                    Outcome::NeedsReconciliation {
+                        cause: ReconcileCause::PendingAtProvider { charge_id, status },
+                    },
+                ),
+            Ok(Lookup::NotFound | Lookup::Pending { .. }) => {
+                self.phase = Phase::MovingKey;
+                Step::Write(WriteKind::NextAttempt)
+            }
+            Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
+                before: Call::Lookup,
+                attempt,
+            }),
+            Err(NoAnswer::TimedOut) => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::retryable(RetryCause::LookupTimedOut, attempt),
+            ),
+            Err(NoAnswer::Failed(e)) => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), attempt),
+            ),
+        }
+    }
+
+    /// The move to the next attempt's key, after reconciliation found nothing.
+    fn on_moved_key(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+        let attempt = Some(self.attempt);
+        match answer {
+            Ok(WriteOutcome::Applied(record)) => {
+                self.attempt = record.attempt();
+                self.phase = Phase::Charging;
+                self.charge_step()
+            }
+            Ok(WriteOutcome::Refused(_)) => Step::Done(Outcome::retryable(
+                RetryCause::LeaseLostBeforeNextAttempt,
+                attempt,
+            )),
+            Err(failed @ NoAnswer::Failed(_)) => {
+                let outcome = store_no_answer(Call::NextAttempt, failed, attempt);
+                self.release(ReleaseKind::KeepKey, outcome)
+            }
+            Err(no_answer) => Step::Done(store_no_answer(Call::NextAttempt, no_answer, attempt)),
+        }
+    }
+
+    /// The charge: a receipt → complete; a replayed 5xx → reconcile first; anything
+    /// else → release, the key moved only after a decline.
+    fn on_charged(&mut self, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
+        match answer {
+            Ok(receipt) => {
+                let success = Outcome::Charged {
+                    receipt: receipt.id.clone(),
+                    attempt: self.attempt,
+                };
+                self.complete(receipt, success)
+            }
+            Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
+                before: Call::Charge,
+                attempt: Some(self.attempt),
+            }),
+            Err(NoAnswer::TimedOut) => self.after_uncertain_charge(RetryCause::ChargeTimedOut),
+            // The original outcome is unknown: look it up before anything else.
+            Err(NoAnswer::Failed(PaymentError::ReplayedServerError { .. }))
+                if !self.must_reconcile =>
+            {
+                self.must_reconcile = true;
+                self.charge_or_look()
+            }
+            Err(NoAnswer::Failed(e)) => self.after_failed_charge(e),
+        }
+    }
+
+    /// `complete`, fenced; when the fence is lost, by attempt (`by_attempt`): the
+    /// charge is a fact about this attempt's key. A store error fails the record: a
+    /// charge whose receipt is not stored is never acknowledged; the retry replays the
+    /// same key.
+    fn on_completed(
+        &mut self,
+        answer: Result<WriteOutcome, NoAnswer<StoreError>>,
+        by_attempt: bool,
+    ) -> Step {
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(no_answer) => {
+                return Step::Done(store_no_answer(
+                    Call::Complete,
+                    no_answer,
+                    Some(self.attempt),
+                ));
+            }
+        };
+        match answer {
+            WriteOutcome::Applied(_) => Step::Done(self.take_success()),
+            WriteOutcome::Refused(Some(old)) if self.is_done_with(&old) => {
+                Step::Done(self.take_success())
+            }
+            WriteOutcome::Refused(_) if !by_attempt => {
+                self.phase = Phase::CompletingByAttempt;
+                Step::Write(WriteKind::CompleteAttempt)
+            }
+            WriteOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
+                cause: ReconcileCause::RecordMovedOn {
+                    receipt: self.receipt.clone().unwrap_or_default(),
+                    attempt: self.attempt,
+                    state: old.as_ref().map(|r| r.state.clone()),
+                    record_attempt: old.as_ref().and_then(|r| r.attempt),
+                    record_receipt: old.and_then(|r| r.receipt),
+                },
+            }),
+        }
+    }
+
+    fn charge_or_look(&mut self) -> Step {
+        if self.must_reconcile {
+            self.phase = Phase::Looking;
+            Step::Lookup
+        } else {
+            self.phase = Phase::Charging;
+            self.charge_step()
+        }
+    }
+
+    fn charge_step(&self) -> Step {
+        Step::Charge {
+            key: self
+                .rules
+                .provider_key
+                .then(|| self.key.provider_key(self.attempt)),
+        }
+    }
+
+    fn complete(&mut self, receipt: Receipt, success: Outcome) -> Step {
+        self.receipt = Some(receipt.id);
+        self.success = Some(success);
+        self.phase = Phase::Completing;
+        Step::Write(WriteKind::Complete)
+    }
+
+    fn take_success(&mut self) -> Outcome {
+        self.success.take().unwrap_or_else(|| {
+            let cause = RetryCause::OutOfPhase {
+                phase: "completed",
+                answer: "no success to report",
+            };
+            Outcome::retryable(cause, None)
+        })
+    }
+
+    fn is_done_with(&self, record: &Record) -> bool {
+        record.state == State::Done && record.receipt.as_deref() == self.receipt.as_deref()
+    }
+
+    fn release(&mut self, kind: ReleaseKind, then: Outcome) -> Step {
+        self.phase = Phase::Releasing(then);
+        Step::Write(WriteKind::Release(kind))
+    }
+
+    fn after_failed_charge(&mut self, e: PaymentError) -> Step {
+        let attempt = self.attempt;
+        match e {
+            PaymentError::Declined { code, decline_code } => self.release(
+                ReleaseKind::Declined,
+                Outcome::Declined {
+                    code,
+                    decline_code,
+                    attempt,
+                },
+            ),
+            PaymentError::Rejected { status, code } => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::Rejected {
+                    status,
+                    code,
+                    attempt,
+                },
+            ),
+            PaymentError::Pending { charge_id, status } if self.rules.pending_is_live => self
+                .release(
+                    ReleaseKind::KeepKey,
+                    Outcome::NeedsReconciliation {
+                        cause: ReconcileCause::PendingAnswer { charge_id, status },
+                    },
+                ),
+            PaymentError::KeyReused => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::NeedsReconciliation {
+                    cause: ReconcileCause::KeyReused {
+                        provider_key: self.key.provider_key(attempt),
+                    },
+                },
+            ),
+            other => self.after_uncertain_charge(RetryCause::Charge(Shared::new(other))),
+        }
+    }
+
+    /// Uncertain: the provider may hold a charge under this key, so the next attempt
+    /// must replay it.
+    fn after_uncertain_charge(&mut self, cause: RetryCause) -> Step {
+        let kind = if self.rules.keep_key_when_uncertain {
+            ReleaseKind::KeepKey
+        } else {
+            ReleaseKind::NextKey {
+                reset_declines: false,
+            }
+        };
+        self.release(kind, Outcome::retryable(cause, Some(self.attempt)))
+    }
+}
+
+/// The outcome of a store call that gave no answer. A charge made before it is safe:
+/// the retry replays the same key.
+fn store_no_answer(call: Call, no_answer: NoAnswer<StoreError>, attempt: Option<u32>) -> Outcome {
+    match no_answer {
+        NoAnswer::NoTime => Outcome::Deadline {
+            before: call,
+            attempt,
+        },
+        NoAnswer::TimedOut => Outcome::retryable(RetryCause::StoreTimedOut(call), attempt),
+        NoAnswer::Failed(source) => Outcome::retryable(
+            RetryCause::Store {
+                call,
+                source: Shared::new(source),
+            },
+            attempt,
+        ),
+    }
+}

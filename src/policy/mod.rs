@@ -1,0 +1,26 @@
+//! The policy: every decision, pure (no I/O, no AWS types, no clock or randomness of
+//! its own; ARCHITECTURE.md, "The state machine" and "Retries").
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`outcome_kind`] | every way a record ends, declared once: name, level, handling |
+//! | [`outcome`] | how the state machine ends a record: typed causes |
+//! | [`table`] | the write specification: each write's condition and effect, how a refused reservation is judged |
+//! | [`rules`] | the safety rules, each switchable for a mutant of the model |
+//! | [`machine`] | the state machine of one record |
+//! | [`resolve`] | the state machine of `resolve` |
+//! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
+//! | [`retry`] | a failed record's delay by cause, the DLQ at once, the breakers |
+//! | [`batch`] | the batch's plan: entries, groups, skips, dispositions, the response |
+//! | [`audit`] | the audit's findings |
+
+pub mod audit;
+pub mod batch;
+pub mod deadline;
+pub mod machine;
+pub mod outcome;
+pub mod outcome_kind;
+pub mod resolve;
+pub mod retry;
+pub mod rules;
+pub mod table;

@@ -1,0 +1,483 @@
+//! How one record ends in the state machine: what happened, and why (a typed cause
+//! that keeps its source error). Its name, level and handling are its kind's, declared
+//! in `policy/outcome_kind.rs`; what only the batch decides (invalid, unstarted, skipped) is the
+//! batch's.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::contracts::payment::PaymentError;
+use crate::contracts::store::StoreError;
+use crate::domain::State;
+use crate::domain::clock::Time;
+use crate::policy::outcome_kind::{Handling, OutcomeKind};
+use crate::policy::retry::Class;
+use crate::policy::retry::breaker::Dependency;
+
+/// The end of one record. Only the first three acknowledge the message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Charged {
+        receipt: String,
+        attempt: u32,
+    },
+    /// Found at the provider by reconciliation and completed with that charge.
+    Reconciled {
+        receipt: String,
+        attempt: u32,
+    },
+    Duplicate {
+        receipt: Option<String>,
+    },
+    /// Same order id, other payload: never charged.
+    Conflict,
+    /// Another delivery holds a live lease on this order, until then (`None`: not
+    /// known).
+    InProgress {
+        until: Option<Time>,
+    },
+    Declined {
+        code: String,
+        decline_code: Option<String>,
+        attempt: u32,
+    },
+    /// The order already has `max_declines` declines: not sent to the provider.
+    DeclineLimit {
+        declines: u32,
+    },
+    /// The provider refused the request for good (400, 404); the key is kept.
+    Rejected {
+        status: u16,
+        code: Option<String>,
+        attempt: u32,
+    },
+    /// Transient or unknown: the retry is safe (same key, or reconciled first).
+    FailedRetryable {
+        cause: RetryCause,
+        attempt: Option<u32>,
+    },
+    /// The next call could not end before the invocation deadline, so it was not
+    /// started; the lease ends at the deadline and the retry goes on from there.
+    Deadline {
+        /// The call that was not started.
+        before: Call,
+        attempt: Option<u32>,
+    },
+    /// Cannot be settled automatically.
+    NeedsReconciliation {
+        cause: ReconcileCause,
+    },
+    /// The dependency's breaker is open in this execution environment: no write and no
+    /// call were made; the record comes back with the backoff.
+    Deferred {
+        dependency: Dependency,
+        /// When the breaker lets a probe through (or its probe's deadline).
+        until: Time,
+    },
+}
+
+/// A call of the state machine, as outcomes and logs name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    Reserve,
+    NextAttempt,
+    Charge,
+    Lookup,
+    Complete,
+}
+
+impl Call {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserve => "reserve",
+            Self::NextAttempt => "next attempt",
+            Self::Charge => "charge",
+            Self::Lookup => "reconciliation lookup",
+            Self::Complete => "complete",
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a record failed with a safe retry. The source error is kept whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum RetryCause {
+    #[error("{0}: the store timed out")]
+    StoreTimedOut(Call),
+    #[error("{call}")]
+    Store {
+        call: Call,
+        #[source]
+        source: Shared<StoreError>,
+    },
+    #[error("reconciliation lookup timed out")]
+    LookupTimedOut,
+    #[error("reconciliation lookup")]
+    Lookup(#[source] Shared<PaymentError>),
+    /// The charge timed out: its outcome is unknown.
+    #[error("charge: provider timed out")]
+    ChargeTimedOut,
+    /// The charge failed with its outcome unknown or transient.
+    #[error("charge")]
+    Charge(#[source] Shared<PaymentError>),
+    #[error("lease lost before moving to the next attempt")]
+    LeaseLostBeforeNextAttempt,
+    /// A bug: the machine got an answer its phase does not expect.
+    #[error("internal: answer {answer} does not fit phase {phase}")]
+    OutOfPhase {
+        phase: &'static str,
+        answer: &'static str,
+    },
+}
+
+impl ReconcileCause {
+    /// The provider holds a charge that may still succeed.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self,
+            Self::PendingAtProvider { .. } | Self::PendingAnswer { .. }
+        )
+    }
+}
+
+/// Why a record cannot be settled automatically: a human looks at the provider first.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ReconcileCause {
+    #[error(
+        "item written by the legacy consumer is not `hecho`: it gave the provider no \
+         idempotency key, so it is never taken over"
+    )]
+    LegacyItemNotDone,
+    #[error("item has an unknown `estado`")]
+    UnknownState,
+    /// A reconciliation lookup found a charge that may still succeed.
+    #[error(
+        "the provider holds charge {charge_id} for this order in status `{status}`; no new \
+         key is sent while it may succeed: settle it with `resolve` once it is final"
+    )]
+    PendingAtProvider { charge_id: String, status: String },
+    /// The charge itself answered with a charge that is not final.
+    #[error(
+        "the provider answered with charge {charge_id} in status `{status}`, not final: \
+         settle it with `resolve` once it is"
+    )]
+    PendingAnswer { charge_id: String, status: String },
+    #[error("provider says key {provider_key} was used with other parameters")]
+    KeyReused { provider_key: String },
+    /// Charged, but the record no longer belongs to this attempt.
+    #[error(
+        "charged {receipt} under attempt {attempt} but the record moved on (estado \
+         {:?}, intento {record_attempt:?}, recibo {record_receipt:?})",
+        state.as_ref().map(crate::contracts::schema::state_value)
+    )]
+    RecordMovedOn {
+        receipt: String,
+        attempt: u32,
+        state: Option<State>,
+        record_attempt: Option<u32>,
+        record_receipt: Option<String>,
+    },
+}
+
+impl Outcome {
+    /// Its kind, which declares its name, level and handling (`policy/outcome_kind.rs`).
+    pub fn kind(&self) -> OutcomeKind {
+        match self {
+            Self::Charged { .. } => OutcomeKind::Charged,
+            Self::Reconciled { .. } => OutcomeKind::Reconciled,
+            Self::Duplicate { .. } => OutcomeKind::Duplicate,
+            Self::Conflict => OutcomeKind::Conflict,
+            Self::InProgress { .. } => OutcomeKind::InProgress,
+            Self::Declined { .. } => OutcomeKind::Declined,
+            Self::DeclineLimit { .. } => OutcomeKind::DeclineLimit,
+            Self::Rejected { .. } => OutcomeKind::Rejected,
+            Self::FailedRetryable { .. } => OutcomeKind::FailedRetryable,
+            Self::Deadline { .. } => OutcomeKind::Deadline,
+            Self::Deferred { .. } => OutcomeKind::Deferred,
+            Self::NeedsReconciliation { .. } => OutcomeKind::NeedsReconciliation,
+        }
+    }
+
+    /// Whether the message is acknowledged (left out of `batchItemFailures`).
+    pub fn is_ack(&self) -> bool {
+        self.kind().is_ack()
+    }
+
+    /// Stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// What retrying it can do (ARCHITECTURE.md, "Retries"): its kind's handling, and
+    /// the wait its cause calls for. A charge the provider still holds `pending` is
+    /// retried, though its kind goes to the DLQ otherwise: it settles by itself.
+    pub fn class(&self) -> Class {
+        match (self.kind().handling(), self) {
+            (_, Self::NeedsReconciliation { cause }) if cause.is_pending() => Class::Pending,
+            (Handling::Ack, _) => Class::Done,
+            (Handling::DeadLetter, _) => Class::Poison,
+            (Handling::Retry, Self::Deferred { until, .. }) => Class::Deferred { until: *until },
+            (Handling::Retry, Self::InProgress { until }) => Class::InProgress { until: *until },
+            (Handling::Retry, Self::Declined { .. }) => Class::Declined,
+            (Handling::Retry, _) => Class::Transient,
+        }
+    }
+
+    /// What the log line says about a failure, with the cause's whole chain.
+    /// Fixed texts are not copied: this runs once per record.
+    pub fn reason(&self) -> Option<Cow<'static, str>> {
+        let fixed = match self {
+            Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => {
+                return None;
+            }
+            Self::FailedRetryable { cause, .. } => {
+                return Some(Cow::Owned(crate::error_chain(cause)));
+            }
+            Self::NeedsReconciliation { cause } => {
+                return Some(Cow::Owned(crate::error_chain(cause)));
+            }
+            Self::Declined { .. } => {
+                "payment declined; the next delivery uses the next attempt's key"
+            }
+            Self::DeclineLimit { .. } => {
+                "decline limit reached (MAX_DECLINES): not sent to the provider; after the \
+                 customer fixed the card, `resolve --retry-declined` lets it try again"
+            }
+            Self::Rejected { .. } => {
+                "the provider rejected the charge for good; fix the order or the provider's \
+                 data, then redrive (the key is kept)"
+            }
+            Self::Deadline { .. } => {
+                "too little time left before the invocation deadline to start the next call; \
+                 the lease ends at the deadline and the retry goes on"
+            }
+            Self::InProgress { .. } => "another delivery holds a live lease on this order",
+            Self::Deferred {
+                dependency: Dependency::Store,
+                ..
+            } => {
+                "the store's breaker is open (transient failures in a row): not reserved, \
+                 retried with the backoff"
+            }
+            Self::Deferred {
+                dependency: Dependency::Provider,
+                ..
+            } => {
+                "the provider's breaker is open (transient failures in a row): not \
+                 reserved, retried with the backoff"
+            }
+            Self::Conflict => "same order id with a different payload; not charged",
+        };
+        Some(Cow::Borrowed(fixed))
+    }
+
+    /// The outcome's own fields for its log line.
+    pub fn details(&self) -> Details<'_> {
+        match self {
+            Self::Charged { receipt, attempt } | Self::Reconciled { receipt, attempt } => Details {
+                receipt: Some(receipt),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::Duplicate { receipt } => Details {
+                receipt: Some(receipt.as_deref().unwrap_or("")),
+                ..Details::default()
+            },
+            Self::Declined {
+                code,
+                decline_code,
+                attempt,
+            } => Details {
+                code: Some(code),
+                decline_code: Some(decline_code.as_deref().unwrap_or("")),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::DeclineLimit { declines } => Details {
+                declines: Some(*declines),
+                ..Details::default()
+            },
+            Self::Rejected {
+                status,
+                code,
+                attempt,
+            } => Details {
+                status: Some(*status),
+                code: Some(code.as_deref().unwrap_or("")),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::FailedRetryable { attempt, .. } => Details {
+                attempt: *attempt,
+                ..Details::default()
+            },
+            Self::Deadline { before, attempt } => Details {
+                before: Some(before.as_str()),
+                attempt: *attempt,
+                ..Details::default()
+            },
+            Self::Conflict
+            | Self::InProgress { .. }
+            | Self::NeedsReconciliation { .. }
+            | Self::Deferred { .. } => Details::default(),
+        }
+    }
+
+    pub(crate) fn retryable(cause: RetryCause, attempt: Option<u32>) -> Self {
+        Self::FailedRetryable { cause, attempt }
+    }
+}
+
+/// The fields an outcome adds to its log line; `None` is left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Details<'a> {
+    pub receipt: Option<&'a str>,
+    pub attempt: Option<u32>,
+    pub code: Option<&'a str>,
+    pub decline_code: Option<&'a str>,
+    pub status: Option<u16>,
+    pub declines: Option<u32>,
+    pub before: Option<&'static str>,
+}
+
+/// A source error shared by the clones of an outcome (the model checker clones and
+/// hashes states). Two are equal when they read the same, cause by cause.
+#[derive(Debug)]
+pub struct Shared<E>(pub Arc<E>);
+
+impl<E> Shared<E> {
+    pub fn new(error: E) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl<E> Clone for Shared<E> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<E: std::error::Error + 'static> PartialEq for Shared<E> {
+    fn eq(&self, other: &Self) -> bool {
+        crate::error_chain(&*self.0) == crate::error_chain(&*other.0)
+    }
+}
+
+impl<E: std::error::Error + 'static> Eq for Shared<E> {}
+
+impl<E: std::error::Error + 'static> Hash for Shared<E> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        crate::error_chain(&*self.0).hash(state);
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Shared<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Shared<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::outcome_kind::Level;
+
+    #[test]
+    fn only_effects_and_duplicates_acknowledge_the_message() {
+        let charged = Outcome::Charged {
+            receipt: "c".into(),
+            attempt: 1,
+        };
+        let reconciled = Outcome::Reconciled {
+            receipt: "c".into(),
+            attempt: 2,
+        };
+        for acked in [charged, reconciled, Outcome::Duplicate { receipt: None }] {
+            assert!(acked.is_ack(), "{acked:?}");
+            assert_eq!(acked.kind().level(), Level::Info);
+            assert_eq!(acked.reason(), None);
+        }
+        for failed in [
+            Outcome::Conflict,
+            Outcome::InProgress { until: None },
+            Outcome::retryable(RetryCause::LookupTimedOut, None),
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::UnknownState,
+            },
+            Outcome::DeclineLimit { declines: 3 },
+            Outcome::Rejected {
+                status: 404,
+                code: None,
+                attempt: 1,
+            },
+            Outcome::Deadline {
+                before: Call::Charge,
+                attempt: Some(1),
+            },
+        ] {
+            assert!(!failed.is_ack(), "{failed:?}");
+            assert_ne!(failed.kind().level(), Level::Info, "{failed:?}");
+            assert!(failed.reason().is_some(), "{failed:?}");
+        }
+    }
+
+    #[test]
+    fn a_failure_keeps_its_source_and_the_log_reads_the_whole_chain() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let outcome = Outcome::retryable(
+            RetryCause::Store {
+                call: Call::Complete,
+                source: Shared::new(StoreError::backend("UpdateItem", "cobro#A-1", reset)),
+            },
+            Some(2),
+        );
+        let Outcome::FailedRetryable { cause, .. } = &outcome else {
+            panic!("{outcome:?}");
+        };
+        let source = std::error::Error::source(cause).expect("the store error is kept");
+        assert!(source.downcast_ref::<Shared<StoreError>>().is_some());
+        assert_eq!(
+            outcome.reason().as_deref(),
+            Some("complete: UpdateItem on cobro#A-1 failed: reset by peer")
+        );
+        assert_eq!(outcome.details().attempt, Some(2));
+    }
+
+    #[test]
+    fn who_must_act_decides_the_level() {
+        let human = [
+            Outcome::Conflict,
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::LegacyItemNotDone,
+            },
+            Outcome::Rejected {
+                status: 400,
+                code: Some("parameter_invalid".into()),
+                attempt: 1,
+            },
+        ];
+        for outcome in human {
+            assert_eq!(outcome.kind().level(), Level::Error, "{outcome:?}");
+        }
+        let later = Outcome::Declined {
+            code: "card_declined".into(),
+            decline_code: None,
+            attempt: 1,
+        };
+        assert_eq!(later.kind().level(), Level::Warn);
+        assert_eq!(later.details().decline_code, Some(""));
+    }
+}

@@ -1,0 +1,218 @@
+//! Every way a record can end, declared once: its name (the log line's `outcome` and
+//! the metric counted under it), its log level (who must act), and what becomes of
+//! the message (acknowledged, dead-lettered, retried). The state machine's
+//! [`crate::policy::outcome::Outcome`] and the batch's own endings map onto these kinds;
+//! every derived answer (`is_ack`, the level, the name) reads this table. The
+//! dashboard in `template.yaml` and README's tables are checked against it
+//! (`tests/template/rules.rs`; README by the tests below).
+
+use Handling::{Ack, DeadLetter, Retry};
+use Level::{Error, Info, Warn};
+
+/// Who must act on an outcome: nobody (info), maybe later (warn), a human (error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+/// What becomes of the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handling {
+    /// Left out of `batchItemFailures`: its effect is in the table.
+    Ack,
+    /// No retry can fix it: the dead-letter queue at once, with its reason.
+    DeadLetter,
+    /// Listed in `batchItemFailures`, with a delay chosen by its cause
+    /// (`policy/retry/mod.rs`).
+    Retry,
+}
+
+/// The kinds of ending, in the order of [`DECLARED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeKind {
+    Charged,
+    Reconciled,
+    Duplicate,
+    Conflict,
+    InProgress,
+    Declined,
+    DeclineLimit,
+    Rejected,
+    FailedRetryable,
+    Deadline,
+    Deferred,
+    NeedsReconciliation,
+    Invalid,
+    Unstarted,
+    Skipped,
+}
+
+/// One declared ending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Declaration {
+    pub kind: OutcomeKind,
+    /// The log line's `outcome` and the name of the metric that counts it.
+    pub name: &'static str,
+    pub level: Level,
+    pub handling: Handling,
+}
+
+const fn declare(
+    kind: OutcomeKind,
+    name: &'static str,
+    level: Level,
+    handling: Handling,
+) -> Declaration {
+    Declaration {
+        kind,
+        name,
+        level,
+        handling,
+    }
+}
+
+/// The declaration. `needs_reconciliation` goes to the DLQ, except a charge the
+/// provider still holds `pending`: it settles by itself, so it is retried after the
+/// retry cap (`Outcome::class`). A decline at the order's limit is `decline_limit`,
+/// not `declined`: the one is retried, the other dead-lettered.
+pub const DECLARED: [Declaration; 15] = [
+    declare(OutcomeKind::Charged, "charged", Info, Ack),
+    declare(OutcomeKind::Reconciled, "reconciled", Info, Ack),
+    declare(OutcomeKind::Duplicate, "duplicate", Info, Ack),
+    declare(OutcomeKind::Conflict, "conflict", Error, DeadLetter),
+    declare(OutcomeKind::InProgress, "in_progress", Warn, Retry),
+    declare(OutcomeKind::Declined, "declined", Warn, Retry),
+    declare(OutcomeKind::DeclineLimit, "decline_limit", Warn, DeadLetter),
+    declare(OutcomeKind::Rejected, "rejected", Error, DeadLetter),
+    declare(
+        OutcomeKind::FailedRetryable,
+        "failed_retryable",
+        Warn,
+        Retry,
+    ),
+    declare(OutcomeKind::Deadline, "deadline", Warn, Retry),
+    declare(OutcomeKind::Deferred, "deferred", Warn, Retry),
+    declare(
+        OutcomeKind::NeedsReconciliation,
+        "needs_reconciliation",
+        Error,
+        DeadLetter,
+    ),
+    declare(OutcomeKind::Invalid, "invalid", Warn, DeadLetter),
+    declare(OutcomeKind::Unstarted, "unstarted", Warn, Retry),
+    declare(OutcomeKind::Skipped, "skipped", Info, Retry),
+];
+
+impl OutcomeKind {
+    /// This kind's declaration.
+    pub fn declared(self) -> &'static Declaration {
+        &DECLARED[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.declared().name
+    }
+
+    pub fn level(self) -> Level {
+        self.declared().level
+    }
+
+    pub fn handling(self) -> Handling {
+        self.declared().handling
+    }
+
+    /// Whether the message is acknowledged with its effect.
+    pub fn is_ack(self) -> bool {
+        self.handling() == Ack
+    }
+
+    /// Counts one record that ended so.
+    pub fn count(self) {
+        metrics::counter!(self.name()).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_stands_at_its_own_place_under_a_name_of_its_own() {
+        for (i, declared) in DECLARED.iter().enumerate() {
+            assert_eq!(declared.kind as usize, i, "{declared:?}");
+            assert_eq!(declared.kind.declared(), declared);
+        }
+        let mut names: Vec<&str> = DECLARED.iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DECLARED.len(), "two kinds share a name");
+    }
+
+    #[test]
+    fn only_acknowledged_kinds_log_at_info_but_a_skip_which_waits_for_another() {
+        for declared in DECLARED {
+            let quiet = declared.level == Info;
+            let expected = declared.handling == Ack || declared.kind == OutcomeKind::Skipped;
+            assert_eq!(quiet, expected, "{declared:?}");
+        }
+    }
+
+    #[test]
+    fn a_decline_at_the_limit_is_not_read_as_a_decline() {
+        assert_ne!(
+            OutcomeKind::Declined.name(),
+            OutcomeKind::DeclineLimit.name()
+        );
+        assert_eq!(OutcomeKind::Declined.handling(), Retry);
+        assert_eq!(OutcomeKind::DeclineLimit.handling(), DeadLetter);
+    }
+
+    /// The names README lists between `start` and the next `end`, backticked.
+    fn listed(text: &str, start: &str, end: &str) -> Vec<String> {
+        let from = text.find(start).expect(start) + start.len();
+        let to = from + text[from..].find(end).expect(end);
+        text[from..to]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn declared_names() -> Vec<String> {
+        let mut names: Vec<String> = DECLARED.iter().map(|d| d.name.to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn readmes_metrics_list_every_declared_outcome_and_no_other() {
+        let readme = include_str!("../../README.md");
+        let mut listed = listed(readme, "a count per outcome\n(", ")");
+        listed.sort();
+        assert_eq!(listed, declared_names());
+    }
+
+    #[test]
+    fn readmes_table_of_failures_has_rows_for_exactly_the_declared_outcomes() {
+        let readme = include_str!("../../README.md");
+        let table = "| outcome (log `outcome`) | message | table | provider key next time |";
+        let from = readme.find(table).expect("the table of outcomes") + table.len();
+        let mut named: Vec<String> = readme[from..]
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|row| {
+                row.strip_prefix("| `")?
+                    .split('`')
+                    .next()
+                    .map(str::to_owned)
+            })
+            .collect();
+        named.sort();
+        named.dedup();
+        assert_eq!(named, declared_names());
+    }
+}

@@ -1,0 +1,398 @@
+//! `resolve`: a human settles a record that cannot settle itself (a DLQ'd
+//! `needs_reconciliation`, a stuck lease, an order at its decline limit) by asking the
+//! provider. Succeeded → `Done` with that charge; pending → nothing changes (it may
+//! still succeed); not found → `Free` with the next attempt, so a redrive charges
+//! once under a new key. Every write goes through a lease, so it never races a
+//! consumer.
+
+use crate::contracts::payment::{Lookup, PaymentError};
+use crate::contracts::store::{
+    CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
+    WriteOutcome,
+};
+use crate::domain::clock::Time;
+use crate::domain::order::Order;
+use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
+
+/// What `resolve` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// The provider has the charge: the record is now `Done` with it.
+    Completed { receipt: String, attempt: u32 },
+    /// The provider has no charge: the record is `Free` with the next attempt.
+    Released { next_attempt: u32 },
+    /// Already `Done`: nothing to do.
+    AlreadyDone { receipt: Option<String> },
+}
+
+/// Why `resolve` did nothing (or stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("no record for this order: nothing to resolve")]
+    NoRecord,
+    #[error("a live lease is held until {} ms epoch: wait for it to end", until.as_ms())]
+    LiveLease { until: Time },
+    #[error("the order given does not match the recorded fingerprint (a conflicting payload?)")]
+    FingerprintMismatch,
+    #[error(
+        "the record was written by the legacy consumer, which gave the provider no key, so \
+         its charge cannot be found by order id: check the provider by hand, then pass \
+         --legacy-format-checked"
+    )]
+    LegacyFormat,
+    #[error("the record changed while resolving; run resolve again")]
+    Changed,
+    #[error(
+        "the provider holds charge {charge_id} for this order in status `{status}`: it may \
+         still succeed, so no new key is allowed; run resolve again once it is final"
+    )]
+    Pending { charge_id: String, status: String },
+    #[error("store")]
+    Store(#[from] StoreError),
+    #[error("provider lookup")]
+    Provider(#[source] PaymentError),
+}
+
+/// What a human confirmed before running `resolve`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Confirmed {
+    /// A legacy-format record's order was checked at the provider by hand.
+    pub legacy_format_checked: bool,
+    /// The customer fixed their card: reset the order's decline count, so the next
+    /// delivery may try the card again.
+    pub retry_declined: bool,
+}
+
+/// What the resolve machine asks for next.
+#[derive(Debug)]
+pub enum ResolveStep {
+    /// Read the record (strongly consistent); answer with [`ResolveInput::Read`].
+    Read,
+    /// Perform [`Resolver::write`] for this kind; answer with [`ResolveInput::Written`].
+    Write(ResolveWrite),
+    /// Look the order's charge up; answer with [`ResolveInput::Looked`].
+    Lookup,
+    Done(Result<Resolution, ResolveError>),
+}
+
+/// The writes `resolve` makes, each under its own lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveWrite {
+    Lease,
+    Complete,
+    Release(ReleaseKind),
+}
+
+/// The answer to the last step.
+#[derive(Debug)]
+pub enum ResolveInput {
+    Read(Result<Option<Record>, StoreError>),
+    Written(Result<WriteOutcome, StoreError>),
+    Looked(Result<Lookup, PaymentError>),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Reading,
+    Leasing,
+    Looking,
+    Completing,
+    /// Releasing the key (`NotFound`): the answer is the resolution.
+    ReleasingToNextKey,
+    /// Releasing after a lookup that settled nothing; then this error.
+    ReleasingThen(ResolveError),
+    Done,
+}
+
+/// `resolve` as a pure machine: the record read, the provider's answer and each write's
+/// outcome come in; the next step comes out. Time and the owner token are inputs.
+#[derive(Debug)]
+pub struct Resolver {
+    key: Key,
+    fingerprint: Fingerprint,
+    owner: Owner,
+    now: Time,
+    lease_until: Time,
+    expires: Time,
+    confirmed: Confirmed,
+    attempt: u32,
+    receipt: Option<String>,
+    phase: Phase,
+}
+
+impl Resolver {
+    /// A resolution of `order` started at `now` by `owner`, whose lease ends at
+    /// `lease_until`; the first step is [`ResolveStep::Read`].
+    pub fn new(
+        order: &Order,
+        owner: Owner,
+        now: Time,
+        lease_until: Time,
+        expires: Time,
+        confirmed: Confirmed,
+    ) -> (Self, ResolveStep) {
+        let Identity { key, fingerprint } = Identity::of(order);
+        let resolver = Self {
+            key,
+            fingerprint,
+            owner,
+            now,
+            lease_until,
+            expires,
+            confirmed,
+            attempt: 1,
+            receipt: None,
+            phase: Phase::Reading,
+        };
+        (resolver, ResolveStep::Read)
+    }
+
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The request of a write step.
+    pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
+        match kind {
+            ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
+                pk: &self.key,
+                fingerprint: &self.fingerprint,
+                owner: &self.owner,
+                now: self.now,
+                lease_until: self.lease_until,
+            }),
+            ResolveWrite::Complete => Write::Complete(CompleteRequest {
+                pk: &self.key,
+                owner: &self.owner,
+                attempt: self.attempt,
+                receipt: self.receipt.as_deref().unwrap_or(""),
+                expires: self.expires,
+            }),
+            ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
+                pk: &self.key,
+                owner: &self.owner,
+                kind,
+            }),
+        }
+    }
+
+    /// Feeds the answer to the last step; returns the next one.
+    pub fn on(&mut self, input: ResolveInput) -> ResolveStep {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, input) {
+            (_, ResolveInput::Read(Err(e)) | ResolveInput::Written(Err(e))) => {
+                ResolveStep::Done(Err(ResolveError::Store(e)))
+            }
+            (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
+            (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
+                self.attempt = record.attempt();
+                self.phase = Phase::Looking;
+                ResolveStep::Lookup
+            }
+            (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found),
+            (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
+                ResolveStep::Done(Ok(Resolution::Completed {
+                    receipt: self.receipt.take().unwrap_or_default(),
+                    attempt: self.attempt,
+                }))
+            }
+            (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(WriteOutcome::Applied(r)))) => {
+                ResolveStep::Done(Ok(Resolution::Released {
+                    next_attempt: r.attempt(),
+                }))
+            }
+            (Phase::ReleasingThen(error), ResolveInput::Written(Ok(_))) => {
+                ResolveStep::Done(Err(error))
+            }
+            // A lease or a fenced write refused: someone else moved the record.
+            _ => ResolveStep::Done(Err(ResolveError::Changed)),
+        }
+    }
+
+    /// The record as read: settled already, refused, or leased.
+    fn on_read(&mut self, record: Option<Record>) -> ResolveStep {
+        let Some(record) = record else {
+            return ResolveStep::Done(Err(ResolveError::NoRecord));
+        };
+        if record.state == State::Done {
+            return ResolveStep::Done(Ok(Resolution::AlreadyDone {
+                receipt: record.receipt,
+            }));
+        }
+        let legacy_format_checked = self.confirmed.legacy_format_checked;
+        if let Err(refused) = check(&record, &self.fingerprint, self.now, legacy_format_checked) {
+            return ResolveStep::Done(Err(refused));
+        }
+        self.phase = Phase::Leasing;
+        ResolveStep::Write(ResolveWrite::Lease)
+    }
+
+    /// The provider's answer: succeeded → complete; pending → keep the key; not found
+    /// → the next key.
+    fn on_looked(&mut self, found: Result<Lookup, PaymentError>) -> ResolveStep {
+        match found {
+            Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
+            // It may still succeed: no new key while it is live.
+            Ok(Lookup::Pending { charge_id, status }) => self.release(
+                ReleaseKind::KeepKey,
+                ResolveError::Pending { charge_id, status },
+            ),
+            Ok(Lookup::Succeeded(receipt)) => {
+                self.receipt = Some(receipt.id);
+                self.phase = Phase::Completing;
+                ResolveStep::Write(ResolveWrite::Complete)
+            }
+            Ok(Lookup::NotFound) => {
+                self.phase = Phase::ReleasingToNextKey;
+                ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
+                    reset_declines: self.confirmed.retry_declined,
+                }))
+            }
+        }
+    }
+
+    fn release(&mut self, kind: ReleaseKind, then: ResolveError) -> ResolveStep {
+        self.phase = Phase::ReleasingThen(then);
+        ResolveStep::Write(ResolveWrite::Release(kind))
+    }
+}
+
+/// Refuses what a human must look at first.
+fn check(
+    record: &Record,
+    fingerprint: &Fingerprint,
+    now: Time,
+    legacy_format_checked: bool,
+) -> Result<(), ResolveError> {
+    if record
+        .fingerprint
+        .as_ref()
+        .is_some_and(|h| h != fingerprint)
+    {
+        return Err(ResolveError::FingerprintMismatch);
+    }
+    if record.is_legacy_format() && !legacy_format_checked {
+        return Err(ResolveError::LegacyFormat);
+    }
+    match (&record.state, record.lease_until) {
+        (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::payment::Receipt;
+
+    fn record(state: State, until: Option<i64>) -> Record {
+        let until = until.map(Time::from_ms);
+        let order = order();
+        Record {
+            pk: Key::for_order(&order),
+            state,
+            created: Some(Time::from_ms(1)),
+            expires: Some(Time::from_secs(10_000)),
+            receipt: None,
+            fingerprint: Some(Fingerprint::of(&order)),
+            owner: until.map(|_| Owner::new("someone")),
+            lease_until: until,
+            attempt: Some(2),
+            sent: Some(Time::from_ms(1)),
+            declines: Some(3),
+        }
+    }
+
+    fn order() -> Order {
+        Order::new("ord-r", 900, "EUR", "cus_r").unwrap()
+    }
+
+    fn start(confirmed: Confirmed) -> Resolver {
+        let (resolver, step) = Resolver::new(
+            &order(),
+            Owner::new("resolve-t"),
+            Time::from_ms(100),
+            Time::from_ms(200),
+            Time::from_secs(5),
+            confirmed,
+        );
+        assert!(matches!(step, ResolveStep::Read));
+        resolver
+    }
+
+    fn leased(resolver: &mut Resolver) {
+        let step = resolver.on(ResolveInput::Read(Ok(Some(record(State::Free, None)))));
+        assert!(matches!(step, ResolveStep::Write(ResolveWrite::Lease)));
+        let applied = WriteOutcome::Applied(record(State::InProgress, Some(200)));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(applied))),
+            ResolveStep::Lookup
+        ));
+    }
+
+    #[test]
+    fn a_live_lease_is_refused_before_any_write() {
+        let mut resolver = start(Confirmed::default());
+        let live = record(State::InProgress, Some(150));
+        assert!(matches!(
+            resolver.on(ResolveInput::Read(Ok(Some(live)))),
+            ResolveStep::Done(Err(ResolveError::LiveLease { until })) if until == Time::from_ms(150)
+        ));
+    }
+
+    #[test]
+    fn a_succeeded_charge_completes_under_the_leased_attempt() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let found = Lookup::Succeeded(Receipt { id: "ch_r".into() });
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(found))),
+            ResolveStep::Write(ResolveWrite::Complete)
+        ));
+        match resolver.write(ResolveWrite::Complete) {
+            Write::Complete(req) => assert_eq!((req.attempt, req.receipt), (2, "ch_r")),
+            other => panic!("{other:?}"),
+        }
+        let done = WriteOutcome::Applied(record(State::Done, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(done))),
+            ResolveStep::Done(Ok(Resolution::Completed { attempt: 2, .. }))
+        ));
+    }
+
+    #[test]
+    fn a_pending_charge_keeps_the_key_and_is_refused() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let pending = Lookup::Pending {
+            charge_id: "py_1".into(),
+            status: "pending".into(),
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(pending))),
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+        ));
+        let released = WriteOutcome::Applied(record(State::Free, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(released))),
+            ResolveStep::Done(Err(ResolveError::Pending { .. }))
+        ));
+    }
+
+    #[test]
+    fn not_found_moves_to_the_next_key_resetting_declines_only_when_asked() {
+        for retry_declined in [false, true] {
+            let mut resolver = start(Confirmed {
+                retry_declined,
+                ..Confirmed::default()
+            });
+            leased(&mut resolver);
+            let reset_declines = retry_declined;
+            assert!(matches!(
+                resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound))),
+                ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_declines: r }))
+                    if r == reset_declines
+            ));
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! What happens to a record that is not acknowledged (ARCHITECTURE.md, "Retries"): the
+//! delay before SQS hands it out again, chosen by why it failed, or the dead-letter
+//! queue at once when no retry can fix it; and the breakers ([`breaker`]) that stop an
+//! execution environment from calling a dependency that is down. Pure policy: no I/O,
+//! no AWS types; the randomness of the jitter comes in as an argument.
+
+pub mod breaker;
+
+use std::time::Duration;
+
+use crate::domain::clock::Time;
+
+/// Why a record was not acknowledged, as far as retrying it is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Acknowledged: nothing to retry.
+    Done,
+    /// Transient or unknown (a failed call, a deadline, a record not started): back
+    /// off on the receive count.
+    Transient,
+    /// A breaker is open until then: the backoff, but no longer than until shortly
+    /// after the breaker lets a probe through, and never below half the step.
+    Deferred { until: Time },
+    /// Another delivery holds a lease on the order until then (`None`: unknown).
+    InProgress { until: Option<Time> },
+    /// Declined below the order's limit: card networks penalise rapid retries.
+    Declined,
+    /// The provider holds the charge `pending`: it settles by itself, and the retry
+    /// reconciles again.
+    Pending,
+    /// No retry can fix it (invalid, conflict, rejected, declined at the limit, a
+    /// record to reconcile by hand): the DLQ at once, with its reason.
+    Poison,
+}
+
+/// What the batch does with one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Left out of `batchItemFailures`.
+    Ack,
+    /// Sent to the DLQ with its reason, then acknowledged: only once the send
+    /// succeeded (the model's mutant `ack-before-dead-letter` shows why).
+    DeadLetter,
+    /// Listed in `batchItemFailures`, visible again after this delay.
+    Retry(Duration),
+}
+
+/// SQS's longest visibility timeout: no retry delay can be longer.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+
+/// A uniform random number in `[0, 1)`: the jitter's only source of randomness.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Jitter(f64);
+
+impl Jitter {
+    /// Clamps `unit` into `[0, 1)`.
+    pub fn new(unit: f64) -> Self {
+        Self(if unit.is_finite() {
+            unit.clamp(0.0, 1.0 - f64::EPSILON)
+        } else {
+            0.0
+        })
+    }
+
+    pub fn random() -> Self {
+        Self::new(rand::random::<f64>())
+    }
+
+    /// A point in `[low, high]`.
+    pub fn between(self, low: Duration, high: Duration) -> Duration {
+        low + high.saturating_sub(low).mul_f64(self.0)
+    }
+}
+
+/// No delay is shorter: SQS counts visibility in whole seconds, and 0 would hand an
+/// outage's failures straight back, all at once.
+pub const MIN_DELAY: Duration = Duration::from_secs(1);
+
+/// The longest delay the batch may set now: SQS's 12-hour limit is counted from the
+/// receive, which was up to the event source's batching window (5 min at most) before
+/// the invocation started.
+pub fn longest_delay(elapsed_in_invocation: Duration) -> Duration {
+    const BATCHING_WINDOW_MAX: Duration = Duration::from_secs(300);
+    MAX_VISIBILITY
+        .saturating_sub(BATCHING_WINDOW_MAX)
+        .saturating_sub(elapsed_in_invocation)
+        .max(MIN_DELAY)
+}
+
+/// The backoff of transient failures: `base` doubling per receive up to `cap`, each
+/// delay jittered into the upper half of its step ("equal jitter"), so the retries of
+/// an outage spread out and none is shorter than half its step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+/// How much longer a decline waits than a transient failure's longest step.
+const DECLINE_FACTOR: u32 = 2;
+/// The jitter added after another delivery's lease ends.
+const AFTER_LEASE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
+
+impl Backoff {
+    /// The step after receive `receive_count` (1 for the first delivery): `base ×
+    /// 2^(receive_count − 1)`, at most `cap`.
+    pub fn step(&self, receive_count: u32) -> Duration {
+        let doublings = receive_count.saturating_sub(1).min(31);
+        self.base
+            .checked_mul(1 << doublings)
+            .map_or(self.cap, |d| d.min(self.cap))
+            .max(MIN_DELAY)
+    }
+
+    /// A delay in the upper half of the step.
+    pub fn delay(&self, receive_count: u32, jitter: Jitter) -> Duration {
+        let step = self.step(receive_count);
+        jitter.between(step / 2, step).max(MIN_DELAY)
+    }
+
+    /// The least time `receives` deliveries spend waiting between them and after the
+    /// last one (every delay at the bottom of its jitter): a message fails for good
+    /// only after this long.
+    pub fn shortest_path(&self, receives: u32) -> Duration {
+        (1..=receives)
+            .map(|n| (self.step(n) / 2).max(MIN_DELAY))
+            .sum()
+    }
+
+    /// The most time `receives` deliveries can spend waiting (every delay at the top).
+    pub fn longest_path(&self, receives: u32) -> Duration {
+        (1..=receives).map(|n| self.step(n)).sum()
+    }
+}
+
+/// The disposition of a record of class `class`, delivered for the `receive_count`th
+/// time, at `now`; no delay exceeds `longest`.
+pub fn dispose(
+    class: Class,
+    receive_count: u32,
+    now: Time,
+    backoff: &Backoff,
+    jitter: Jitter,
+    longest: Duration,
+) -> Disposition {
+    let delay = match class {
+        Class::Done => return Disposition::Ack,
+        Class::Poison => return Disposition::DeadLetter,
+        Class::Transient => backoff.delay(receive_count, jitter),
+        // Waiting past the breaker's next probe only delays the recovery; half the
+        // step stays the floor, so the receives of an outage last as long as the
+        // backoff's (`shortest_path`).
+        Class::Deferred { until } => {
+            let after_probe = now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1);
+            backoff
+                .delay(receive_count, jitter)
+                .min(after_probe.max(backoff.step(receive_count) / 2))
+        }
+        Class::InProgress { until: Some(until) } => {
+            now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1)
+        }
+        Class::InProgress { until: None } => backoff.delay(receive_count, jitter),
+        Class::Declined => {
+            let long = backoff.cap * DECLINE_FACTOR;
+            jitter.between(long / 2, long)
+        }
+        Class::Pending => jitter.between(backoff.cap / 2, backoff.cap),
+    };
+    Disposition::Retry(delay.clamp(MIN_DELAY, longest.max(MIN_DELAY)))
+}
+
+/// A delay in whole seconds, as SQS takes it (rounded up, so never shorter).
+pub fn whole_seconds(delay: Duration) -> u32 {
+    let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BACKOFF: Backoff = Backoff {
+        base: Duration::from_secs(30),
+        cap: Duration::from_secs(15 * 60),
+    };
+    const LONGEST: Duration = Duration::from_secs(12 * 3600);
+
+    fn retry_in(class: Class, receive_count: u32, jitter: f64) -> Duration {
+        match dispose(
+            class,
+            receive_count,
+            Time::from_ms(0),
+            &BACKOFF,
+            Jitter::new(jitter),
+            LONGEST,
+        ) {
+            Disposition::Retry(delay) => delay,
+            other => panic!("{class:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn transient_failures_double_from_the_base_up_to_the_cap() {
+        let steps: Vec<u64> = (1..=7).map(|n| BACKOFF.step(n).as_secs()).collect();
+        assert_eq!(steps, [30, 60, 120, 240, 480, 900, 900]);
+        assert_eq!(BACKOFF.step(u32::MAX), BACKOFF.cap);
+    }
+
+    #[test]
+    fn jitter_keeps_each_delay_in_the_upper_half_of_its_step_and_never_zero() {
+        for n in 1..=10 {
+            let step = BACKOFF.step(n);
+            let low = retry_in(Class::Transient, n, 0.0);
+            let high = retry_in(Class::Transient, n, 0.999_999);
+            assert_eq!(low, step / 2, "receive {n}");
+            assert!(
+                high <= step && high > step * 99 / 100,
+                "receive {n}: {high:?}"
+            );
+        }
+        let tiny = Backoff {
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(10),
+        };
+        assert_eq!(tiny.delay(1, Jitter::new(0.0)), MIN_DELAY);
+    }
+
+    #[test]
+    fn retries_of_one_outage_do_not_arrive_in_lockstep() {
+        let mut delays: Vec<u32> = (0..100)
+            .map(|i| whole_seconds(retry_in(Class::Transient, 6, f64::from(i) / 100.0)))
+            .collect();
+        delays.dedup();
+        assert!(delays.len() > 90, "{} distinct delays", delays.len());
+    }
+
+    #[test]
+    fn in_progress_waits_until_the_holders_lease_ends_plus_a_little() {
+        let until = Time::from_ms(0) + Duration::from_secs(42);
+        let delay = retry_in(Class::InProgress { until: Some(until) }, 1, 0.5);
+        assert_eq!(delay, Duration::from_secs(45));
+        // A lease that already ended: a second or so, never 0.
+        let ended = retry_in(
+            Class::InProgress {
+                until: Some(Time::from_ms(-5)),
+            },
+            1,
+            0.0,
+        );
+        assert_eq!(ended, Duration::from_secs(1));
+        // Unknown holder: the backoff.
+        assert_eq!(
+            retry_in(Class::InProgress { until: None }, 2, 0.0),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn a_deferred_record_waits_for_the_breakers_probe_but_never_below_half_a_step() {
+        // Receive 8: step 900 s, the backoff draws 675..900 s.
+        let soon = Time::from_ms(0) + Duration::from_secs(10);
+        assert_eq!(
+            retry_in(Class::Deferred { until: soon }, 8, 0.5),
+            Duration::from_secs(450)
+        );
+        let late = Time::from_ms(0) + Duration::from_secs(600);
+        assert_eq!(
+            retry_in(Class::Deferred { until: late }, 8, 0.5),
+            Duration::from_secs(603)
+        );
+        let never = Time::from_ms(0) + Duration::from_secs(5000);
+        assert_eq!(
+            retry_in(Class::Deferred { until: never }, 8, 0.5),
+            retry_in(Class::Transient, 8, 0.5)
+        );
+        // Early on, the step's half is the floor: 15 s on the first receive.
+        assert_eq!(
+            retry_in(Class::Deferred { until: soon }, 1, 0.0),
+            Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn no_transient_or_deferred_record_waits_longer_than_the_cap() {
+        // Whatever its receive count, and whenever its breaker lets a probe through,
+        // a record that failed during an outage is visible again at most RETRY_CAP
+        // later; a deferred one soon after its breaker's probe, or half its step.
+        let bound = BACKOFF.cap;
+        for receives in [1, 2, 5, 6, 50, 250] {
+            for jitter in [0.0, 0.5, 0.999_999] {
+                assert!(retry_in(Class::Transient, receives, jitter) <= BACKOFF.cap);
+                for open_for in [0, 1, 60, 899, 900] {
+                    let until = Time::from_ms(0) + Duration::from_secs(open_for);
+                    let delay = retry_in(Class::Deferred { until }, receives, jitter);
+                    assert!(delay <= bound, "{receives} {jitter} {open_for}: {delay:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_decline_waits_longer_than_any_transient_failure_and_a_pending_charge_the_cap() {
+        let decline = retry_in(Class::Declined, 1, 0.0);
+        assert!(decline >= BACKOFF.cap, "{decline:?}");
+        assert_eq!(retry_in(Class::Pending, 1, 0.999_999).as_secs(), 899);
+        assert_eq!(retry_in(Class::Pending, 1, 0.0), BACKOFF.cap / 2);
+    }
+
+    #[test]
+    fn poison_goes_to_the_dead_letter_queue_and_done_is_acknowledged() {
+        let dispose = |class| {
+            dispose(
+                class,
+                1,
+                Time::from_ms(0),
+                &BACKOFF,
+                Jitter::new(0.3),
+                LONGEST,
+            )
+        };
+        assert_eq!(dispose(Class::Poison), Disposition::DeadLetter);
+        assert_eq!(dispose(Class::Done), Disposition::Ack);
+    }
+
+    #[test]
+    fn every_delay_is_clamped_to_what_sqs_accepts_from_this_receive() {
+        let far = Time::from_ms(0) + Duration::from_secs(48 * 3600);
+        let longest = longest_delay(Duration::from_secs(60));
+        assert_eq!(longest, Duration::from_secs(12 * 3600 - 300 - 60));
+        let delay = match dispose(
+            Class::InProgress { until: Some(far) },
+            1,
+            Time::from_ms(0),
+            &BACKOFF,
+            Jitter::new(0.0),
+            longest,
+        ) {
+            Disposition::Retry(d) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(delay, longest);
+        let slow = Backoff {
+            base: Duration::from_secs(12 * 3600),
+            cap: Duration::from_secs(12 * 3600),
+        };
+        assert_eq!(
+            dispose(
+                Class::Declined,
+                1,
+                Time::from_ms(0),
+                &slow,
+                Jitter::new(0.9),
+                longest
+            ),
+            Disposition::Retry(longest)
+        );
+    }
+
+    #[test]
+    fn the_shortest_and_longest_paths_bound_the_time_before_the_dlq() {
+        // 30 + 60 + 120 + 240 + 480 + 900 × (n − 5) at the top; half of it at the bottom.
+        assert_eq!(BACKOFF.longest_path(5), Duration::from_secs(930));
+        assert_eq!(BACKOFF.longest_path(7), Duration::from_secs(930 + 1800));
+        assert_eq!(BACKOFF.shortest_path(7), Duration::from_secs(465 + 900));
+    }
+
+    #[test]
+    fn whole_seconds_round_up() {
+        assert_eq!(whole_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(3)), 3);
+    }
+}

@@ -1,0 +1,269 @@
+//! The table's write specification (ARCHITECTURE.md, "The table"): every conditional
+//! write as one value ([`Write`]), the condition it must meet ([`holds`]), the item it
+//! leaves ([`apply`]), and how a refused reservation is judged ([`judge`]). The
+//! DynamoDB expressions and the SQLite SQL implement this contract; the contract suite
+//! checks both adapters against these functions, and the model checker writes its
+//! table only through them.
+
+use crate::contracts::store::{ReleaseKind, ReserveRequest, Write, WriteOutcome};
+use crate::domain::clock::Time;
+use crate::domain::{Fingerprint, Owner, Record, State};
+use crate::policy::outcome::ReconcileCause;
+use crate::policy::rules::Rules;
+
+/// Whether `write`'s condition holds on the stored item (`None`: absent). Comparisons
+/// with a missing attribute are false, as in DynamoDB condition expressions and SQL.
+pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
+    let Some(r) = stored else {
+        return matches!(write, Write::Reserve(_));
+    };
+    let fenced = |owner: &Owner| {
+        r.state == State::InProgress && (!rules.fenced || r.owner.as_ref() == Some(owner))
+    };
+    match write {
+        Write::Reserve(req) => {
+            let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
+                && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
+                && r.fingerprint.is_some();
+            let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint);
+            let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
+            let free = r.state == State::Free
+                || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
+            counts_as_absent || (same_payload && below_limit && free)
+        }
+        Write::Complete(req) => fenced(req.owner),
+        Write::CompleteAttempt(req) => r.attempt == Some(req.attempt) && r.state != State::Done,
+        Write::Release(req) => fenced(req.owner),
+        Write::NextAttempt { owner, .. } => fenced(owner),
+        Write::LeaseForResolve(req) => {
+            r.state != State::Done
+                && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
+                && r.fingerprint.as_ref().is_none_or(|h| h == req.fingerprint)
+        }
+    }
+}
+
+/// The item `write` leaves when its condition holds on `stored`.
+pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
+    let mut r = stored
+        .cloned()
+        .unwrap_or_else(|| Record::new(write.pk().clone(), State::Free));
+    match write {
+        Write::Reserve(req) => {
+            r.state = State::InProgress;
+            r.owner = Some(req.owner.clone());
+            r.lease_until = Some(req.lease_until);
+            r.fingerprint = Some(req.fingerprint.clone());
+            r.expires = Some(req.expires);
+            r.created = r.created.or(Some(req.now));
+            r.attempt = r.attempt.or(Some(1));
+            r.sent = r.sent.or(Some(req.now));
+        }
+        Write::Complete(req) | Write::CompleteAttempt(req) => {
+            r.state = State::Done;
+            r.receipt = Some(req.receipt.to_owned());
+            r.expires = Some(req.expires);
+            r.owner = None;
+            r.lease_until = None;
+        }
+        Write::Release(req) => {
+            r.state = State::Free;
+            r.owner = None;
+            r.lease_until = None;
+            if req.kind != ReleaseKind::KeepKey {
+                r.attempt = r.attempt.map(|i| i + 1);
+                r.sent = None;
+            }
+            match req.kind {
+                ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
+                ReleaseKind::NextKey {
+                    reset_declines: true,
+                } => r.declines = None,
+                _ => {}
+            }
+        }
+        Write::NextAttempt { now, .. } => {
+            r.attempt = r.attempt.map(|i| i + 1);
+            r.sent = Some(*now);
+        }
+        Write::LeaseForResolve(req) => {
+            r.state = State::InProgress;
+            r.owner = Some(req.owner.clone());
+            r.lease_until = Some(req.lease_until);
+            r.fingerprint = r.fingerprint.or_else(|| Some(req.fingerprint.clone()));
+            r.attempt = r.attempt.or(Some(1));
+            r.sent = r.sent.or(Some(req.now));
+            r.created = r.created.or(Some(req.now));
+        }
+    }
+    r
+}
+
+/// How a reservation was judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// We hold the lease; the record as written.
+    Won(Record),
+    /// Already charged: ack with the stored receipt.
+    Duplicate { receipt: Option<String> },
+    /// Same key, other payload: never charged.
+    Conflict {
+        stored_fingerprint: Option<Fingerprint>,
+    },
+    /// Someone else holds a live lease.
+    InProgress { until: Option<Time> },
+    /// The order was declined `max_declines` times: no provider call until a human
+    /// resets the count (`resolve --retry-declined`).
+    DeclineLimit { declines: u32 },
+    /// A human (or `resolve`) must look at the provider first.
+    NeedsReconciliation { cause: ReconcileCause },
+}
+
+/// Judges the answer to a reserve (ARCHITECTURE.md, "The state machine").
+pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
+    match answer {
+        WriteOutcome::Applied(record) => Reservation::Won(record),
+        WriteOutcome::Refused(Some(old)) => classify_lost(old, req),
+        // The item that failed the condition is gone (TTL swept it between the write
+        // and the read): nothing is known, so retry later rather than guess.
+        WriteOutcome::Refused(None) => Reservation::InProgress { until: None },
+    }
+}
+
+fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
+    if old.is_legacy_format() {
+        return match old.state {
+            State::Done => Reservation::Duplicate {
+                receipt: old.receipt,
+            },
+            _ => Reservation::NeedsReconciliation {
+                cause: ReconcileCause::LegacyItemNotDone,
+            },
+        };
+    }
+    if old.fingerprint.as_ref() != Some(req.fingerprint) {
+        return Reservation::Conflict {
+            stored_fingerprint: old.fingerprint,
+        };
+    }
+    let lease_live = old.lease_until.is_some_and(|until| until >= req.now);
+    match old.state {
+        State::Done => Reservation::Duplicate {
+            receipt: old.receipt,
+        },
+        // The SDK retried a reserve that had been applied: the lease is ours.
+        State::InProgress if old.owner.as_ref() == Some(req.owner) => Reservation::Won(old),
+        State::InProgress if lease_live => Reservation::InProgress {
+            until: old.lease_until,
+        },
+        State::InProgress | State::Free if old.declines() >= req.max_declines => {
+            Reservation::DeclineLimit {
+                declines: old.declines(),
+            }
+        }
+        State::InProgress | State::Free => Reservation::InProgress {
+            until: old.lease_until,
+        },
+        State::Other(_) => Reservation::NeedsReconciliation {
+            cause: ReconcileCause::UnknownState,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Key;
+
+    fn record(state: State, fingerprint: Option<&str>, owner: Option<&str>) -> Record {
+        Record {
+            pk: Key::for_order_id("a"),
+            state,
+            created: Some(Time::from_ms(1)),
+            expires: Some(Time::from_secs(10)),
+            receipt: Some("ch_1".into()),
+            fingerprint: fingerprint.map(Fingerprint::new),
+            owner: owner.map(Owner::new),
+            lease_until: Some(Time::from_ms(5)),
+            attempt: Some(1),
+            sent: Some(Time::from_ms(1)),
+            declines: None,
+        }
+    }
+
+    fn judge(old: Record) -> Reservation {
+        let (pk, fingerprint, owner) = (
+            Key::for_order_id("a"),
+            Fingerprint::new("h"),
+            Owner::new("me"),
+        );
+        let req = ReserveRequest {
+            pk: &pk,
+            fingerprint: &fingerprint,
+            owner: &owner,
+            now: Time::from_ms(0),
+            lease_until: Time::from_ms(1),
+            expires: Time::from_secs(2),
+            max_declines: 3,
+        };
+        classify_lost(old, &req)
+    }
+
+    #[test]
+    fn lost_reserve_is_classified_per_design() {
+        assert_eq!(
+            judge(record(State::Done, Some("h"), None)),
+            Reservation::Duplicate {
+                receipt: Some("ch_1".into())
+            }
+        );
+        assert!(matches!(
+            judge(record(State::Done, Some("x"), None)),
+            Reservation::Conflict { .. }
+        ));
+        assert!(matches!(
+            judge(record(State::InProgress, Some("h"), Some("other"))),
+            Reservation::InProgress { .. }
+        ));
+        assert!(matches!(
+            judge(record(State::InProgress, Some("h"), Some("me"))),
+            Reservation::Won(_)
+        ));
+        assert!(matches!(
+            judge(record(State::InProgress, Some("x"), Some("me"))),
+            Reservation::Conflict { .. }
+        ));
+        assert!(matches!(
+            judge(record(State::Done, None, None)),
+            Reservation::Duplicate { .. }
+        ));
+        assert!(matches!(
+            judge(record(State::InProgress, None, None)),
+            Reservation::NeedsReconciliation { .. }
+        ));
+        assert!(matches!(
+            judge(record(State::Other("raro".into()), Some("h"), None)),
+            Reservation::NeedsReconciliation { .. }
+        ));
+    }
+
+    #[test]
+    fn an_order_at_its_decline_limit_is_refused_whatever_copy_asks() {
+        let mut free = record(State::Free, Some("h"), None);
+        free.declines = Some(3);
+        assert_eq!(
+            judge(free.clone()),
+            Reservation::DeclineLimit { declines: 3 }
+        );
+        free.declines = Some(2);
+        assert!(matches!(judge(free), Reservation::InProgress { .. }));
+        // A live lease is in progress whatever the count; another payload a conflict.
+        let mut live = record(State::InProgress, Some("h"), Some("other"));
+        live.declines = Some(3);
+        live.lease_until = Some(Time::from_ms(10));
+        assert!(matches!(judge(live), Reservation::InProgress { .. }));
+        let mut other = record(State::Free, Some("x"), None);
+        other.declines = Some(3);
+        assert!(matches!(judge(other), Reservation::Conflict { .. }));
+    }
+}
