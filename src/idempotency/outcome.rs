@@ -139,6 +139,17 @@ pub enum RetryCause {
     },
 }
 
+impl RetryCause {
+    /// The provider's answer says a setting is wrong (PAYMENT_API_URL reaches no
+    /// endpoint), not that this charge failed.
+    pub fn is_setting_fault(&self) -> bool {
+        match self {
+            Self::Charge(e) | Self::Lookup(e) => e.0.is_setting_fault(),
+            _ => false,
+        }
+    }
+}
+
 /// Why a record cannot be settled automatically: a human looks at the provider first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
@@ -228,6 +239,8 @@ impl Outcome {
     pub fn level(&self) -> Level {
         match self {
             Self::Charged { .. } | Self::Reconciled { .. } | Self::Duplicate { .. } => Level::Info,
+            // Retried, but no retry helps until someone fixes a setting.
+            Self::FailedRetryable { cause, .. } if cause.is_setting_fault() => Level::Error,
             Self::Declined { .. }
             | Self::DeclineLimit { .. }
             | Self::FailedRetryable { .. }

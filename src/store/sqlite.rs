@@ -19,7 +19,7 @@ use crate::idempotency::{
     CompleteRequest, IdempotencyStore, Key, Owner, Record, ReleaseKind, ReleaseRequest,
     ReserveRequest, ResolveLeaseRequest, StoreError, WriteOutcome,
 };
-use crate::sqlite_file::{CallError, SharedConnection};
+use crate::sqlite_file::{CallError, OpenMode, SharedConnection};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     pk             TEXT PRIMARY KEY NOT NULL,
@@ -107,7 +107,13 @@ impl SqliteStore {
     /// Opens the file and creates the `idempotency` table if missing (adding columns
     /// a file from an older version lacks).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = SharedConnection::open(path, SCHEMA, "idempotency")
+        Self::open_in(path, OpenMode::Create)
+    }
+
+    /// Opens the file; with [`OpenMode::Existing`] it must exist and hold the table
+    /// (the read-only commands never create a database).
+    pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, StoreError> {
+        let conn = SharedConnection::open(path, SCHEMA, "idempotency", mode)
             .map_err(|e| StoreError::backend("open", &path.display().to_string(), e))?;
         conn.call_here(|c| {
             if c.prepare(HAS_RECHAZOS).is_err() {
