@@ -166,23 +166,19 @@ class Layer:
 
     @staticmethod
     def replay(stored: Stored, key: str, path: str, params: dict) -> web.Response:
-        if stored.path != path:
+        if stored.path != path or stored.params != params:
+            used = (
+                "with the same parameters they were first used with"
+                if stored.path == path
+                else "for the same endpoint they were first used for "
+                f"('{stored.path}' vs '{path}')"
+            )
             return stripe_error(400, {
                 "type": "idempotency_error",
                 "message": (
-                    "Keys for idempotent requests can only be used for the same "
-                    f"endpoint they were first used for ('{stored.path}' vs '{path}'). "
-                    f"Try using a key other than '{key}' if you meant to execute a "
-                    "different request."
-                ),
-            })
-        if stored.params != params:
-            return stripe_error(400, {
-                "type": "idempotency_error",
-                "message": (
-                    "Keys for idempotent requests can only be used with the same "
-                    f"parameters they were first used with. Try using a key other than "
-                    f"'{key}' if you meant to execute a different request."
+                    f"Keys for idempotent requests can only be used {used}. Try using "
+                    f"a key other than '{key}' if you meant to execute a different "
+                    "request."
                 ),
             })
         if stored.status is None:
