@@ -1,6 +1,7 @@
 # charge-once — every command a developer or CI needs. `make test` on a fresh clone
-# installs the test servers (moto in .venv, dynalite in node_modules) and runs
-# everything; the test harness starts and stops the servers itself.
+# installs the test servers (moto and localstripe in .venv, dynalite and
+# stripe-stateful-mock in node_modules) and runs everything; the test harness starts
+# and stops the servers itself.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,7 +16,7 @@ CARGO  ?= cargo
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto; dynalite, stripe-stateful-mock)
+deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto, localstripe; dynalite, stripe-stateful-mock)
 
 # The venv's packages are installed by uv (from PyPI, like the rest): it unpacks in
 # parallel and compiles no bytecode up front, so the installs take less than half of
