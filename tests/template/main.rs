@@ -8,6 +8,7 @@
 
 mod audit;
 mod build;
+mod fanout;
 mod retry_path;
 mod role;
 mod rules;
