@@ -1,6 +1,7 @@
 # charge-once — every command a developer or CI needs. `make test` on a fresh clone
-# installs the test servers (moto in .venv, dynalite in node_modules) and runs
-# everything; the test harness starts and stops the servers itself.
+# installs the test servers (moto and localstripe in .venv, dynalite and
+# stripe-stateful-mock in node_modules) and runs everything; the test harness starts
+# and stops the servers itself.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,7 +16,7 @@ CARGO  ?= cargo
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto; dynalite, stripe-stateful-mock)
+deps: $(VENV)/.installed node_modules/.installed ## install the test servers (moto, localstripe; dynalite, stripe-stateful-mock)
 
 # The venv's packages are installed by uv (from PyPI, like the rest): it unpacks in
 # parallel and compiles no bytecode up front, so the installs take less than half of
@@ -133,7 +134,7 @@ EVENT ?= events/sqs-batch.json
 DB    ?= .local/charge-once.sqlite3
 
 run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator, needs only cargo
-	$(CARGO) run --quiet -- invoke $(EVENT) --db $(DB)
+	$(CARGO) run --quiet -- invoke $(EVENT) --db $(DB) --provider simulator
 
 reset: ## forget every local record and the simulator's ledger
 	rm -f $(DB) $(DB)-wal $(DB)-shm
@@ -161,9 +162,14 @@ $(VENV)/.tools: requirements-build.txt $(VENV)/.installed
 # telemetry.
 SAM := $(TOOLS_PATH) SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 
-sam-build: tools ## sam build for ARCH (arm64 default; here ARCH=x86_64): cargo-lambda, release -> .aws-sam/build/ChargeFunction/bootstrap
+# The built template's Architecture is pinned to the bootstrap's own (its ELF header):
+# `sam deploy --guided` then offers what was built, and CloudFormation refuses another.
+BUILT_TEMPLATE  := .aws-sam/build/template.yaml
+BUILT_BOOTSTRAP := .aws-sam/build/ChargeFunction/bootstrap
+
+sam-build: tools ## sam build for ARCH (arm64 default; here only ARCH=x86_64 builds): cargo-lambda, release -> .aws-sam/build/ChargeFunction/bootstrap
 	$(SAM) build --parameter-overrides Architecture=$(ARCH)
-	file .aws-sam/build/ChargeFunction/bootstrap
+	@echo "built for $$(python3 scripts/built_architecture.py pin $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP))"
 
 build: sam-build ## the Lambda build (= make sam-build): what make deploy ships
 
@@ -184,8 +190,13 @@ EVENT_LAMBDA ?= events/sqs-single.json
 invoke: tools ## send EVENT_LAMBDA (default events/sqs-single.json) to `make watch`
 	$(TOOLS_PATH) cargo lambda invoke charge-once --invoke-address 127.0.0.1 --invoke-port 9000 --data-file $(EVENT_LAMBDA)
 
-deploy: sam-build ## make sam-build, then a guided deploy (needs an AWS account)
-	$(TOOLS_PATH) $(VENV)/bin/sam deploy --guided
+# Deploys what `make build` built, for the architecture it was built for; an ARCH named
+# on the command line that differs is refused (no rebuild behind the operator's back).
+deploy: tools ## a guided deploy of the last make build, for the architecture it was built for (needs an AWS account)
+	@arch=$$(python3 scripts/built_architecture.py check $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP) \
+	    $(if $(filter command line environment,$(origin ARCH)),$(ARCH))) && \
+	  echo "deploying the $$arch build" && \
+	  $(TOOLS_PATH) $(VENV)/bin/sam deploy --guided --parameter-overrides Architecture=$$arch
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -193,9 +193,7 @@ impl Config {
                 Duration::ZERO..=Duration::MAX,
                 "",
             )?,
-            payment_api_url: env
-                .url("PAYMENT_API_URL", "must start with https:// or http://")?
-                .map(|url| url.trim_end_matches('/').to_owned()),
+            payment_api_url: env.base_url("PAYMENT_API_URL")?,
             payment_api_key_secret_arn: env.text("PAYMENT_API_KEY_SECRET_ARN"),
             payment_api_key: env.text("PAYMENT_API_KEY").map(Secret::new),
             payment_timeout,
@@ -332,6 +330,44 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         }
     }
 
+    /// A provider's base URL, when set: `https://host[:port]`, or `http://` to a
+    /// loopback address (a local mock); no path, query or credentials. The client
+    /// appends `/v1/...` itself, so a pasted `https://api.stripe.com/v1` would send
+    /// every charge to `/v1/v1/...` and fail every order alike.
+    fn base_url(&self, var: &'static str) -> Result<Option<String>, ConfigError> {
+        let Some(text) = self.text(var) else {
+            return Ok(None);
+        };
+        let refuse = |problem: &str| invalid(var, &text, problem);
+        let url = url::Url::parse(&text).map_err(|e| {
+            refuse(&format!(
+                "{e}: must be a base URL such as https://api.stripe.com"
+            ))
+        })?;
+        match url.scheme() {
+            "https" => {}
+            "http" if is_loopback(&url) => {}
+            "http" => {
+                return Err(refuse(
+                    "http:// is accepted only for a loopback address (a local mock): use https://",
+                ));
+            }
+            _ => return Err(refuse("must start with https://")),
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(refuse(
+                "must not carry credentials: the key is PAYMENT_API_KEY(_SECRET_ARN)",
+            ));
+        }
+        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err(refuse(
+                "must be a base URL without a path (https://api.stripe.com, not .../v1): \
+                 the client adds /v1/... itself",
+            ));
+        }
+        Ok(Some(text.trim_end_matches('/').to_owned()))
+    }
+
     /// A DynamoDB table name, when set.
     fn name(&self, var: &'static str) -> Result<Option<String>, ConfigError> {
         let Some(name) = self.text(var) else {
@@ -358,6 +394,16 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             return Err(invalid(var, &namespace, "must be at most 255 characters"));
         }
         Ok(namespace)
+    }
+}
+
+/// 127.0.0.0/8, ::1 or `localhost`: the only hosts plain HTTP may reach.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
     }
 }
 
@@ -454,6 +500,8 @@ mod tests {
             ("DEADLINE_MARGIN", "1s"),
             ("INVOKE_DEADLINE", "5s"),
             ("PAYMENT_API_URL", "ftp://x"),
+            ("PAYMENT_API_URL", "https://api.stripe.com/v1"),
+            ("PAYMENT_API_URL", "http://api.stripe.com"),
             ("IDEMPOTENCY_TABLE", "no spaces"),
             ("RETRY_BASE", "0s"),
             ("RETRY_BASE", "13h"),
@@ -517,6 +565,42 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.provider_key_lifetime, Duration::from_secs(48 * 3600));
+    }
+
+    #[test]
+    fn the_payment_api_url_is_a_base_url_and_plain_http_only_reaches_loopback() {
+        for refused in [
+            "https://api.stripe.com/v1",
+            "https://api.stripe.com/v1/",
+            "https://api.stripe.com/?x=1",
+            "https://user:pw@api.stripe.com",
+            "http://api.stripe.com",
+            "http://10.0.0.5:12111",
+            "api.stripe.com",
+        ] {
+            let err = config(&[("PAYMENT_API_URL", refused)])
+                .expect_err(refused)
+                .to_string();
+            assert!(err.starts_with("PAYMENT_API_URL="), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        assert!(
+            config(&[("PAYMENT_API_URL", "https://api.stripe.com/v1")])
+                .unwrap_err()
+                .to_string()
+                .contains("without a path")
+        );
+        for (accepted, stored) in [
+            ("https://api.stripe.com", "https://api.stripe.com"),
+            ("https://api.stripe.com/", "https://api.stripe.com"),
+            ("http://127.0.0.1:12111", "http://127.0.0.1:12111"),
+            ("http://127.8.9.1:1", "http://127.8.9.1:1"),
+            ("http://[::1]:8080/", "http://[::1]:8080"),
+            ("http://localhost:12111", "http://localhost:12111"),
+        ] {
+            let c = config(&[("PAYMENT_API_URL", accepted)]).expect(accepted);
+            assert_eq!(c.payment_api_url.as_deref(), Some(stored));
+        }
     }
 
     #[test]

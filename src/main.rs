@@ -62,7 +62,7 @@ async fn start() {
         Err(e) => {
             // `{:#}` keeps the whole cause chain on one line.
             tracing::error!(error = format!("{e:#}"), "charge-once stopped");
-            std::process::exit(failure);
+            std::process::exit(cli::exit_status(failure, &e));
         }
     }
 }

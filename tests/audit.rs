@@ -47,7 +47,11 @@ impl Pair {
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env_remove("AWS_LAMBDA_RUNTIME_API");
         match self {
-            Pair::Local { db } => command.arg("--db").arg(db).env_remove("PAYMENT_API_URL"),
+            Pair::Local { db } => command
+                .arg("--db")
+                .arg(db)
+                .args(["--provider", "simulator"])
+                .env_remove("PAYMENT_API_URL"),
             Pair::Aws { table } => cli_on_moto_and_mock(&mut command, &table.name, API_KEY),
         };
         command.output().expect("run charge-once")

@@ -1,5 +1,7 @@
 //! The binary outside Lambda, as a newcomer runs it: `invoke` on the SQLite store and
-//! the simulator, twice; `inspect`; the crash-after-charge customer; bad input.
+//! the simulator, twice; `inspect`; the crash-after-charge customer; bad input; and the
+//! refusals that keep the simulator away from real records (it runs only when named,
+//! beside a local file) and the read-only commands from creating files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -10,17 +12,36 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
 
-fn charge_once(db: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
+/// The binary outside Lambda with no provider URL and no Lambda variables: the
+/// command as given, nothing added.
+fn bare(db: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
         .args(args)
         .arg("--db")
         .arg(db)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        // Outside Lambda, with the simulator: no provider URL, no runtime API.
         .env_remove("AWS_LAMBDA_RUNTIME_API")
-        .env_remove("PAYMENT_API_URL")
+        .env_remove("AWS_LAMBDA_FUNCTION_NAME")
+        .env_remove("PAYMENT_API_URL");
+    command
+}
+
+/// A local run with the simulator, named as `make run` names it.
+fn charge_once(db: &Path, args: &[&str]) -> Output {
+    bare(db, args)
+        .args(["--provider", "simulator"])
         .output()
         .expect("run charge-once")
+}
+
+/// Asserts a refusal: exit 2, nothing on stdout, one line on stderr holding `says`.
+fn assert_refused(out: &Output, says: &str, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+    assert!(out.stdout.is_empty(), "{what}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+    assert!(stderr.contains(says), "{what}: {stderr}");
 }
 
 /// Runs `invoke` and returns the failed message ids from stdout, which must hold
@@ -202,11 +223,158 @@ fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
 #[test]
 fn inspect_of_an_unknown_order_prints_a_null_record() {
     let dir = tempfile::tempdir().unwrap();
-    let out = charge_once(&dir.path().join("empty.sqlite3"), &["inspect", "ord-none"]);
+    let db = dir.path().join("run.sqlite3");
+    invoke(&db, "events/sqs-single.json");
+    let out = charge_once(&db, &["inspect", "ord-none"]);
     assert!(out.status.success());
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(shown["record"].is_null());
     assert_eq!(shown["ledger"], Value::Array(vec![]));
+}
+
+const RESOLVE: [&str; 8] = [
+    "resolve",
+    "ord-1001",
+    "--amount",
+    "5000",
+    "--currency",
+    "EUR",
+    "--customer",
+    "cus_123",
+];
+
+#[test]
+fn without_a_provider_url_nothing_falls_back_to_the_simulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("run.sqlite3");
+    invoke(&db, "events/sqs-single.json");
+    let before = std::fs::read(&db).unwrap();
+    for args in [
+        &["invoke", "events/sqs-single.json"][..],
+        &RESOLVE[..],
+        &["audit"][..],
+    ] {
+        let out = bare(&db, args).output().unwrap();
+        assert_refused(&out, "set PAYMENT_API_URL", &format!("{args:?}"));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--provider simulator"),
+            "{args:?}"
+        );
+    }
+    // `inspect` calls no provider: it reads the record, and shows no ledger unasked.
+    let out = bare(&db, &["inspect", "ord-1001"]).output().unwrap();
+    assert!(out.status.success());
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["record"]["estado"], "hecho");
+    assert!(shown.get("ledger").is_none(), "{shown}");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "nothing written");
+}
+
+#[test]
+fn the_simulator_never_meets_a_dynamodb_table_nor_runs_inside_lambda() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.sqlite3");
+    let commands = [
+        &["invoke", "events/sqs-single.json"][..],
+        &RESOLVE[..],
+        &["inspect", "ord-1001"][..],
+        &["audit"][..],
+    ];
+    for args in commands {
+        let out = bare(&db, args)
+            .args(["--store", "dynamodb", "--provider", "simulator"])
+            .env("IDEMPOTENCY_TABLE", "orders-idempotency")
+            .output()
+            .unwrap();
+        assert_refused(&out, "never a DynamoDB table", &format!("{args:?}"));
+        let out = bare(&db, args)
+            .args(["--provider", "simulator"])
+            .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
+            .output()
+            .unwrap();
+        assert_refused(&out, "cannot run inside Lambda", &format!("{args:?}"));
+        let out = bare(&db, args)
+            .args(["--provider", "simulator"])
+            .env("PAYMENT_API_URL", "https://api.stripe.com")
+            .output()
+            .unwrap();
+        assert_refused(&out, "both set", &format!("{args:?}"));
+    }
+    assert!(!db.exists(), "nothing was created");
+}
+
+#[test]
+fn read_only_commands_refuse_a_missing_db_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for db in [
+        dir.path().join("mistyped.sqlite3"),
+        dir.path().join("no-such-dir").join("x.sqlite3"),
+    ] {
+        for args in [&["audit"][..], &["inspect", "ord-1001"][..], &RESOLVE[..]] {
+            for provider in [&[][..], &["--provider", "simulator"][..]] {
+                let out = bare(&db, args).args(provider).output().unwrap();
+                let what = format!("{args:?} {provider:?} {}", db.display());
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                if args == ["inspect", "ord-1001"] || !provider.is_empty() {
+                    assert_refused(&out, "no such file", &what);
+                } else {
+                    // Without a provider the refusal that comes first is the provider's.
+                    assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+                }
+                assert!(!stderr.contains("\"clean\""), "{what}: {stderr}");
+            }
+        }
+        assert!(!db.exists(), "{} was created", db.display());
+    }
+    assert!(
+        !dir.path().join("no-such-dir").exists(),
+        "a directory was created"
+    );
+}
+
+#[test]
+fn the_simulator_refuses_what_stripe_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("refused.sqlite3");
+    let event = dir.path().join("event.json");
+    let bodies = [
+        r#"{"id":"ord-zzz","amount":4200,"currency":"ZZZ","customer":"cus_123"}"#,
+        r#"{"id":"ord-cent","amount":1,"currency":"EUR","customer":"cus_123"}"#,
+        r#"{"id":"ord-kind","amount":4200,"currency":"EUR","customer":"pm_card_visa"}"#,
+    ];
+    let records: Vec<Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(n, body)| {
+            serde_json::json!({
+                "messageId": format!("m-{n}"), "receiptHandle": "h", "body": body,
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1"},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+            })
+        })
+        .collect();
+    std::fs::write(
+        &event,
+        serde_json::json!({ "Records": records }).to_string(),
+    )
+    .unwrap();
+    let out = charge_once(&db, &["invoke", event.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(harness::failed_ids(&out.stdout), ["m-0", "m-1", "m-2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for code in [
+        "charge_invalid_parameter",
+        "amount_too_small",
+        "resource_missing",
+    ] {
+        assert!(stderr.contains(code), "{code}: {stderr}");
+    }
+    assert!(charges(&db).is_empty(), "nothing charged");
 }
 
 #[test]
@@ -228,6 +396,27 @@ fn a_bad_setting_stops_the_start_with_one_line_naming_the_variable() {
         stderr.contains("MAX_CONCURRENCY=\\\"zero\\\" is invalid"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_provider_url_with_a_path_or_plain_http_to_another_host_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.sqlite3");
+    for (url, says) in [
+        ("https://api.stripe.com/v1", "without a path"),
+        ("http://api.stripe.com", "only for a loopback address"),
+    ] {
+        let out = bare(&db, &["invoke", "events/sqs-single.json"])
+            .env("PAYMENT_API_URL", url)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("PAYMENT_API_URL="), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    assert!(!db.exists());
 }
 
 /// Settings that would reopen double charging stop `invoke` and `resolve` before any

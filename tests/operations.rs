@@ -1,5 +1,7 @@
 //! What on-call people use: the log line of every record, and the `inspect` and
-//! `resolve` commands of the real binary against moto and stripe-stateful-mock.
+//! `resolve` commands of the real binary against moto and stripe-stateful-mock; and
+//! the runbook's own sequence after a charge whose answer was lost, pasted as printed,
+//! which must end with one charge.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -288,4 +290,190 @@ async fn resolve_refuses_an_order_that_does_not_match_the_record() {
     let out = resolve(&table, &other, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fingerprint"));
+}
+
+/// A provider that takes every request at once but answers `delay` later: a charge
+/// lands at the mock, and the caller times out first. Bounded: it serves `connections`
+/// connections, then stops.
+async fn slow_provider(
+    delay: Duration,
+    connections: usize,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = harness::servers::stripe_mock_url()
+        .trim_start_matches("http://")
+        .to_owned();
+    let serving = tokio::spawn(async move {
+        for _ in 0..connections {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let forward = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                tokio::time::sleep(delay).await;
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                forward.abort();
+            });
+        }
+    });
+    (url, serving)
+}
+
+/// `charge-once` outside Lambda on the SQLite file `db`, with only the settings
+/// given: nothing inherited that names a provider.
+fn local(db: &std::path::Path, args: &[&str], settings: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_charge-once"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env_remove("AWS_LAMBDA_FUNCTION_NAME")
+        .env_remove("PAYMENT_API_URL")
+        .env_remove("PAYMENT_API_KEY")
+        .envs(settings.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orders.sqlite3");
+    let customer = stripe::customer("tok_visa").await;
+    let id = unique("DC");
+    let event = dir.path().join("event.json");
+    let message = serde_json::json!({
+        "Records": [{
+            "messageId": "m-dc", "receiptHandle": "h", "body": body(&id, 4200, &customer),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1"},
+            "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+        }]
+    });
+    std::fs::write(&event, message.to_string()).unwrap();
+    let event = event.to_str().unwrap();
+    let key = api_key();
+
+    // 1. The provider takes the charge but answers after PAYMENT_TIMEOUT.
+    let (slow, serving) = slow_provider(Duration::from_secs(3), 4).await;
+    let at_slow = [
+        ("PAYMENT_API_URL", slow.as_str()),
+        ("PAYMENT_API_KEY", key.as_str()),
+        ("PAYMENT_TIMEOUT", "1s"),
+    ];
+    let out = local(&db, &["invoke", event], &at_slow);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(harness::failed_ids(&out.stdout), ["m-dc"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    serving.abort();
+    assert_eq!(
+        stripe::charges_of(&customer).await.len(),
+        1,
+        "the mock charged"
+    );
+
+    // 2. The runbook's resolve, pasted as printed: no provider is set. It refuses.
+    let printed = [
+        "resolve",
+        &id,
+        "--amount",
+        "4200",
+        "--currency",
+        "EUR",
+        "--customer",
+        &customer,
+    ];
+    let out = local(&db, &printed, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set PAYMENT_API_URL"));
+
+    // 3. Naming the simulator does not help: it never received the order's key.
+    let mut with_simulator = printed.to_vec();
+    with_simulator.extend(["--provider", "simulator"]);
+    let out = local(&db, &with_simulator, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no simulator ledger"));
+    // Even once the simulator has a ledger in the file (another order ran on it).
+    let other = dir.path().join("other.json");
+    std::fs::write(
+        &other,
+        message
+            .to_string()
+            .replace(&id, "ord-elsewhere")
+            .replace(&customer, "cus_123"),
+    )
+    .unwrap();
+    let out = local(
+        &db,
+        &["invoke", other.to_str().unwrap(), "--provider", "simulator"],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = local(&db, &with_simulator, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("never received this order's keys"),
+        "{stderr}"
+    );
+    // The real provider, for its part, is refused a look-up of a simulator's order.
+    let mut elsewhere = printed.to_vec();
+    elsewhere[1] = "ord-elsewhere";
+    elsewhere[7] = "cus_123";
+    elsewhere[3] = "4200";
+    let at_mock = [
+        ("PAYMENT_API_URL", harness::servers::stripe_mock_url()),
+        ("PAYMENT_API_KEY", key.as_str()),
+    ];
+    let out = local(&db, &elsewhere, &at_mock);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // 4. With the provider the function uses, resolve finds the charge.
+    let out = local(&db, &printed, &at_mock);
+    let done: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(done["resolution"], "completed", "{done}");
+    let charges = stripe::charges_of(&customer).await;
+    assert_eq!(done["receipt"], charges[0]["id"]);
+
+    // 5. The next delivery is a duplicate: one charge in all.
+    let out = local(&db, &["invoke", event], &at_mock);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(harness::failed_ids(&out.stdout).is_empty());
+    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
 }

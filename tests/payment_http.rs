@@ -16,7 +16,7 @@ use charge_once::domain::order::Order;
 use charge_once::domain::{Key, State};
 use harness::lease::Lease;
 use harness::logs::Captured;
-use harness::rig::{Harness, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
+use harness::rig::{Harness, Options, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
 use harness::stripe::{self, TEST_KEY};
 
 fn http_provider(url: &str, key: &str, timeout: Duration) -> HttpProvider {
@@ -577,6 +577,70 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
         !text.contains("No such customer"),
         "provider text is never logged"
     );
+}
+
+#[tokio::test]
+async fn a_404_that_names_no_missing_object_is_a_setting_fault_retried_never_rejected() {
+    // A base URL pasted with its `/v1`: every charge goes to /v1/v1/charges, which the
+    // provider answers 404 without `resource_missing`. Every order would fail alike, so
+    // it is a setting to fix: retried with the key kept, at error level, counted by the
+    // breaker; never `rejected`, which would dead-letter every order.
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let url = format!("{}/v1", harness::servers::stripe_mock_url());
+    let options = Options {
+        breaker_threshold: Some(2),
+        ..Options::default()
+    };
+    let h = Harness::with(provider_at(&url, PAYMENT_TIMEOUT), options).await;
+    let customer = stripe::customer("tok_visa").await;
+    let orders: Vec<Order> = (0..3)
+        .map(|_| order(&unique_id(), 900, &customer))
+        .collect();
+    for order in &orders {
+        let event = single_event_with_body(&body(order));
+        let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
+        assert_eq!(failed.len(), 1);
+    }
+    let lines: Vec<serde_json::Value> = logs
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["fields"]["outcome"].is_string())
+        .collect();
+    let seen: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["fields"]["outcome"].as_str().unwrap(),
+                l["level"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // Two failures in a row open the breaker: the third order is deferred.
+    assert_eq!(
+        seen,
+        [
+            ("failed_retryable", "ERROR"),
+            ("failed_retryable", "ERROR"),
+            ("deferred", "WARN")
+        ]
+    );
+    assert!(
+        lines[0]["fields"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("check PAYMENT_API_URL"),
+        "{}",
+        lines[0]
+    );
+    let record = h.record(orders[0].id()).await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    assert!(
+        h.record(orders[2].id()).await.is_none(),
+        "deferred: no write"
+    );
+    assert!(stripe::charges_of(&customer).await.is_empty());
 }
 
 /// The audit's reads: every page of the listing (more than one page of 100 here), each

@@ -28,6 +28,7 @@ fn invoke(event: &Path, db: &Path, dlq: &str, sqs: bool) -> Output {
         .arg("invoke")
         .arg(event)
         .args(sqs.then_some("--sqs"))
+        .args(["--provider", "simulator"])
         .arg("--db")
         .arg(db)
         .env_remove("AWS_LAMBDA_RUNTIME_API")

@@ -3,11 +3,12 @@
 //!
 //! | module | part |
 //! | --- | --- |
-//! | [`servers`] | moto (behind a one-lock wrapper), dynalite, stripe-stateful-mock; a fresh table |
+//! | [`servers`] | moto (behind a one-lock wrapper), dynalite, stripe-stateful-mock, localstripe (behind its layer); a fresh table |
 //! | [`clock`] | a clock the test moves by hand |
 //! | [`rig`] | the real `Consumer` on a fresh table, with injectable store faults |
 //! | [`provider`] | an in-process payment provider that behaves like a real one |
 //! | [`stripe`] | customers and charges at stripe-stateful-mock |
+//! | [`localstripe`] | customers, test cards, PaymentIntents and authentication at localstripe |
 //! | [`runtime_api`] | the Lambda Runtime API emulator and the real binary under it |
 //! | [`proxy`] | fault and latency proxies |
 //! | [`lease`] | leases taken outside the consumer under test (another invocation, one that died) |
@@ -20,6 +21,7 @@
 pub mod clock;
 pub mod event_source;
 pub mod lease;
+pub mod localstripe;
 pub mod logs;
 pub mod producer;
 pub mod provider;

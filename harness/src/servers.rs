@@ -1,5 +1,6 @@
 //! The real servers the suites run against, started once per test binary on a free
-//! 127.0.0.1 port: moto behind its one-lock wrapper, dynalite and stripe-stateful-mock.
+//! 127.0.0.1 port: moto behind its one-lock wrapper, dynalite, stripe-stateful-mock and
+//! localstripe behind its layer.
 //! A fresh table per test. A missing server is a failure that says how to install it,
 //! never a skip.
 
@@ -40,6 +41,7 @@ struct Server {
 static MOTO: OnceLock<Server> = OnceLock::new();
 static DYNALITE: OnceLock<Server> = OnceLock::new();
 static STRIPE_MOCK: OnceLock<Server> = OnceLock::new();
+static LOCALSTRIPE: OnceLock<Server> = OnceLock::new();
 
 use crate::root;
 
@@ -231,6 +233,29 @@ fn start_stripe_mock() -> Server {
 /// The stripe-stateful-mock base URL (started on first use).
 pub fn stripe_mock_url() -> &'static str {
     &STRIPE_MOCK.get_or_init(start_stripe_mock).url
+}
+
+fn start_localstripe() -> Server {
+    if !root().join(".venv/bin/localstripe").exists() {
+        panic!(
+            "localstripe is not installed: .venv/bin/localstripe is missing. Run `make deps` \
+             (it installs requirements-test.txt into .venv), or `.venv/bin/pip install -r \
+             requirements-test.txt` in {}",
+            root().display()
+        );
+    }
+    spawn_server(
+        "localstripe",
+        Command::new(root().join(".venv/bin/python"))
+            .arg(root().join("harness/servers/localstripe_server.py")),
+    )
+}
+
+/// The base URL of localstripe behind the layer that adds Stripe's idempotency and the
+/// PaymentIntent list's `customer` filter (`harness/servers/localstripe_server.py`),
+/// started on first use.
+pub fn localstripe_url() -> &'static str {
+    &LOCALSTRIPE.get_or_init(start_localstripe).url
 }
 
 /// The account of every process the tests start: one region, static credentials.

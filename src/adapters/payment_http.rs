@@ -278,10 +278,19 @@ async fn classify_failure(response: Response) -> PaymentError {
         400 if detail.kind.as_deref() == Some("idempotency_error") => PaymentError::KeyReused,
         // Permanent: the same request is refused again. Its code says why (never its
         // message, which may quote the request).
-        s @ (400 | 404) => PaymentError::Rejected {
-            status: s,
+        400 => PaymentError::Rejected {
+            status: 400,
             code: detail.code,
         },
+        // A 404 is the order's only when the provider names a missing object of it
+        // (`resource_missing`: no such customer). Any other 404 means the address
+        // reached no endpoint: every order would fail alike, so it is a setting to fix,
+        // retried, never blamed on the order.
+        404 if detail.code.as_deref() == Some("resource_missing") => PaymentError::Rejected {
+            status: 404,
+            code: detail.code,
+        },
+        404 => PaymentError::retryable(FailureKind::NoEndpoint),
         409 => PaymentError::retryable(FailureKind::Conflict),
         429 => PaymentError::retryable(FailureKind::RateLimited),
         s @ 500..=599 if replayed => PaymentError::ReplayedServerError { status: s },
@@ -401,7 +410,12 @@ impl ChargeListing for HttpProvider {
             .push(id);
         let response = self.client.get(url).send().await.map_err(send_error)?;
         if response.status() == StatusCode::NOT_FOUND {
-            return Ok(None);
+            // No such charge only when the provider says so; any other 404 is an
+            // address that reaches no endpoint, and "none" would be a false finding.
+            return match classify_failure(response).await {
+                PaymentError::Rejected { .. } => Ok(None),
+                other => Err(other),
+            };
         }
         let charge: Charge = read_json(response, "a charge that is not a charge").await?;
         Ok(Some(charge.listed()))

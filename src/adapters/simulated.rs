@@ -10,15 +10,20 @@
 //! | --- | --- |
 //! | `cus_declined` | 402 Declined (`card_declined` / `generic_decline`), stored under the key |
 //! | `cus_timeout_after_charge` | charges, then the response is lost (a timeout); a replay of the key returns that charge |
+//!
+//! It refuses what the provider refuses, as far as Stripe's documented rules go (a 400
+//! that stores nothing under the key, as Stripe stores no result for a request that
+//! failed validation): a currency Stripe does not take, an amount below the currency's
+//! minimum charge, a customer id that is not a customer's (`cus_…`).
 
 use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
-use crate::adapters::sqlite_file::{OpenError, SharedConnection};
+use crate::adapters::sqlite_file::{OpenError, OpenMode, SharedConnection};
 use crate::contracts::payment::{
-    ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    ChargeListing, ChargePath, FailureKind, KeyHistory, ListedCharge, Lookup, PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -70,10 +75,16 @@ impl std::fmt::Debug for SimulatedProvider {
 }
 
 impl SimulatedProvider {
-    /// Opens the ledger in `path` (creating the `charges` table if missing).
+    /// Opens the ledger in `path` (creating the file and its `charges` table if
+    /// missing).
     pub fn open(path: &Path) -> Result<Self, OpenError> {
+        Self::open_in(path, OpenMode::Create)
+    }
+
+    /// Opens the ledger; with [`OpenMode::Existing`] the file must exist and hold it.
+    pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
         Ok(Self {
-            conn: SharedConnection::open(path, SCHEMA, "charges")?,
+            conn: SharedConnection::open(path, SCHEMA, "charges", mode)?,
         })
     }
 
@@ -119,11 +130,83 @@ fn first_use_of(tx: &rusqlite::Transaction<'_>, key: &str) -> rusqlite::Result<O
     .optional()
 }
 
+/// Stripe's presentment currencies (lower case), as its supported-currencies page
+/// lists them.
+const CURRENCIES: &[&str] = &[
+    "aed", "afn", "all", "amd", "ang", "aoa", "ars", "aud", "awg", "azn", "bam", "bbd", "bdt",
+    "bgn", "bif", "bmd", "bnd", "bob", "brl", "bsd", "bwp", "byn", "bzd", "cad", "cdf", "chf",
+    "clp", "cny", "cop", "crc", "cve", "czk", "djf", "dkk", "dop", "dzd", "egp", "etb", "eur",
+    "fjd", "fkp", "gbp", "gel", "gip", "gmd", "gnf", "gtq", "gyd", "hkd", "hnl", "htg", "huf",
+    "idr", "ils", "inr", "isk", "jmd", "jpy", "kes", "kgs", "khr", "kmf", "krw", "kyd", "kzt",
+    "lak", "lbp", "lkr", "lrd", "lsl", "mad", "mdl", "mga", "mkd", "mmk", "mnt", "mop", "mur",
+    "mvr", "mwk", "mxn", "myr", "mzn", "nad", "ngn", "nio", "nok", "npr", "nzd", "pab", "pen",
+    "pgk", "php", "pkr", "pln", "pyg", "qar", "ron", "rsd", "rub", "rwf", "sar", "sbd", "scr",
+    "sek", "sgd", "shp", "sle", "sos", "srd", "std", "szl", "thb", "tjs", "top", "try", "ttd",
+    "twd", "tzs", "uah", "ugx", "usd", "uyu", "uzs", "vnd", "vuv", "wst", "xaf", "xcd", "xof",
+    "xpf", "yer", "zar", "zmw",
+];
+
+/// Stripe's minimum charge per settlement currency, in the currency's minor units (a
+/// zero-decimal currency's units for JPY). Other currencies: at least one minor unit,
+/// as the order's own rule.
+const MINIMUMS: &[(&str, u64)] = &[
+    ("usd", 50),
+    ("aed", 200),
+    ("aud", 50),
+    ("bgn", 100),
+    ("brl", 50),
+    ("cad", 50),
+    ("chf", 50),
+    ("czk", 1500),
+    ("dkk", 250),
+    ("eur", 50),
+    ("gbp", 30),
+    ("hkd", 400),
+    ("huf", 17500),
+    ("inr", 50),
+    ("jpy", 50),
+    ("mxn", 1000),
+    ("myr", 200),
+    ("nok", 300),
+    ("nzd", 50),
+    ("pln", 200),
+    ("ron", 200),
+    ("sek", 300),
+    ("sgd", 50),
+    ("thb", 1000),
+];
+
+/// What Stripe refuses before charging (a 400, stored under no key), or `None`.
+fn refusal(order: &Order) -> Option<PaymentError> {
+    let currency = order.currency().to_ascii_lowercase();
+    let refused = |code: &str| PaymentError::Rejected {
+        status: 400,
+        code: Some(code.to_owned()),
+    };
+    if !CURRENCIES.contains(&currency.as_str()) {
+        return Some(refused("charge_invalid_parameter"));
+    }
+    let minimum = MINIMUMS
+        .iter()
+        .find(|(c, _)| *c == currency)
+        .map_or(1, |(_, m)| *m);
+    if order.amount() < minimum {
+        return Some(refused("amount_too_small"));
+    }
+    if !order.customer().starts_with("cus_") {
+        return Some(refused("resource_missing"));
+    }
+    None
+}
+
 fn charge_blocking(
     conn: &mut Connection,
     order: &Order,
     key: &str,
 ) -> Result<Result<Receipt, PaymentError>, rusqlite::Error> {
+    if let Some(refused) = refusal(order) {
+        return Ok(Err(refused));
+    }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let first = first_use_of(&tx, key)?;
     let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
@@ -191,6 +274,20 @@ fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlit
     .map(|id| id.map_or(Lookup::NotFound, |id| Lookup::Succeeded(Receipt { id })))
 }
 
+/// Whether any of the order's keys reached this ledger.
+fn history_blocking(conn: &mut Connection, order: &Order) -> Result<KeyHistory, rusqlite::Error> {
+    let received: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM charges WHERE order_id = :order)",
+        named_params! {":order": order.id()},
+        |row| row.get(0),
+    )?;
+    Ok(if received {
+        KeyHistory::Received
+    } else {
+        KeyHistory::NeverReceived
+    })
+}
+
 /// The ledger's charges (rows that took money), as the provider lists them.
 fn listed_blocking(
     conn: &mut Connection,
@@ -246,6 +343,16 @@ impl ChargePath for SimulatedProvider {
         let order = order.clone();
         self.conn
             .call(move |conn| find_blocking(conn, &order))
+            .await
+            .map_err(ledger_error)
+    }
+
+    /// The ledger knows every key it received: an order it never saw was charged
+    /// elsewhere, if at all.
+    async fn key_history(&self, order: &Order) -> Result<KeyHistory, PaymentError> {
+        let order = order.clone();
+        self.conn
+            .call(move |conn| history_blocking(conn, &order))
             .await
             .map_err(ledger_error)
     }
@@ -334,6 +441,52 @@ mod tests {
         let ledger = p.ledger("ord-sim").unwrap();
         assert_eq!(ledger[0].charge_id.as_deref(), Some(replay.id.as_str()));
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
+    }
+
+    #[tokio::test]
+    async fn it_refuses_what_stripe_refuses_and_stores_nothing_under_the_key() {
+        let (_dir, p) = provider();
+        for (order, code) in [
+            (
+                Order::new("ord-x", 500, "ZZZ", "cus_1"),
+                "charge_invalid_parameter",
+            ),
+            (Order::new("ord-x", 49, "EUR", "cus_1"), "amount_too_small"),
+            (Order::new("ord-x", 29, "gbp", "cus_1"), "amount_too_small"),
+            (
+                Order::new("ord-x", 1499, "CZK", "cus_1"),
+                "amount_too_small",
+            ),
+            (
+                Order::new("ord-x", 500, "EUR", "pm_card_visa"),
+                "resource_missing",
+            ),
+        ] {
+            let order = order.unwrap();
+            match p.charge(&order, "k#1").await {
+                Err(PaymentError::Rejected {
+                    status: 400,
+                    code: Some(c),
+                }) => assert_eq!(c, code),
+                other => panic!("{order:?}: {other:?}"),
+            }
+        }
+        assert!(p.ledger("ord-x").unwrap().is_empty());
+        assert_eq!(
+            p.key_history(&order("cus_1")).await.unwrap(),
+            KeyHistory::NeverReceived
+        );
+        // At the minimum, and in a currency without a listed minimum, it charges.
+        for (amount, currency) in [(50, "EUR"), (30, "GBP"), (1, "ISK")] {
+            let order = Order::new("ord-x", amount, currency, "cus_1").unwrap();
+            let key = format!("k#{currency}");
+            assert!(p.charge(&order, &key).await.is_ok(), "{amount} {currency}");
+        }
+        let received = Order::new("ord-x", 50, "EUR", "cus_1").unwrap();
+        assert_eq!(
+            p.key_history(&received).await.unwrap(),
+            KeyHistory::Received
+        );
     }
 
     #[tokio::test]

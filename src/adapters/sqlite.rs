@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
-use crate::adapters::sqlite_file::{CallError, SharedConnection};
+use crate::adapters::sqlite_file::{CallError, OpenMode, SharedConnection};
 use crate::contracts::schema::{self, Problem, Value};
 use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
@@ -105,7 +105,13 @@ impl SqliteStore {
     /// Opens the file and creates the `idempotency` table if missing (adding columns
     /// a file from an older version lacks).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = SharedConnection::open(path, SCHEMA, "idempotency")
+        Self::open_in(path, OpenMode::Create)
+    }
+
+    /// Opens the file; with [`OpenMode::Existing`] it must exist and hold the table
+    /// (the read-only commands never create a database).
+    pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, StoreError> {
+        let conn = SharedConnection::open(path, SCHEMA, "idempotency", mode)
             .map_err(|e| StoreError::backend("open", &path.display().to_string(), e))?;
         conn.call_here(|c| {
             if c.prepare(HAS_RECHAZOS).is_err() {

@@ -7,9 +7,24 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
+/// Whether opening may create the file. Only the commands that write a local run's
+/// records (`invoke`, `make run`) create it; the others read what is there, and a
+/// mistyped path must be an error, not a new empty database that reads as "clean".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file (and its directory) when missing, and its table.
+    Create,
+    /// The file must exist and hold the table; nothing is created.
+    Existing,
+}
+
 /// The file could not be opened or given its table.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    #[error("{path}: no such file (nothing was created; check the path)")]
+    Missing { path: String },
+    #[error("{path}: holds no `{table}` table (not a charge-once database, or nothing ran on it)")]
+    NoTable { path: String, table: &'static str },
     #[error("{path}: creating its directory")]
     Dir {
         path: String,
@@ -46,32 +61,73 @@ pub enum CallError {
 pub struct SharedConnection(Arc<Mutex<Connection>>);
 
 impl SharedConnection {
-    /// Opens (creating if needed) the file at `path` and runs `schema` (idempotent
-    /// DDL for `table`) on it.
-    pub fn open(path: &Path, schema: &str, table: &'static str) -> Result<Self, OpenError> {
+    /// Opens the file at `path` and, with [`OpenMode::Create`], creates it and runs
+    /// `schema` (idempotent DDL for `table`) on it. With [`OpenMode::Existing`] the file
+    /// must exist and hold `table`.
+    pub fn open(
+        path: &Path,
+        schema: &str,
+        table: &'static str,
+        mode: OpenMode,
+    ) -> Result<Self, OpenError> {
         let shown = || path.display().to_string();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
-                path: shown(),
-                source,
-            })?;
+        match mode {
+            OpenMode::Create => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
+                        path: shown(),
+                        source,
+                    })?;
+                }
+            }
+            OpenMode::Existing if !path.is_file() => {
+                return Err(OpenError::Missing { path: shown() });
+            }
+            OpenMode::Existing => {}
         }
-        let conn = Connection::open(path)
+        // Without SQLITE_OPEN_CREATE, SQLite itself refuses a file that vanished since.
+        let flags = match mode {
+            OpenMode::Create => rusqlite::OpenFlags::default(),
+            OpenMode::Existing => {
+                rusqlite::OpenFlags::default() - rusqlite::OpenFlags::SQLITE_OPEN_CREATE
+            }
+        };
+        let conn = Connection::open_with_flags(path, flags)
             .and_then(|conn| {
                 conn.busy_timeout(std::time::Duration::from_secs(5))?;
-                conn.pragma_update(None, "journal_mode", "WAL")?;
+                // WAL is a property of the file, set once by the command that creates it.
+                if mode == OpenMode::Create {
+                    conn.pragma_update(None, "journal_mode", "WAL")?;
+                }
                 Ok(conn)
             })
             .map_err(|source| OpenError::Open {
                 path: shown(),
                 source,
             })?;
-        conn.execute_batch(schema)
-            .map_err(|source| OpenError::Schema {
-                path: shown(),
-                table,
-                source,
-            })?;
+        let schema_error = |source| OpenError::Schema {
+            path: shown(),
+            table,
+            source,
+        };
+        match mode {
+            OpenMode::Create => conn.execute_batch(schema).map_err(schema_error)?,
+            OpenMode::Existing => {
+                let exists: bool = conn
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                        [table],
+                        |row| row.get(0),
+                    )
+                    .map_err(schema_error)?;
+                if !exists {
+                    return Err(OpenError::NoTable {
+                        path: shown(),
+                        table,
+                    });
+                }
+            }
+        }
         Ok(Self(Arc::new(Mutex::new(conn))))
     }
 

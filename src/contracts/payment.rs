@@ -33,6 +33,22 @@ pub enum Lookup {
     /// No live charge: a new key cannot charge twice.
     NotFound,
 }
+
+/// Whether a provider received an order's idempotency keys, as far as it can tell.
+/// `resolve` moves an order to a new key only on a "not found" from the provider that
+/// holds its keys: from any other, "not found" proves nothing (ARCHITECTURE.md,
+/// "The state machine").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyHistory {
+    /// It received at least one of the order's keys.
+    Received,
+    /// It never received one: the order's keys went elsewhere.
+    NeverReceived,
+    /// It keeps no list of keys (a real provider): it is where the function sends
+    /// every key, so its "not found" stands.
+    Unlisted,
+}
+
 /// A charge as the provider lists it (for the audit).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedCharge {
@@ -67,9 +83,10 @@ pub enum PaymentError {
     /// The provider refused the key because it was used with other parameters.
     #[error("idempotency key reused with other parameters")]
     KeyReused,
-    /// A permanent refusal (400 other than a reused key, 404): the same request will
-    /// be refused again until someone fixes the order or the provider's data. Nothing
-    /// was charged; the key is kept.
+    /// A permanent refusal (400 other than a reused key; a 404 naming a missing
+    /// object, `resource_missing`): the same request will be refused again until
+    /// someone fixes the order or the provider's data. Nothing was charged; the key is
+    /// kept.
     #[error("provider rejected the request (status {status}{})", code.as_deref().map(|c| format!(", {c}")).unwrap_or_default())]
     Rejected { status: u16, code: Option<String> },
     /// The provider answered with a charge that is not final (`pending`, …): it may
@@ -105,6 +122,10 @@ pub enum FailureKind {
     Redirect(u16),
     /// A 2xx (or error) body we cannot read.
     BadResponse,
+    /// A 404 that is not the provider's `resource_missing`: the address reached no
+    /// endpoint of the provider, so every order would fail the same way. A setting to
+    /// fix (PAYMENT_API_URL), never the order's fault.
+    NoEndpoint,
 }
 
 impl std::fmt::Display for FailureKind {
@@ -122,6 +143,9 @@ impl std::fmt::Display for FailureKind {
                 "provider answered with a redirect (status {s}), which is not followed: check PAYMENT_API_URL"
             ),
             Self::BadResponse => f.write_str("provider response could not be read"),
+            Self::NoEndpoint => f.write_str(
+                "provider answered 404 without naming a missing object: no such endpoint, check PAYMENT_API_URL",
+            ),
         }
     }
 }
@@ -129,6 +153,18 @@ impl std::fmt::Display for FailureKind {
 impl PaymentError {
     pub fn retryable(kind: FailureKind) -> Self {
         Self::Retryable { kind, source: None }
+    }
+
+    /// The answer blames a setting (no endpoint at PAYMENT_API_URL), not the order:
+    /// retried, counted by the provider's breaker, logged at error level.
+    pub fn is_setting_fault(&self) -> bool {
+        matches!(
+            self,
+            Self::Retryable {
+                kind: FailureKind::NoEndpoint,
+                ..
+            }
+        )
     }
 }
 
@@ -142,6 +178,13 @@ pub trait ChargePath: Send + Sync {
     /// Looks up the order's live charge: same `metadata[order_id]`, amount and
     /// currency, status not `failed`. "Not found" must be certain (every page read).
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+
+    /// Whether this provider received any of `order`'s keys. A real provider keeps no
+    /// list of keys ([`KeyHistory::Unlisted`], the default).
+    async fn key_history(&self, order: &Order) -> Result<KeyHistory, PaymentError> {
+        let _ = order;
+        Ok(KeyHistory::Unlisted)
+    }
 }
 
 /// The whole provider, serving both readers (the HTTP client and the simulator do):

@@ -322,6 +322,10 @@ pub async fn resolve(
                 let found = provider.find_charge(order).await;
                 resolver.on(ResolveInput::Looked(found))
             }
+            ResolveStep::History => {
+                let history = provider.key_history(order).await;
+                resolver.on(ResolveInput::History(history))
+            }
         };
     }
 }
@@ -390,7 +394,8 @@ fn provider_is_down(error: &PaymentError) -> bool {
                 | FailureKind::Connection
                 | FailureKind::Server(_)
                 | FailureKind::RateLimited
-                | FailureKind::BadResponse,
+                | FailureKind::BadResponse
+                | FailureKind::NoEndpoint,
             ..
         }
     )

@@ -12,7 +12,7 @@ use crate::contracts::payment::PaymentError;
 use crate::contracts::store::StoreError;
 use crate::domain::State;
 use crate::domain::clock::Time;
-use crate::policy::outcome_kind::{Handling, OutcomeKind};
+use crate::policy::outcome_kind::{Handling, Level, OutcomeKind};
 use crate::policy::retry::Class;
 use crate::policy::retry::breaker::Dependency;
 
@@ -147,6 +147,17 @@ impl ReconcileCause {
     }
 }
 
+impl RetryCause {
+    /// The provider's answer says a setting is wrong (PAYMENT_API_URL reaches no
+    /// endpoint), not that this charge failed.
+    pub fn is_setting_fault(&self) -> bool {
+        match self {
+            Self::Charge(e) | Self::Lookup(e) => e.0.is_setting_fault(),
+            _ => false,
+        }
+    }
+}
+
 /// Why a record cannot be settled automatically: a human looks at the provider first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
@@ -227,6 +238,15 @@ impl Outcome {
             (Handling::Retry, Self::InProgress { until }) => Class::InProgress { until: *until },
             (Handling::Retry, Self::Declined { .. }) => Class::Declined,
             (Handling::Retry, _) => Class::Transient,
+        }
+    }
+
+    /// Who must act: its kind's level, but a retry that no retry can help until
+    /// someone fixes a setting (PAYMENT_API_URL reaches no endpoint) is an error.
+    pub fn level(&self) -> Level {
+        match self {
+            Self::FailedRetryable { cause, .. } if cause.is_setting_fault() => Level::Error,
+            _ => self.kind().level(),
         }
     }
 

@@ -73,9 +73,11 @@ const fn declare(
     }
 }
 
-/// The declaration. `needs_reconciliation` goes to the DLQ, except a charge the
-/// provider still holds `pending`: it settles by itself, so it is retried after the
-/// retry cap (`Outcome::class`). A decline at the order's limit is `decline_limit`,
+/// The declaration. Two causes refine it, each in one place of `policy/outcome.rs`:
+/// `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
+/// `pending` (it settles by itself, so it is retried after the retry cap,
+/// `Outcome::class`); and `failed_retryable` is an error, not a warning, when a
+/// setting is wrong (`Outcome::level`). A decline at the order's limit is `decline_limit`,
 /// not `declined`: the one is retried, the other dead-lettered.
 pub const DECLARED: [Declaration; 15] = [
     declare(OutcomeKind::Charged, "charged", Info, Ack),

@@ -4,8 +4,13 @@
 //! still succeed); not found → `Free` with the next attempt, so a redrive charges
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
+//!
+//! "Not found" moves the order to a new key only when it is certain and comes from
+//! the provider that holds the order's keys: a lookup that failed, or one made at a
+//! provider that never received the order's keys (the local simulator asked about an
+//! order charged at the real provider), keeps the key and refuses.
 
-use crate::contracts::payment::{Lookup, PaymentError};
+use crate::contracts::payment::{KeyHistory, Lookup, PaymentError};
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
     WriteOutcome,
@@ -51,6 +56,12 @@ pub enum ResolveError {
     Store(#[from] StoreError),
     #[error("provider lookup")]
     Provider(#[source] PaymentError),
+    #[error(
+        "the provider asked never received this order's keys, so its \"not found\" proves \
+         nothing: the key is kept; run resolve with the provider the order was charged at \
+         (PAYMENT_API_URL and its key)"
+    )]
+    NotTheKeyHolder,
 }
 
 /// What a human confirmed before running `resolve`.
@@ -72,6 +83,9 @@ pub enum ResolveStep {
     Write(ResolveWrite),
     /// Look the order's charge up; answer with [`ResolveInput::Looked`].
     Lookup,
+    /// Ask the provider whether it received the order's keys; answer with
+    /// [`ResolveInput::History`].
+    History,
     Done(Result<Resolution, ResolveError>),
 }
 
@@ -89,6 +103,7 @@ pub enum ResolveInput {
     Read(Result<Option<Record>, StoreError>),
     Written(Result<WriteOutcome, StoreError>),
     Looked(Result<Lookup, PaymentError>),
+    History(Result<KeyHistory, PaymentError>),
 }
 
 #[derive(Debug)]
@@ -96,6 +111,8 @@ enum Phase {
     Reading,
     Leasing,
     Looking,
+    /// "Not found": asking whether the provider holds the order's keys.
+    CheckingHistory,
     Completing,
     /// Releasing the key (`NotFound`): the answer is the resolution.
     ReleasingToNextKey,
@@ -190,6 +207,7 @@ impl Resolver {
                 ResolveStep::Lookup
             }
             (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found),
+            (Phase::CheckingHistory, ResolveInput::History(history)) => self.on_history(history),
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
                     receipt: self.receipt.take().unwrap_or_default(),
@@ -243,11 +261,25 @@ impl Resolver {
                 ResolveStep::Write(ResolveWrite::Complete)
             }
             Ok(Lookup::NotFound) => {
+                self.phase = Phase::CheckingHistory;
+                ResolveStep::History
+            }
+        }
+    }
+
+    /// "Not found" stands only from the provider that holds the order's keys.
+    fn on_history(&mut self, history: Result<KeyHistory, PaymentError>) -> ResolveStep {
+        match history {
+            Ok(KeyHistory::Received | KeyHistory::Unlisted) => {
                 self.phase = Phase::ReleasingToNextKey;
                 ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
                     reset_declines: self.confirmed.retry_declined,
                 }))
             }
+            Ok(KeyHistory::NeverReceived) => {
+                self.release(ReleaseKind::KeepKey, ResolveError::NotTheKeyHolder)
+            }
+            Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
         }
     }
 
@@ -381,18 +413,63 @@ mod tests {
 
     #[test]
     fn not_found_moves_to_the_next_key_resetting_declines_only_when_asked() {
-        for retry_declined in [false, true] {
+        for (retry_declined, history) in [
+            (false, KeyHistory::Unlisted),
+            (true, KeyHistory::Unlisted),
+            (false, KeyHistory::Received),
+        ] {
             let mut resolver = start(Confirmed {
                 retry_declined,
                 ..Confirmed::default()
             });
             leased(&mut resolver);
-            let reset_declines = retry_declined;
             assert!(matches!(
                 resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound))),
+                ResolveStep::History
+            ));
+            let reset_declines = retry_declined;
+            assert!(matches!(
+                resolver.on(ResolveInput::History(Ok(history))),
                 ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_declines: r }))
                     if r == reset_declines
             ));
+        }
+    }
+
+    #[test]
+    fn not_found_keeps_the_key_when_the_provider_never_received_it_or_cannot_say() {
+        let unreadable = || {
+            Err(PaymentError::retryable(
+                crate::contracts::payment::FailureKind::Connection,
+            ))
+        };
+        for (history, refused) in [
+            (
+                Ok(KeyHistory::NeverReceived),
+                "ResolveError::NotTheKeyHolder",
+            ),
+            (unreadable(), "ResolveError::Provider"),
+        ] {
+            let mut resolver = start(Confirmed::default());
+            leased(&mut resolver);
+            resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound)));
+            assert!(
+                matches!(
+                    resolver.on(ResolveInput::History(history)),
+                    ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+                ),
+                "{refused}"
+            );
+            let released = WriteOutcome::Applied(record(State::Free, None));
+            match resolver.on(ResolveInput::Written(Ok(released))) {
+                ResolveStep::Done(Err(ResolveError::NotTheKeyHolder)) => {
+                    assert_eq!(refused, "ResolveError::NotTheKeyHolder");
+                }
+                ResolveStep::Done(Err(ResolveError::Provider(_))) => {
+                    assert_eq!(refused, "ResolveError::Provider");
+                }
+                other => panic!("{refused}: {other:?}"),
+            }
         }
     }
 }

@@ -1,11 +1,14 @@
 //! Checks `template.yaml` for what linters miss and what silently breaks the
 //! guarantees: visibility timeout, partial batch responses, TTL, least privilege,
-//! queue retentions, the retry path against them, the batch-size bound, the DLQ alarm.
+//! queue retentions, the retry path against them, the batch-size bound, the DLQ alarm,
+//! and one architecture from build to deploy.
 //! Each rule is also shown failing on a template broken on purpose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod audit;
+mod build;
+mod fanout;
 mod retry_path;
 mod role;
 mod rules;

@@ -77,7 +77,7 @@ pub fn report(entry: &Entry<'_>) {
             )
         };
     }
-    match kind.level() {
+    match entry.outcome.level() {
         Level::Info => line!(info),
         Level::Warn => line!(warn),
         Level::Error => line!(error),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::domain::order::OrderError;
 use crate::policy::outcome::Outcome;
-use crate::policy::outcome_kind::{Handling, OutcomeKind};
+use crate::policy::outcome_kind::{Handling, Level, OutcomeKind};
 use crate::policy::retry::Class;
 
 /// A record that is not an order: it fails on its own, with no I/O.
@@ -75,6 +75,14 @@ impl RecordOutcome {
 
     pub fn is_ack(&self) -> bool {
         self.kind().is_ack()
+    }
+
+    /// Who must act: its kind's level, or the state machine's outcome's own.
+    pub fn level(&self) -> Level {
+        match self {
+            Self::Processed(outcome) => outcome.level(),
+            _ => self.kind().level(),
+        }
     }
 
     /// What retrying it can do; a skipped record waits as long as the failure ahead

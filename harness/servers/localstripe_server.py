@@ -1,0 +1,230 @@
+"""localstripe for the charge-once tests, with the layer that gives it what Stripe has
+and it lacks.
+
+localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards, but:
+
+* it has no `Idempotency-Key`: the layer below stores the first answer per key, the way
+  Stripe documents it (docs.stripe.com/api/idempotent_requests), and replays it;
+* its `GET /v1/payment_intents` refuses `customer`: the filter is added to its list,
+  as localstripe's own charge list has one;
+* it binds every interface: this runs it on 127.0.0.1 only;
+* it writes its whole store to /tmp/localstripe.pickle on every change and reads it
+  back at start: here the store lives in memory only, one per process.
+
+Every other answer is localstripe's own. Binds 127.0.0.1 on a free port (or `--port
+N`), prints `PORT=<n>` on stdout, and exits when its stdin closes (the test process
+that started it ended).
+
+The idempotency layer:
+
+* A POST with `Idempotency-Key` is looked up by (API key, idempotency key). The first
+  answer is stored (status and body) and replayed to every later request with the same
+  key, with `Idempotent-Replayed: true`. Answers that no endpoint produced are not
+  stored, so they can be retried: 401 (the API key) and 429, as in stripe-stateful-mock.
+  5xx are stored, as Stripe documents.
+* The same key with another path or other parameters (query or form body): 400,
+  `idempotency_error`; the stored answer stays.
+* The same key while its first request is still being answered: 409,
+  `idempotency_key_in_use`, nothing stored. localstripe answers a request without
+  yielding to another one, so a test holds a request in flight on purpose: a keyed POST
+  that also carries `Layer-Hold: <name>` waits, once its key is taken, until `DELETE
+  /_layer/holds/<name>` (at most HOLD_SECONDS); `GET /_layer/holds/<name>` answers once
+  it waits.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+from localstripe import resources
+from localstripe.resources import PaymentIntent
+from localstripe.server import app, get_api_key
+
+# A held request goes on by itself after this long, so nothing waits forever.
+HOLD_SECONDS = 10.0
+# Answers that no endpoint produced (Stripe checks keys and rate limits first).
+NOT_STORED = {401, 429}
+
+
+def keep_store_in_memory() -> None:
+    resources.Store.dump_to_disk = lambda self: None
+    resources.Store.try_load_from_disk = lambda self: None
+
+
+def add_customer_filter() -> None:
+    """`customer` on the PaymentIntent list, filtered before the page is cut, so
+    `limit`, `starting_after` and `has_more` count only that customer's."""
+    list_all = PaymentIntent._api_list_all.__func__
+
+    def list_with_customer(cls, url, customer=None, **kwargs):
+        page = list_all(cls, url, **kwargs)
+        if customer is not None:
+            page._list = [pi for pi in page._list if pi.customer == customer]
+        return page
+
+    PaymentIntent._api_list_all = classmethod(list_with_customer)
+
+
+@dataclass
+class Stored:
+    path: str
+    params: dict
+    status: int | None = None  # None while the first request is in flight
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+def stripe_error(status: int, error: dict) -> web.Response:
+    return web.json_response({"error": error}, status=status)
+
+
+def parameters(query: str, body: bytes) -> dict:
+    """A request's parameters, in the order each name's values came."""
+    params: dict = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        params.setdefault(name, []).append(value)
+    form = body.decode("utf-8", "replace")
+    for name, value in parse_qsl(form, keep_blank_values=True):
+        params.setdefault(name, []).append(value)
+    return params
+
+
+class Layer:
+    def __init__(self) -> None:
+        self.stored: dict[tuple[str, str], Stored] = {}
+        self.waiting: dict[str, asyncio.Event] = {}
+        self.released: dict[str, asyncio.Event] = {}
+
+    def hold(self, name: str) -> tuple[asyncio.Event, asyncio.Event]:
+        return (
+            self.waiting.setdefault(name, asyncio.Event()),
+            self.released.setdefault(name, asyncio.Event()),
+        )
+
+    async def holds(self, request: web.Request, name: str) -> web.StreamResponse:
+        waiting, released = self.hold(name)
+        if request.method == "DELETE":
+            released.set()
+            return web.Response(status=204)
+        try:
+            await asyncio.wait_for(waiting.wait(), HOLD_SECONDS)
+        except asyncio.TimeoutError:
+            return web.Response(status=404, text=f"no request holds {name}")
+        return web.Response(status=204)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        if request.path.startswith("/_layer/holds/"):
+            name = request.path.removeprefix("/_layer/holds/")
+            return await self.holds(request, name)
+        key = request.headers.get("Idempotency-Key")
+        if request.method != "POST" or key is None:
+            return await handler(request)
+        api_key = get_api_key(request)
+        if api_key is None:  # localstripe refuses it with a 401
+            return await handler(request)
+
+        # The key is taken once the request has arrived whole, as at Stripe: two
+        # requests sent at once are then an original and its replay, as in
+        # stripe-stateful-mock, and a 409 needs a request held on purpose.
+        body = await request.read()
+        params = parameters(request.query_string, body)
+        scope = (api_key, key)
+        stored = self.stored.get(scope)
+        if stored is not None:
+            return self.replay(stored, key, request.path, params)
+
+        stored = self.stored[scope] = Stored(path=request.path, params=params)
+        try:
+            name = request.headers.get("Layer-Hold")
+            if name is not None:
+                waiting, released = self.hold(name)
+                waiting.set()
+                try:
+                    await asyncio.wait_for(released.wait(), HOLD_SECONDS)
+                except asyncio.TimeoutError:
+                    pass
+            response = await handler(request)
+        except BaseException:
+            del self.stored[scope]
+            raise
+        answer = getattr(response, "body", None)  # a streamed answer has none to keep
+        if response.status in NOT_STORED or not isinstance(answer, bytes):
+            del self.stored[scope]
+        else:
+            stored.status = response.status
+            stored.body = answer
+            stored.content_type = response.content_type
+        return response
+
+    @staticmethod
+    def replay(stored: Stored, key: str, path: str, params: dict) -> web.Response:
+        if stored.path != path or stored.params != params:
+            used = (
+                "with the same parameters they were first used with"
+                if stored.path == path
+                else "for the same endpoint they were first used for "
+                f"('{stored.path}' vs '{path}')"
+            )
+            return stripe_error(400, {
+                "type": "idempotency_error",
+                "message": (
+                    f"Keys for idempotent requests can only be used {used}. Try using "
+                    f"a key other than '{key}' if you meant to execute a different "
+                    "request."
+                ),
+            })
+        if stored.status is None:
+            return stripe_error(409, {
+                "type": "invalid_request_error",
+                "code": "idempotency_key_in_use",
+                "message": (
+                    "There is currently another in-progress request using this "
+                    "Idempotent Key (that probably means you submitted twice, and the "
+                    f"other request is still going through): {key}. Please try again "
+                    "later."
+                ),
+            })
+        return web.Response(
+            status=stored.status,
+            body=stored.body,
+            content_type=stored.content_type,
+            headers={"Idempotent-Replayed": "true"},
+        )
+
+
+async def serve(port: int) -> None:
+    keep_store_in_memory()
+    add_customer_filter()
+    app.middlewares.insert(0, Layer().middleware)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", port))
+    await web.SockSite(runner, sock).start()
+    print(f"PORT={sock.getsockname()[1]}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    def exit_when_parent_ends() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=exit_when_parent_ends, daemon=True).start()
+    asyncio.run(serve(args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+//! Helpers for localstripe behind its layer (`servers::localstripe_url`): customers,
+//! PaymentMethods made from Stripe's test card numbers, a customer's PaymentIntents,
+//! and the customer's on-session authentication.
+
+use serde_json::Value;
+
+/// Any `sk_` key is accepted; the layer keeps idempotency keys per API key.
+pub use crate::stripe::TEST_KEY;
+
+/// Stripe's test card numbers that localstripe knows. It knows no test PaymentMethod id
+/// but `pm_card_visa`, so a card is made from its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Card {
+    /// `4242424242424242`: charges succeed.
+    Visa,
+    /// `4000000000000341`: attaches to a customer, every charge is declined.
+    DeclinesOnCharge,
+    /// `4000002760003184`: every payment needs authentication; an off-session confirm
+    /// leaves the PaymentIntent `requires_action`.
+    RequiresAuthentication,
+}
+
+impl Card {
+    pub fn number(self) -> &'static str {
+        match self {
+            Self::Visa => "4242424242424242",
+            Self::DeclinesOnCharge => "4000000000000341",
+            Self::RequiresAuthentication => "4000002760003184",
+        }
+    }
+}
+
+/// At most this many pages of 100 are read from one list.
+const MAX_PAGES: usize = 100;
+
+async fn send(request: reqwest::RequestBuilder, what: &str) -> Value {
+    let response = request
+        .bearer_auth(TEST_KEY)
+        .send()
+        .await
+        .expect("localstripe reachable");
+    let status = response.status();
+    let body: Value = response.json().await.expect("json");
+    assert!(status.is_success(), "{what}: {status} {body}");
+    body
+}
+
+fn url(path: &str) -> String {
+    format!("{}{path}", crate::servers::localstripe_url())
+}
+
+async fn post(path: &str, form: &[(&str, &str)]) -> Value {
+    let request = crate::http_client().post(url(path)).form(form);
+    send(request, &format!("POST {path}")).await
+}
+
+async fn get(path: &str, query: &[(&str, &str)]) -> Value {
+    let request = crate::http_client().get(url(path)).query(query);
+    send(request, &format!("GET {path}")).await
+}
+
+fn id(object: &Value) -> String {
+    object["id"].as_str().expect("an id").to_owned()
+}
+
+/// A new customer without a payment method.
+pub async fn customer() -> String {
+    id(&post("/v1/customers", &[]).await)
+}
+
+/// A PaymentMethod made from `card`'s number and attached to `customer`.
+pub async fn card(customer: &str, card: Card) -> String {
+    let method = post(
+        "/v1/payment_methods",
+        &[
+            ("type", "card"),
+            ("card[number]", card.number()),
+            ("card[exp_month]", "12"),
+            ("card[exp_year]", "2034"),
+            ("card[cvc]", "123"),
+        ],
+    )
+    .await;
+    let method = id(&method);
+    post(
+        &format!("/v1/payment_methods/{method}/attach"),
+        &[("customer", customer)],
+    )
+    .await;
+    method
+}
+
+/// A customer whose default payment method is `card`, so that a charge naming only the
+/// customer uses it (as stripe-stateful-mock's customers made from a token).
+pub async fn customer_with_default_card(card: Card) -> String {
+    let customer = customer().await;
+    let method = self::card(&customer, card).await;
+    post(
+        &format!("/v1/customers/{customer}"),
+        &[("invoice_settings[default_payment_method]", &method)],
+    )
+    .await;
+    customer
+}
+
+/// Every PaymentIntent of `customer`, page after page, in the order localstripe lists
+/// them (oldest first).
+pub async fn payment_intents_of(customer: &str) -> Vec<Value> {
+    let mut all: Vec<Value> = Vec::new();
+    for _ in 0..MAX_PAGES {
+        let mut query = vec![("customer", customer.to_owned()), ("limit", "100".into())];
+        if let Some(last) = all.last() {
+            query.push(("starting_after", id(last)));
+        }
+        let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let page = get("/v1/payment_intents", &query).await;
+        all.extend(page["data"].as_array().expect("a list").iter().cloned());
+        if page["has_more"] != true {
+            return all;
+        }
+    }
+    panic!("{customer} has more than {MAX_PAGES} pages of PaymentIntents")
+}
+
+/// The customer back on the shop's page completes the authentication the PaymentIntent
+/// asks for (localstripe's `_authenticate`, with its client secret): a PaymentIntent in
+/// `requires_action` is charged and comes back `succeeded`.
+pub async fn authenticate(payment_intent: &str) -> Value {
+    let intent = get(&format!("/v1/payment_intents/{payment_intent}"), &[]).await;
+    let secret = intent["client_secret"].as_str().expect("a client secret");
+    post(
+        &format!("/v1/payment_intents/{payment_intent}/_authenticate"),
+        &[("client_secret", secret), ("success", "true")],
+    )
+    .await
+}

@@ -1,0 +1,645 @@
+//! The layer in front of localstripe (`harness/servers/localstripe_server.py`), held
+//! against stripe-stateful-mock, which honours idempotency keys and was not written
+//! here: the same request sequences on `/v1/charges` get the same answers from both.
+//! Then what only the layer does (the in-flight 409, keys per API key and per endpoint,
+//! the PaymentIntent list's `customer` filter), and the PaymentIntent behaviours of
+//! localstripe that the HTTP provider's tests stand on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use harness::localstripe::{self, Card};
+use harness::servers::{localstripe_url, stripe_mock_url};
+use harness::stripe::{self, TEST_KEY};
+use serde_json::Value;
+
+/// An answer as it came: status, `Idempotent-Replayed`, body.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    replayed: bool,
+    body: Value,
+}
+
+impl Reply {
+    fn error(&self, field: &str) -> Option<String> {
+        self.body["error"][field].as_str().map(str::to_owned)
+    }
+
+    /// The charge an answer names: the object made, or the declined charge.
+    fn charge(&self) -> Option<String> {
+        let charge = if self.status < 300 {
+            &self.body["id"]
+        } else {
+            &self.body["error"]["charge"]
+        };
+        charge.as_str().map(str::to_owned)
+    }
+}
+
+/// What two servers' answers must share. The charge is its rank among the charges the
+/// sequence met (0 for the first), so that two servers' ids compare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    error_type: Option<String>,
+    error_code: Option<String>,
+    replayed: bool,
+    charge: Option<usize>,
+}
+
+fn answers(replies: &[Reply]) -> Vec<Answer> {
+    let mut seen: Vec<String> = Vec::new();
+    replies
+        .iter()
+        .map(|reply| Answer {
+            status: reply.status,
+            error_type: reply.error("type"),
+            error_code: reply.error("code"),
+            replayed: reply.replayed,
+            charge: reply.charge().map(|id| {
+                seen.iter().position(|s| *s == id).unwrap_or_else(|| {
+                    seen.push(id);
+                    seen.len() - 1
+                })
+            }),
+        })
+        .collect()
+}
+
+fn answer(status: u16, replayed: bool, charge: Option<usize>) -> Answer {
+    Answer {
+        status,
+        error_type: None,
+        error_code: None,
+        replayed,
+        charge,
+    }
+}
+
+fn refused(status: u16, error_type: &str, error_code: Option<&str>) -> Answer {
+    Answer {
+        error_type: Some(error_type.to_owned()),
+        error_code: error_code.map(str::to_owned),
+        ..answer(status, false, None)
+    }
+}
+
+/// A request to `url`; a POST when `form` is given.
+#[derive(Clone, Default)]
+struct Call {
+    api_key: Option<String>,
+    idempotency_key: Option<String>,
+    hold: Option<String>,
+}
+
+impl Call {
+    fn key(idempotency_key: &str) -> Self {
+        Self {
+            idempotency_key: Some(idempotency_key.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    async fn post(&self, url: &str, path: &str, form: &[(&str, &str)]) -> Reply {
+        self.send(
+            harness::http_client()
+                .post(format!("{url}{path}"))
+                .form(form),
+        )
+        .await
+    }
+
+    async fn send(&self, mut request: reqwest::RequestBuilder) -> Reply {
+        request = request.bearer_auth(self.api_key.as_deref().unwrap_or(TEST_KEY));
+        if let Some(key) = &self.idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        if let Some(hold) = &self.hold {
+            request = request.header("Layer-Hold", hold);
+        }
+        let response = request.send().await.expect("server reachable");
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
+        let body = response.json().await.expect("a JSON body");
+        Reply {
+            status,
+            replayed,
+            body,
+        }
+    }
+}
+
+async fn get(url: &str, path: &str, query: &[(&str, &str)]) -> Reply {
+    Call::default()
+        .send(
+            harness::http_client()
+                .get(format!("{url}{path}"))
+                .query(query),
+        )
+        .await
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The two servers whose answers are compared.
+#[derive(Clone, Copy, Debug)]
+enum Server {
+    StripeMock,
+    Layer,
+}
+
+impl Server {
+    fn url(self) -> &'static str {
+        match self {
+            Self::StripeMock => stripe_mock_url(),
+            Self::Layer => localstripe_url(),
+        }
+    }
+
+    /// A customer whose default card is charged (`declines`: declined) by a charge
+    /// that names only the customer.
+    async fn customer(self, declines: bool) -> String {
+        match (self, declines) {
+            (Self::StripeMock, false) => stripe::customer("tok_visa").await,
+            (Self::StripeMock, true) => stripe::customer("tok_chargeCustomerFail").await,
+            (Self::Layer, false) => localstripe::customer_with_default_card(Card::Visa).await,
+            (Self::Layer, true) => {
+                localstripe::customer_with_default_card(Card::DeclinesOnCharge).await
+            }
+        }
+    }
+
+    async fn charge(self, call: &Call, customer: &str, amount: &str) -> Reply {
+        let form = [
+            ("amount", amount),
+            ("currency", "eur"),
+            ("customer", customer),
+        ];
+        call.post(self.url(), "/v1/charges", &form).await
+    }
+
+    /// How many charges, succeeded or failed, the server holds for `customer`.
+    async fn charges_of(self, customer: &str) -> usize {
+        let list = get(self.url(), "/v1/charges", &[("customer", customer)]).await;
+        assert_eq!(list.status, 200, "{list:?}");
+        list.body["data"].as_array().expect("a list").len()
+    }
+}
+
+// ---- the layer and stripe-stateful-mock answer alike --------------------------------
+
+async fn replayed_once(server: Server) -> (Vec<Answer>, usize) {
+    let customer = server.customer(false).await;
+    let call = Call::key(&unique("replay"));
+    let first = server.charge(&call, &customer, "1000").await;
+    let again = server.charge(&call, &customer, "1000").await;
+    (answers(&[first, again]), server.charges_of(&customer).await)
+}
+
+#[tokio::test]
+async fn the_same_key_and_body_replay_the_first_charge_on_both_servers() {
+    let mock = replayed_once(Server::StripeMock).await;
+    let layer = replayed_once(Server::Layer).await;
+    let expected = vec![answer(200, false, Some(0)), answer(200, true, Some(0))];
+    assert_eq!(mock, (expected, 1));
+    assert_eq!(layer, mock);
+}
+
+async fn reused_with_another_amount(server: Server) -> (Vec<Answer>, usize) {
+    let customer = server.customer(false).await;
+    let call = Call::key(&unique("amount"));
+    let first = server.charge(&call, &customer, "1000").await;
+    let other = server.charge(&call, &customer, "2000").await;
+    let again = server.charge(&call, &customer, "1000").await;
+    (
+        answers(&[first, other, again]),
+        server.charges_of(&customer).await,
+    )
+}
+
+#[tokio::test]
+async fn a_key_reused_with_another_amount_is_refused_and_the_first_answer_stays_on_both_servers() {
+    let mock = reused_with_another_amount(Server::StripeMock).await;
+    let layer = reused_with_another_amount(Server::Layer).await;
+    let expected = vec![
+        answer(200, false, Some(0)),
+        refused(400, "idempotency_error", None),
+        answer(200, true, Some(0)),
+    ];
+    assert_eq!(mock, (expected, 1));
+    assert_eq!(layer, mock);
+}
+
+async fn two_at_once(server: Server) -> (Vec<Answer>, usize) {
+    let customer = server.customer(false).await;
+    let call = Call::key(&unique("concurrent"));
+    let (a, b) = tokio::join!(
+        server.charge(&call, &customer, "1000"),
+        server.charge(&call, &customer, "1000")
+    );
+    // Which of the two is answered first is the servers' choice: the original first.
+    let mut replies = [a, b];
+    replies.sort_by_key(|r| r.replayed);
+    (answers(&replies), server.charges_of(&customer).await)
+}
+
+/// Both servers answer a request completely before they read the next one, so two
+/// requests sent at once are never in flight together: one is the original, the other
+/// its replay (the 409 of a request in flight is the layer's own test below).
+#[tokio::test]
+async fn two_requests_sent_at_once_under_one_key_make_one_charge_on_both_servers() {
+    let mock = two_at_once(Server::StripeMock).await;
+    let layer = two_at_once(Server::Layer).await;
+    let expected = vec![answer(200, false, Some(0)), answer(200, true, Some(0))];
+    assert_eq!(mock, (expected, 1));
+    assert_eq!(layer, mock);
+}
+
+async fn declined_twice(server: Server) -> (Vec<Answer>, usize) {
+    let customer = server.customer(true).await;
+    let call = Call::key(&unique("decline"));
+    let first = server.charge(&call, &customer, "1000").await;
+    let again = server.charge(&call, &customer, "1000").await;
+    (answers(&[first, again]), server.charges_of(&customer).await)
+}
+
+#[tokio::test]
+async fn a_decline_is_replayed_under_its_key_with_the_same_declined_charge_on_both_servers() {
+    let mut mock = declined_twice(Server::StripeMock).await;
+    let mut layer = declined_twice(Server::Layer).await;
+    // localstripe's own error type for a decline (Stripe's and the mock's is
+    // `card_error`); the layer passes it through. Everything else must agree.
+    for ((answers, _), error_type) in [
+        (&mut mock, "card_error"),
+        (&mut layer, "invalid_request_error"),
+    ] {
+        for answer in answers.iter_mut() {
+            assert_eq!(answer.error_type.take().as_deref(), Some(error_type));
+        }
+    }
+    let declined = |replayed| Answer {
+        error_code: Some("card_declined".to_owned()),
+        ..answer(402, replayed, Some(0))
+    };
+    assert_eq!(mock, (vec![declined(false), declined(true)], 1));
+    assert_eq!(layer, mock);
+}
+
+/// A 500 under a key, and the same request again: stripe-stateful-mock's `tok_500`
+/// charge, and localstripe's confirm with a payment method (which it has not
+/// implemented).
+async fn server_error_twice(server: Server) -> Vec<Answer> {
+    let call = Call::key(&unique("server-error"));
+    let (path, form) = match server {
+        Server::StripeMock => (
+            "/v1/charges".to_owned(),
+            vec![
+                ("amount", "1000"),
+                ("currency", "eur"),
+                ("source", "tok_500"),
+            ],
+        ),
+        Server::Layer => {
+            let customer = localstripe::customer().await;
+            let card = localstripe::card(&customer, Card::RequiresAuthentication).await;
+            let intent = payment_intent(&customer, &card, "server-error").await;
+            let id = intent.body["id"].as_str().unwrap().to_owned();
+            (
+                format!("/v1/payment_intents/{id}/confirm"),
+                vec![("payment_method", "pm_card_visa")],
+            )
+        }
+    };
+    let first = call.post(server.url(), &path, &form).await;
+    let again = call.post(server.url(), &path, &form).await;
+    let mut answers = answers(&[first, again]);
+    for answer in &mut answers {
+        // Each server's own words for it: `api_error` and `invalid_request_error`.
+        answer.error_type = None;
+    }
+    answers
+}
+
+/// Stripe keeps the answer of a request that reached an endpoint, "including 500
+/// errors"; so do the mock and the layer.
+#[tokio::test]
+async fn a_server_error_is_replayed_under_its_key_on_both_servers() {
+    let mock = server_error_twice(Server::StripeMock).await;
+    let layer = server_error_twice(Server::Layer).await;
+    assert_eq!(mock, [answer(500, false, None), answer(500, true, None)]);
+    assert_eq!(layer, mock);
+}
+
+// ---- what only the layer does -------------------------------------------------------
+
+async fn holds(method: reqwest::Method, hold: &str) -> u16 {
+    let url = format!("{}/_layer/holds/{hold}", localstripe_url());
+    let response = harness::http_client()
+        .request(method, url)
+        .send()
+        .await
+        .expect("localstripe reachable");
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn a_request_whose_key_is_in_flight_is_refused_with_409_and_nothing_is_stored() {
+    let customer = Server::Layer.customer(false).await;
+    let key = unique("in-flight");
+    let hold = unique("hold");
+    let held = Call {
+        hold: Some(hold.clone()),
+        ..Call::key(&key)
+    };
+    let first = tokio::spawn({
+        let customer = customer.clone();
+        async move { Server::Layer.charge(&held, &customer, "1000").await }
+    });
+    assert_eq!(
+        holds(reqwest::Method::GET, &hold).await,
+        204,
+        "the first request holds its key"
+    );
+    let during = Server::Layer
+        .charge(&Call::key(&key), &customer, "1000")
+        .await;
+    assert_eq!(holds(reqwest::Method::DELETE, &hold).await, 204);
+    let first = first.await.unwrap();
+    let after = Server::Layer
+        .charge(&Call::key(&key), &customer, "1000")
+        .await;
+    assert_eq!(
+        answers(&[first, during, after]),
+        [
+            answer(200, false, Some(0)),
+            refused(409, "invalid_request_error", Some("idempotency_key_in_use")),
+            answer(200, true, Some(0)),
+        ]
+    );
+    assert_eq!(Server::Layer.charges_of(&customer).await, 1);
+}
+
+/// stripe-stateful-mock keeps keys per account and per path, so a key on another path
+/// is a new request there; Stripe refuses it, and so does the layer.
+#[tokio::test]
+async fn a_key_belongs_to_one_api_key_and_one_endpoint() {
+    let customer = Server::Layer.customer(false).await;
+    let key = unique("scope");
+    let first = Server::Layer
+        .charge(&Call::key(&key), &customer, "1000")
+        .await;
+    let other_api_key = Call {
+        api_key: Some("sk_test_anotheraccount000000000".to_owned()),
+        ..Call::key(&key)
+    };
+    let other_account = Server::Layer
+        .charge(&other_api_key, &customer, "1000")
+        .await;
+    let other_endpoint = Call::key(&key)
+        .post(localstripe_url(), "/v1/customers", &[])
+        .await;
+    assert_eq!(
+        answers(&[first, other_account, other_endpoint]),
+        [
+            answer(200, false, Some(0)),
+            answer(200, false, Some(1)),
+            refused(400, "idempotency_error", None),
+        ]
+    );
+    assert_eq!(Server::Layer.charges_of(&customer).await, 2);
+}
+
+/// A 401 comes before any endpoint (Stripe checks keys first), so it is not kept: the
+/// customer's authentication with a wrong client secret, then with the right one, under
+/// one key.
+#[tokio::test]
+async fn an_unauthorized_answer_is_not_kept_and_the_key_stays_free() {
+    let customer = localstripe::customer().await;
+    let card = localstripe::card(&customer, Card::RequiresAuthentication).await;
+    let intent = payment_intent(&customer, &card, "unauthorized").await;
+    let id = intent.body["id"].as_str().unwrap();
+    let secret = intent.body["client_secret"].as_str().unwrap();
+    let path = format!("/v1/payment_intents/{id}/_authenticate");
+    let call = Call::key(&unique("unauthorized"));
+    let wrong = [("client_secret", "wrong"), ("success", "true")];
+    let right = [("client_secret", secret), ("success", "true")];
+    let refused = call.post(localstripe_url(), &path, &wrong).await;
+    let done = call.post(localstripe_url(), &path, &right).await;
+    assert_eq!(
+        (refused.status, refused.replayed, done.status, done.replayed),
+        (401, false, 200, false),
+        "{refused:?} {done:?}"
+    );
+    assert_eq!(done.body["status"], "succeeded");
+}
+
+async fn payment_intent(customer: &str, method: &str, order: &str) -> Reply {
+    let form = [
+        ("amount", "1000"),
+        ("currency", "eur"),
+        ("customer", customer),
+        ("payment_method", method),
+        ("confirm", "true"),
+        ("off_session", "true"),
+        ("metadata[order_id]", order),
+    ];
+    Call::default()
+        .post(localstripe_url(), "/v1/payment_intents", &form)
+        .await
+}
+
+fn ids(list: &Reply) -> Vec<String> {
+    assert_eq!(list.status, 200, "{list:?}");
+    assert_eq!(list.body["object"], "list");
+    let data = list.body["data"].as_array().expect("data");
+    data.iter()
+        .map(|pi| pi["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_payment_intent_list_keeps_one_customers_page_by_page() {
+    let (ours, theirs) = (localstripe::customer().await, localstripe::customer().await);
+    let (our_card, their_card) = (
+        localstripe::card(&ours, Card::Visa).await,
+        localstripe::card(&theirs, Card::Visa).await,
+    );
+    let mut made = Vec::new();
+    for order in ["a", "b", "c"] {
+        let made_now = payment_intent(&ours, &our_card, order).await;
+        made.push(made_now.body["id"].as_str().unwrap().to_owned());
+        payment_intent(&theirs, &their_card, order).await;
+    }
+    let list = |query: Vec<(&'static str, String)>| async move {
+        let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        get(localstripe_url(), "/v1/payment_intents", &query).await
+    };
+    let first = list(vec![("customer", ours.clone()), ("limit", "2".into())]).await;
+    assert_eq!(first.body["has_more"], true, "{first:?}");
+    let last = ids(&first)[1].clone();
+    let rest = list(vec![
+        ("customer", ours.clone()),
+        ("limit", "2".into()),
+        ("starting_after", last),
+    ])
+    .await;
+    assert_eq!(rest.body["has_more"], false, "{rest:?}");
+    assert_eq!([ids(&first), ids(&rest)].concat(), made);
+    assert_eq!(localstripe::payment_intents_of(&theirs).await.len(), 3);
+    let nobody = localstripe::customer().await;
+    assert!(localstripe::payment_intents_of(&nobody).await.is_empty());
+}
+
+// ---- localstripe's PaymentIntents, as the HTTP provider meets them -----------------
+
+#[tokio::test]
+async fn an_off_session_confirm_succeeds_declines_or_asks_for_authentication_by_test_card() {
+    let customer = localstripe::customer().await;
+    let visa = localstripe::card(&customer, Card::Visa).await;
+    let succeeded = payment_intent(&customer, &visa, "visa").await;
+    assert_eq!(succeeded.status, 200, "{succeeded:?}");
+    assert_eq!(succeeded.body["status"], "succeeded");
+    // The charge comes as an object, never as an id.
+    assert_eq!(succeeded.body["latest_charge"]["status"], "succeeded");
+
+    let declining = localstripe::card(&customer, Card::DeclinesOnCharge).await;
+    let declined = payment_intent(&customer, &declining, "declined").await;
+    assert_eq!(
+        (
+            declined.status,
+            declined.error("type"),
+            declined.error("code")
+        ),
+        (
+            402,
+            Some("invalid_request_error".to_owned()),
+            Some("card_declined".to_owned())
+        ),
+        "{declined:?}"
+    );
+    assert!(declined.charge().unwrap().starts_with("ch_"));
+    assert_eq!(declined.body["error"].get("payment_intent"), None);
+    assert_eq!(declined.body["error"].get("decline_code"), None);
+
+    let authenticating = localstripe::card(&customer, Card::RequiresAuthentication).await;
+    let asks = payment_intent(&customer, &authenticating, "authenticate").await;
+    assert_eq!(asks.status, 200, "{asks:?}");
+    assert_eq!(asks.body["status"], "requires_action");
+    assert_eq!(asks.body["next_action"]["type"], "use_stripe_sdk");
+    assert_eq!(asks.body["latest_charge"], Value::Null);
+
+    // The declined PaymentIntent is kept, found by its customer and metadata.
+    let listed = localstripe::payment_intents_of(&customer).await;
+    let by_order = |order: &str| {
+        listed
+            .iter()
+            .find(|pi| pi["metadata"]["order_id"] == order)
+            .unwrap_or_else(|| panic!("{order} listed: {listed:?}"))
+            .clone()
+    };
+    let declined = by_order("declined");
+    assert_eq!(declined["status"], "requires_payment_method");
+    assert_eq!(declined["last_payment_error"]["code"], "card_declined");
+    assert_eq!(by_order("visa")["status"], "succeeded");
+    assert_eq!(by_order("authenticate")["status"], "requires_action");
+}
+
+#[tokio::test]
+async fn a_payment_intent_that_requires_action_succeeds_once_the_customer_authenticates() {
+    let customer = localstripe::customer().await;
+    let card = localstripe::card(&customer, Card::RequiresAuthentication).await;
+    let asks = payment_intent(&customer, &card, "authenticate").await;
+    let id = asks.body["id"].as_str().unwrap();
+    let done = localstripe::authenticate(id).await;
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["latest_charge"]["status"], "succeeded");
+    let listed = localstripe::payment_intents_of(&customer).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["status"], "succeeded");
+}
+
+async fn cancel(id: &str) -> Reply {
+    let path = format!("/v1/payment_intents/{id}/cancel");
+    Call::default().post(localstripe_url(), &path, &[]).await
+}
+
+#[tokio::test]
+async fn a_payment_intent_is_cancelled_until_it_succeeds_and_refused_after() {
+    let customer = localstripe::customer().await;
+    let cards = [
+        Card::Visa,
+        Card::DeclinesOnCharge,
+        Card::RequiresAuthentication,
+    ];
+    for card in cards {
+        let method = localstripe::card(&customer, card).await;
+        payment_intent(&customer, &method, &format!("{card:?}")).await;
+    }
+    let listed = localstripe::payment_intents_of(&customer).await;
+    let mut seen = Vec::new();
+    for intent in &listed {
+        let id = intent["id"].as_str().unwrap();
+        let first = cancel(id).await;
+        let again = cancel(id).await;
+        seen.push((
+            intent["status"].as_str().unwrap().to_owned(),
+            first.status,
+            first.body["status"].clone(),
+            again.status,
+            again.error("code"),
+        ));
+    }
+    let cancelled = |status: &str| (status.to_owned(), 200, Value::from("canceled"), 400, None);
+    assert_eq!(
+        seen,
+        [
+            ("succeeded".to_owned(), 400, Value::Null, 400, None),
+            cancelled("requires_payment_method"),
+            cancelled("requires_action"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_declined_payment_intent_cannot_be_confirmed_again_with_another_card() {
+    let customer = localstripe::customer().await;
+    let declining = localstripe::card(&customer, Card::DeclinesOnCharge).await;
+    let visa = localstripe::card(&customer, Card::Visa).await;
+    payment_intent(&customer, &declining, "again").await;
+    let declined = localstripe::payment_intents_of(&customer).await;
+    let id = declined[0]["id"].as_str().unwrap();
+    let confirm = format!("/v1/payment_intents/{id}/confirm");
+    let with_card = Call::default()
+        .post(localstripe_url(), &confirm, &[("payment_method", &visa)])
+        .await;
+    assert_eq!(
+        (with_card.status, with_card.error("message")),
+        (500, Some("Not implemented".to_owned()))
+    );
+    let update = format!("/v1/payment_intents/{id}");
+    let updated = Call::default()
+        .post(localstripe_url(), &update, &[("payment_method", &visa)])
+        .await;
+    assert_eq!(updated.status, 200, "{updated:?}");
+    assert_eq!(updated.body["status"], "requires_payment_method");
+    let plain = Call::default().post(localstripe_url(), &confirm, &[]).await;
+    assert_eq!(plain.status, 400, "{plain:?}");
+}
+
+#[tokio::test]
+async fn the_payment_intent_list_carries_metadata_but_filters_on_nothing_else() {
+    let customer = localstripe::customer().await;
+    let card = localstripe::card(&customer, Card::Visa).await;
+    payment_intent(&customer, &card, "order-7").await;
+    let listed = localstripe::payment_intents_of(&customer).await;
+    assert_eq!(listed[0]["metadata"]["order_id"], "order-7");
+    for filter in ["metadata[order_id]", "created[gte]"] {
+        let refused = get(localstripe_url(), "/v1/payment_intents", &[(filter, "1")]).await;
+        assert_eq!(refused.status, 400, "{filter}: {refused:?}");
+    }
+}
