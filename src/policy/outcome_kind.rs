@@ -29,26 +29,6 @@ pub enum Handling {
     Retry,
 }
 
-/// The kinds of ending, in the order of [`DECLARED`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OutcomeKind {
-    Charged,
-    Reconciled,
-    Duplicate,
-    Conflict,
-    InProgress,
-    Declined,
-    DeclineLimit,
-    Rejected,
-    FailedRetryable,
-    Deadline,
-    Deferred,
-    NeedsReconciliation,
-    Invalid,
-    Unstarted,
-    Skipped,
-}
-
 /// One declared ending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Declaration {
@@ -59,53 +39,49 @@ pub struct Declaration {
     pub handling: Handling,
 }
 
-const fn declare(
-    kind: OutcomeKind,
-    name: &'static str,
-    level: Level,
-    handling: Handling,
-) -> Declaration {
-    Declaration {
-        kind,
-        name,
-        level,
-        handling,
-    }
+/// Declares the kinds and their table together, so that each kind stands in the table
+/// once, at its own place.
+macro_rules! declare {
+    ($($kind:ident => $name:literal, $level:ident, $handling:ident;)*) => {
+        /// The kinds of ending, in the order of [`DECLARED`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum OutcomeKind {
+            $($kind,)*
+        }
+
+        /// Every kind with its name, level and handling.
+        pub const DECLARED: &[Declaration] = &[$(Declaration {
+            kind: OutcomeKind::$kind,
+            name: $name,
+            level: $level,
+            handling: $handling,
+        },)*];
+    };
 }
 
-/// The declaration. Two causes refine it, each in one place of `policy/outcome.rs`:
-/// `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
-/// `pending` (it settles by itself, so it is retried after the retry cap,
-/// `Outcome::class`); and `failed_retryable` is an error, not a warning, when a
-/// setting is wrong (`Outcome::level`). A decline at the order's limit is `decline_limit`,
-/// not `declined`: the one is retried, the other dead-lettered.
-pub const DECLARED: [Declaration; 15] = [
-    declare(OutcomeKind::Charged, "charged", Info, Ack),
-    declare(OutcomeKind::Reconciled, "reconciled", Info, Ack),
-    declare(OutcomeKind::Duplicate, "duplicate", Info, Ack),
-    declare(OutcomeKind::Conflict, "conflict", Error, DeadLetter),
-    declare(OutcomeKind::InProgress, "in_progress", Warn, Retry),
-    declare(OutcomeKind::Declined, "declined", Warn, Retry),
-    declare(OutcomeKind::DeclineLimit, "decline_limit", Warn, DeadLetter),
-    declare(OutcomeKind::Rejected, "rejected", Error, DeadLetter),
-    declare(
-        OutcomeKind::FailedRetryable,
-        "failed_retryable",
-        Warn,
-        Retry,
-    ),
-    declare(OutcomeKind::Deadline, "deadline", Warn, Retry),
-    declare(OutcomeKind::Deferred, "deferred", Warn, Retry),
-    declare(
-        OutcomeKind::NeedsReconciliation,
-        "needs_reconciliation",
-        Error,
-        DeadLetter,
-    ),
-    declare(OutcomeKind::Invalid, "invalid", Warn, DeadLetter),
-    declare(OutcomeKind::Unstarted, "unstarted", Warn, Retry),
-    declare(OutcomeKind::Skipped, "skipped", Info, Retry),
-];
+// The declaration. Two causes refine it, each in one place of `policy/outcome.rs`:
+// `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
+// `pending` (it settles by itself, so it is retried after the retry cap,
+// `Outcome::class`); and `failed_retryable` is an error, not a warning, when a setting
+// is wrong (`Outcome::level`). A decline at the order's limit is `decline_limit`, not
+// `declined`: the one is retried, the other dead-lettered.
+declare! {
+    Charged => "charged", Info, Ack;
+    Reconciled => "reconciled", Info, Ack;
+    Duplicate => "duplicate", Info, Ack;
+    Conflict => "conflict", Error, DeadLetter;
+    InProgress => "in_progress", Warn, Retry;
+    Declined => "declined", Warn, Retry;
+    DeclineLimit => "decline_limit", Warn, DeadLetter;
+    Rejected => "rejected", Error, DeadLetter;
+    FailedRetryable => "failed_retryable", Warn, Retry;
+    Deadline => "deadline", Warn, Retry;
+    Deferred => "deferred", Warn, Retry;
+    NeedsReconciliation => "needs_reconciliation", Error, DeadLetter;
+    Invalid => "invalid", Warn, DeadLetter;
+    Unstarted => "unstarted", Warn, Retry;
+    Skipped => "skipped", Info, Retry;
+}
 
 impl OutcomeKind {
     /// This kind's declaration.
@@ -154,7 +130,7 @@ mod tests {
 
     #[test]
     fn only_acknowledged_kinds_log_at_info_but_a_skip_which_waits_for_another() {
-        for declared in DECLARED {
+        for declared in DECLARED.iter() {
             let quiet = declared.level == Info;
             let expected = declared.handling == Ack || declared.kind == OutcomeKind::Skipped;
             assert_eq!(quiet, expected, "{declared:?}");

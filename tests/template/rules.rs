@@ -293,7 +293,10 @@ pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
         out.push("the dashboard reads another namespace than METRICS_NAMESPACE".to_owned());
     }
     // Every declared outcome, and nothing else, besides the other counters.
-    let outcomes = charge_once::policy::outcome_kind::DECLARED.map(|d| d.name);
+    let outcomes: Vec<&str> = charge_once::policy::outcome_kind::DECLARED
+        .iter()
+        .map(|d| d.name)
+        .collect();
     let counters = [
         "dead_lettered",
         "charge_retried",
