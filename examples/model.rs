@@ -46,7 +46,7 @@ use charge_once::contracts::payment::{FailureKind, Lookup, PaymentError, Receipt
 use charge_once::contracts::store::Write;
 use charge_once::contracts::store::{StoreError, WriteOutcome};
 use charge_once::domain::order::Order;
-use charge_once::domain::{Fingerprint, Key, Owner, Record, State as RecordState};
+use charge_once::domain::{Identity, Owner, Record, State as RecordState};
 use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
 use charge_once::policy::outcome::Outcome;
 use charge_once::policy::retry::Class;
@@ -320,8 +320,8 @@ struct ChargeModel {
     /// The key and fingerprint of each payload, computed once by the product's own
     /// functions: per delivery, SHA-256 and hex formatting at opt-level 0 took a third
     /// of the search's time.
-    order: (Key, Fingerprint),
-    other: (Key, Fingerprint),
+    order: Identity,
+    other: Identity,
 }
 
 /// The instant of a tick.
@@ -365,18 +365,14 @@ impl State {
 
 impl ChargeModel {
     fn new(p: Params) -> Self {
-        let identity = |payload: Payload| {
-            let order = payload.order();
-            (Key::for_order(&order), Fingerprint::of(&order))
-        };
         Self {
             p,
-            order: identity(Payload::Order),
-            other: identity(Payload::Other),
+            order: Identity::of(&Payload::Order.order()),
+            other: Identity::of(&Payload::Other.order()),
         }
     }
 
-    fn identity(&self, payload: Payload) -> (Key, Fingerprint) {
+    fn identity(&self, payload: Payload) -> Identity {
         match payload {
             Payload::Order => self.order.clone(),
             Payload::Other => self.other.clone(),
@@ -387,7 +383,7 @@ impl ChargeModel {
         let msg = &mut s.msgs[m];
         msg.receives += 1;
         msg.state = MsgState::InFlight;
-        let (key, fingerprint) = self.identity(msg.payload);
+        let Identity { key, fingerprint } = self.identity(msg.payload);
         let p = &self.p;
         // Unique per delivery, as a fresh random token would be.
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
@@ -456,6 +452,41 @@ impl ChargeModel {
         }
     }
 
+    /// One step of consumer `c` in environment `env`: the machine's answer to its last
+    /// step; `None` when it has none to take.
+    fn step(&self, s: &mut State, c: usize, env: Env) -> Option<()> {
+        if env != Env::Normal && env != Env::Decline {
+            s.faults -= 1;
+        }
+        let step = s.consumers[c].step.clone();
+        let next = match step {
+            Step::Write(kind) => {
+                let mut machine = s.consumers[c].machine.clone();
+                let answer = {
+                    let write = machine.write(kind, at(s.now));
+                    self.write(s, &write, env)
+                };
+                let next = machine.on(Input::Written(answer));
+                s.consumers[c].machine = machine;
+                next
+            }
+            Step::Charge { key } => {
+                let answer = self.charge(s, c, key, env);
+                s.consumers[c].machine.on(Input::Charged(answer))
+            }
+            Step::Lookup => {
+                let answer = self.lookup(s, c, env);
+                s.consumers[c].machine.on(Input::Looked(answer))
+            }
+            Step::Done(_) => return None,
+        };
+        match next {
+            Step::Done(outcome) => self.finish(s, c, &outcome),
+            next => s.consumers[c].step = next,
+        }
+        Some(())
+    }
+
     fn charge(
         &self,
         s: &mut State,
@@ -472,22 +503,7 @@ impl ChargeModel {
         }
         let payload = consumer.payload;
         if let Some(entry) = key.as_deref().and_then(|k| s.key_entry(k)) {
-            if entry.payload != payload {
-                return Err(NoAnswer::Failed(PaymentError::KeyReused));
-            }
-            return match entry.stored {
-                Stored::Charged(i) => Ok(Receipt {
-                    id: format!("ch{i}"),
-                }),
-                Stored::ChargedPending(i) => Err(NoAnswer::Failed(PaymentError::Pending {
-                    charge_id: format!("ch{i}"),
-                    status: "pending".to_owned(),
-                })),
-                Stored::Declined => Err(NoAnswer::Failed(declined())),
-                Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
-                    status: 500,
-                })),
-            };
+            return replay(entry, payload);
         }
         let store = |s: &mut State, stored: Stored| {
             if let Some(key) = &key {
@@ -677,36 +693,7 @@ impl Model for ChargeModel {
             }
         }
         for (c, consumer) in s.consumers.iter().enumerate() {
-            let faulty = s.faults > 0;
-            let live = s.now <= consumer.deadline;
-            let mut envs = vec![Env::Normal];
-            match &consumer.step {
-                // The dead letter's send fails, or succeeds with its ack lost.
-                Step::Done(_) if consumer.dead_lettering && faulty => {
-                    envs.extend([Env::StoreError, Env::AnswerLost]);
-                }
-                Step::Write(_) if faulty => {
-                    envs.extend([Env::SdkRetry, Env::AnswerLost, Env::StoreError]);
-                }
-                Step::Charge { key } if live => {
-                    let known = key.as_deref().is_some_and(|k| s.key_entry(k).is_some());
-                    if !known {
-                        envs.push(Env::Decline);
-                        if faulty {
-                            envs.extend([
-                                Env::ChargedAnswerLost,
-                                Env::PendingAnswerLost,
-                                Env::StoredServerError,
-                            ]);
-                        }
-                    }
-                    if faulty {
-                        envs.push(Env::Timeout);
-                    }
-                }
-                Step::Lookup if live && faulty => envs.push(Env::Timeout),
-                _ => {}
-            }
+            let envs = envs(s, consumer);
             actions.extend(envs.into_iter().map(|env| Action::Step(c, env)));
             if s.crashes > 0 {
                 actions.push(Action::Crash(c));
@@ -773,37 +760,7 @@ impl Model for ChargeModel {
                 let sent = env != Env::StoreError;
                 self.dead_letter(&mut s, c, sent, env == Env::Normal);
             }
-            Action::Step(c, env) => {
-                if env != Env::Normal && env != Env::Decline {
-                    s.faults -= 1;
-                }
-                let step = s.consumers[c].step.clone();
-                let input = match step {
-                    Step::Write(kind) => {
-                        let mut machine = s.consumers[c].machine.clone();
-                        let answer = {
-                            let write = machine.write(kind, at(s.now));
-                            self.write(&mut s, &write, env)
-                        };
-                        let next = machine.on(Input::Written(answer));
-                        s.consumers[c].machine = machine;
-                        next
-                    }
-                    Step::Charge { key } => {
-                        let answer = self.charge(&mut s, c, key, env);
-                        s.consumers[c].machine.on(Input::Charged(answer))
-                    }
-                    Step::Lookup => {
-                        let answer = self.lookup(&s, c, env);
-                        s.consumers[c].machine.on(Input::Looked(answer))
-                    }
-                    Step::Done(_) => return None,
-                };
-                match input {
-                    Step::Done(outcome) => self.finish(&mut s, c, &outcome),
-                    next => s.consumers[c].step = next,
-                }
-            }
+            Action::Step(c, env) => self.step(&mut s, c, env)?,
         }
         Some(s)
     }
@@ -976,6 +933,63 @@ fn parse_args() -> Result<(Option<String>, Params), String> {
     Ok((mutant_name, params))
 }
 
+/// The provider's stored answer to a key sent again: the same answer, or a refusal of
+/// the key for another payload.
+fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<PaymentError>> {
+    if entry.payload != payload {
+        return Err(NoAnswer::Failed(PaymentError::KeyReused));
+    }
+    match entry.stored {
+        Stored::Charged(i) => Ok(Receipt {
+            id: format!("ch{i}"),
+        }),
+        Stored::ChargedPending(i) => Err(NoAnswer::Failed(PaymentError::Pending {
+            charge_id: format!("ch{i}"),
+            status: "pending".to_owned(),
+        })),
+        Stored::Declined => Err(NoAnswer::Failed(declined())),
+        Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
+            status: 500,
+        })),
+    }
+}
+
+/// The environments a consumer's next step may meet: the faults left, the deadline,
+/// and whether its charge's key is known.
+fn envs(s: &State, consumer: &Consumer) -> Vec<Env> {
+    let faulty = s.faults > 0;
+    let live = s.now <= consumer.deadline;
+    let mut envs = vec![Env::Normal];
+    match &consumer.step {
+        // The dead letter's send fails, or succeeds with its ack lost.
+        Step::Done(_) if consumer.dead_lettering && faulty => {
+            envs.extend([Env::StoreError, Env::AnswerLost]);
+        }
+        Step::Write(_) if faulty => {
+            envs.extend([Env::SdkRetry, Env::AnswerLost, Env::StoreError]);
+        }
+        Step::Charge { key } if live => {
+            let known = key.as_deref().is_some_and(|k| s.key_entry(k).is_some());
+            if !known {
+                envs.push(Env::Decline);
+                if faulty {
+                    envs.extend([
+                        Env::ChargedAnswerLost,
+                        Env::PendingAnswerLost,
+                        Env::StoredServerError,
+                    ]);
+                }
+            }
+            if faulty {
+                envs.push(Env::Timeout);
+            }
+        }
+        Step::Lookup if live && faulty => envs.push(Env::Timeout),
+        _ => {}
+    }
+    envs
+}
+
 fn main() -> ExitCode {
     let (mutant_name, params) = match parse_args() {
         Ok(parsed) => parsed,
@@ -991,21 +1005,45 @@ fn main() -> ExitCode {
             println!("model: mutant {name}: {what}; {params:?}");
         }
     }
-    let model = ChargeModel::new(params);
+    let checker = check(
+        ChargeModel::new(params),
+        mutant_name.is_some(),
+        params.depth,
+    );
+    let (safety_broken, vacuous) = verdicts(&checker);
+    match (mutant_name.is_some(), safety_broken, vacuous) {
+        (false, false, false) => {
+            println!("model: every property holds and every behaviour is reached");
+            ExitCode::SUCCESS
+        }
+        (false, _, _) => {
+            println!("model: FAILED");
+            ExitCode::FAILURE
+        }
+        (true, true, _) => {
+            println!("model: the mutant broke the guarantee: the rule is needed");
+            ExitCode::FAILURE
+        }
+        (true, false, _) => {
+            println!("model: no counterexample for this mutant");
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Runs the checker: breadth first, bounded at `depth` (0: exhaustive); a mutant's run
+/// on one thread (the shortest trace) and only to its first counterexample.
+fn check(model: ChargeModel, mutant: bool, depth: usize) -> impl Checker<ChargeModel> {
     let started = Instant::now();
-    // One thread for mutants: breadth first on one thread gives the shortest trace.
-    let threads = if mutant_name.is_some() { 1 } else { 2 };
+    let threads = if mutant { 1 } else { 2 };
     let mut builder = model.checker().threads(threads);
-    let depth = params.depth;
     if depth > 0 {
         builder = builder.target_max_depth(depth);
     }
-    if mutant_name.is_some() {
-        // A mutant's run ends at its first counterexample.
+    if mutant {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
     let checker = builder.spawn_bfs().join();
-    let elapsed = started.elapsed();
     println!(
         "model: {} states ({} unique), depth {}{}, {:.1} s",
         checker.state_count(),
@@ -1016,9 +1054,14 @@ fn main() -> ExitCode {
         } else {
             " (exhaustive)"
         },
-        elapsed.as_secs_f64()
+        started.elapsed().as_secs_f64()
     );
+    checker
+}
 
+/// Prints each property's verdict (and a broken one's trace); whether a safety
+/// property broke, and whether a behaviour was never reached.
+fn verdicts(checker: &impl Checker<ChargeModel>) -> (bool, bool) {
     let mut safety_broken = false;
     let mut vacuous = false;
     for property in checker.model().properties() {
@@ -1041,24 +1084,7 @@ fn main() -> ExitCode {
             print_trace(property.name, path);
         }
     }
-    match (mutant_name.is_some(), safety_broken, vacuous) {
-        (false, false, false) => {
-            println!("model: every property holds and every behaviour is reached");
-            ExitCode::SUCCESS
-        }
-        (false, _, _) => {
-            println!("model: FAILED");
-            ExitCode::FAILURE
-        }
-        (true, true, _) => {
-            println!("model: the mutant broke the guarantee: the rule is needed");
-            ExitCode::FAILURE
-        }
-        (true, false, _) => {
-            println!("model: no counterexample for this mutant");
-            ExitCode::SUCCESS
-        }
-    }
+    (safety_broken, vacuous)
 }
 
 fn print_trace(name: &str, path: stateright::Path<State, Action>) {
