@@ -406,65 +406,44 @@ impl Bill {
         out
     }
 
-    pub fn markdown(&self) -> String {
-        let mut md = vec![
-            "## The bill".to_owned(),
-            String::new(),
-            format!(
-                "{}. Prices: ${} per GB-s arm64, ${} x86_64, ${} per request; INIT billed once per {} invocations (BENCH_INVOCATIONS_PER_COLD_START). Store {STORE_MS} ms, payment {PAYMENT_MS} ms, {ORDERS_PER_CELL} fresh orders per contender per cell.",
-                self.share,
-                self.prices.arm64_gb_s,
-                self.prices.x86_gb_s,
-                self.prices.per_request,
-                self.prices.invocations_per_cold_start
-            ),
-            String::new(),
-            "| contender | MB | period ms | batch | billed p50 ms | p99 ms | init ms | failed | $/M orders arm64 | x86_64 | × floor |".to_owned(),
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |".to_owned(),
-        ];
-        for ((cell, contender), m) in &self.measured {
-            let floor = floor_per_million(cell.batch, &self.prices).0;
-            md.push(match m {
-                Measured::Ran {
-                    billed_ms,
-                    init_ms,
-                    failed_records,
-                    records,
-                } => {
-                    let (arm, x86) =
-                        cost_per_million(m, *cell, &self.prices).unwrap_or((f64::NAN, f64::NAN));
-                    format!(
-                        "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {failed_records}/{records} | {arm:.3} | {x86:.3} | {:.2} |",
-                        contender.name(),
-                        cell.memory_mb,
-                        cell.period_ms,
-                        cell.batch,
-                        percentile(billed_ms, 50.0),
-                        percentile(billed_ms, 99.0),
-                        init_ms,
-                        arm / floor
-                    )
-                }
-                Measured::DoesNotRun { reason } => format!(
-                    "| {} | {} | {} | {} | does not run at {} MB: {reason} | | | | | | |",
+    /// One measured cell's row of the bill.
+    fn row(&self, cell: BillCell, contender: Contender, m: &Measured) -> String {
+        let floor = floor_per_million(cell.batch, &self.prices).0;
+        match m {
+            Measured::Ran {
+                billed_ms,
+                init_ms,
+                failed_records,
+                records,
+            } => {
+                let (arm, x86) =
+                    cost_per_million(m, cell, &self.prices).unwrap_or((f64::NAN, f64::NAN));
+                format!(
+                    "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {failed_records}/{records} | {arm:.3} | {x86:.3} | {:.2} |",
                     contender.name(),
                     cell.memory_mb,
                     cell.period_ms,
                     cell.batch,
-                    cell.memory_mb,
-                ),
-            });
+                    percentile(billed_ms, 50.0),
+                    percentile(billed_ms, 99.0),
+                    init_ms,
+                    arm / floor
+                )
+            }
+            Measured::DoesNotRun { reason } => format!(
+                "| {} | {} | {} | {} | does not run at {} MB: {reason} | | | | | | |",
+                contender.name(),
+                cell.memory_mb,
+                cell.period_ms,
+                cell.batch,
+                cell.memory_mb,
+            ),
         }
-        md.push(String::new());
-        md.push("| the floor (request fee + the critical path's waiting at 128 MB) | batch | $/M orders arm64 | x86_64 |".to_owned());
-        md.push("| --- | --- | --- | --- |".to_owned());
-        for batch in [1, 10, 40] {
-            let (arm, x86) = floor_per_million(batch, &self.prices);
-            md.push(format!("| | {batch} | {arm:.3} | {x86:.3} |"));
-        }
-        md.push(String::new());
-        md.push("| contender | smallest size it runs at (no failed record) | cheapest configuration, $/M orders arm64 |".to_owned());
-        md.push("| --- | --- | --- |".to_owned());
+    }
+
+    /// Each contender's smallest size that runs every record, and its cheapest
+    /// configuration.
+    fn sizes_md(&self, md: &mut Vec<String>) {
         for contender in CONTENDERS {
             let smallest = self
                 .measured
@@ -496,6 +475,38 @@ impl Bill {
                 contender.name()
             ));
         }
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = vec![
+            "## The bill".to_owned(),
+            String::new(),
+            format!(
+                "{}. Prices: ${} per GB-s arm64, ${} x86_64, ${} per request; INIT billed once per {} invocations (BENCH_INVOCATIONS_PER_COLD_START). Store {STORE_MS} ms, payment {PAYMENT_MS} ms, {ORDERS_PER_CELL} fresh orders per contender per cell.",
+                self.share,
+                self.prices.arm64_gb_s,
+                self.prices.x86_gb_s,
+                self.prices.per_request,
+                self.prices.invocations_per_cold_start
+            ),
+            String::new(),
+            "| contender | MB | period ms | batch | billed p50 ms | p99 ms | init ms | failed | $/M orders arm64 | x86_64 | × floor |".to_owned(),
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |".to_owned(),
+        ];
+        for ((cell, contender), m) in &self.measured {
+            md.push(self.row(*cell, *contender, m));
+        }
+        md.push(String::new());
+        md.push("| the floor (request fee + the critical path's waiting at 128 MB) | batch | $/M orders arm64 | x86_64 |".to_owned());
+        md.push("| --- | --- | --- | --- |".to_owned());
+        for batch in [1, 10, 40] {
+            let (arm, x86) = floor_per_million(batch, &self.prices);
+            md.push(format!("| | {batch} | {arm:.3} | {x86:.3} |"));
+        }
+        md.push(String::new());
+        md.push("| contender | smallest size it runs at (no failed record) | cheapest configuration, $/M orders arm64 |".to_owned());
+        md.push("| --- | --- | --- |".to_owned());
+        self.sizes_md(&mut md);
         md.push(String::new());
         md.push("| bill goal | goal | measured | met |".to_owned());
         md.push("| --- | --- | --- | --- |".to_owned());

@@ -104,22 +104,7 @@ async fn main() {
     };
     eprintln!("bench: instructions done ({:.0?})", started.elapsed());
     let mut cells = Vec::new();
-    // BENCH_CELLS=<slug>,<slug> picks cells of the full matrix (development).
-    let only: Vec<String> = std::env::var("BENCH_CELLS")
-        .map(|v| v.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
-    let chosen: Vec<Cell> = if only.is_empty() {
-        matrix(full)
-    } else {
-        matrix(true)
-            .into_iter()
-            .filter(|c| only.contains(&c.slug()))
-            .collect()
-    };
-    assert!(
-        !chosen.is_empty(),
-        "BENCH_CELLS matches no cell of the full matrix"
-    );
+    let (only, chosen) = chosen_cells(full);
     for cell in chosen {
         let figures = run_cell(cell, rounds, records).await;
         eprintln!("bench: {} done ({:.0?})", cell.label(), started.elapsed());
@@ -139,16 +124,7 @@ async fn main() {
         })
     };
 
-    let mut command = "make bench".to_owned();
-    if full {
-        command.push_str(" FULL=1");
-    }
-    if !only.is_empty() {
-        command.push_str(&format!(" BENCH_CELLS={}", only.join(",")));
-    }
-    if rounds != 5 || records != 100 {
-        command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
-    }
+    let command = command_line(full, &only, rounds, records);
     let report = Report {
         command,
         dynalite_cost,
@@ -160,10 +136,52 @@ async fn main() {
         instructions,
         elapsed: started.elapsed(),
     };
+    write_results(&report, bill.as_ref(), &only, full);
+}
+
+/// The cells to run: the default or full matrix, or the cells `BENCH_CELLS=<slug>,…`
+/// picks from the full one (development); and those slugs.
+fn chosen_cells(full: bool) -> (Vec<String>, Vec<Cell>) {
+    // BENCH_CELLS=<slug>,<slug> picks cells of the full matrix (development).
+    let only: Vec<String> = std::env::var("BENCH_CELLS")
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let chosen: Vec<Cell> = if only.is_empty() {
+        matrix(full)
+    } else {
+        matrix(true)
+            .into_iter()
+            .filter(|c| only.contains(&c.slug()))
+            .collect()
+    };
+    assert!(
+        !chosen.is_empty(),
+        "BENCH_CELLS matches no cell of the full matrix"
+    );
+    (only, chosen)
+}
+
+/// The command that reproduces this run, as the results name it.
+fn command_line(full: bool, only: &[String], rounds: usize, records: usize) -> String {
+    let mut command = "make bench".to_owned();
+    if full {
+        command.push_str(" FULL=1");
+    }
+    if !only.is_empty() {
+        command.push_str(&format!(" BENCH_CELLS={}", only.join(",")));
+    }
+    if rounds != 5 || records != 100 {
+        command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
+    }
+    command
+}
+
+/// Writes `bench/results/<stem>.{json,md,svg}` (and the bill's chart) and prints the
+/// report; a full or partial run never overwrites the default run's files of the day.
+fn write_results(report: &Report, bill: Option<&bill::Bill>, only: &[String], full: bool) {
     let dir = root().join("bench/results");
     std::fs::create_dir_all(&dir).unwrap();
     let date = today();
-    // A full or partial run never overwrites the default run's files of the day.
     let stem = if !only.is_empty() {
         format!("{date}-cells")
     } else if full {
@@ -173,7 +191,7 @@ async fn main() {
     };
     let mut markdown = report.markdown(&date);
     let mut json = report.json(&date);
-    if let Some(bill) = &bill {
+    if let Some(bill) = bill {
         markdown.push_str("\n\n");
         markdown.push_str(&bill.markdown());
         markdown.push('\n');
