@@ -11,7 +11,9 @@
 //!   refuses a key reused with another payload, charges, declines (a card declined
 //!   under one key may succeed under a later one), charges and loses the answer,
 //!   stores a 5xx, creates a `pending` charge that settles later as succeeded or
-//!   failed, and forgets keys;
+//!   failed, and forgets keys; a declined payment stays open, and someone (the shop's
+//!   on-session page, a person in the Dashboard) may confirm it later, until it is
+//!   cancelled;
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
 //!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
@@ -28,8 +30,9 @@
 //! in the DLQ; a `Done` record never
 //! changes; every message ends acknowledged or in the DLQ; and, so the model is not
 //! vacuous, a takeover after a crash, reconciliation finding a charge and finding
-//! none, a decline followed by success under a later key, a refused conflicting
-//! payload, and that payload dead-lettered on its first delivery are each reached.
+//! none, a decline followed by success under a later key, a declined payment
+//! confirmed by someone else and completed, a refused conflicting payload, and that
+//! payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
 //! must yield a counterexample, printed as the shortest trace.
@@ -42,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use charge_once::domain::clock::Time;
 
-use charge_once::contracts::payment::{FailureKind, Lookup, PaymentError, Receipt};
+use charge_once::contracts::payment::{Cancel, FailureKind, Lookup, PaymentError, Receipt};
 use charge_once::contracts::store::Write;
 use charge_once::contracts::store::{StoreError, WriteOutcome};
 use charge_once::domain::order::Order;
@@ -89,7 +92,9 @@ struct Params {
     msgs: &'static [Payload],
     /// The batch acknowledges a dead letter before its send succeeded (a mutant).
     ack_before_dead_letter: bool,
-    /// Budgets of nondeterministic faults, crashes and redrives in one run.
+    /// Budgets of nondeterministic faults, crashes and redrives in one run, and of
+    /// open payments someone else confirms.
+    confirms: u8,
     faults: u8,
     crashes: u8,
     redrives: u8,
@@ -113,6 +118,7 @@ impl Params {
             // Two copies of the order (SNS fan-out) and the same id with another amount.
             msgs: &[Payload::Order, Payload::Order, Payload::Other],
             ack_before_dead_letter: false,
+            confirms: 1,
             faults: 2,
             crashes: 1,
             redrives: 1,
@@ -153,6 +159,10 @@ const MUTANTS: &[(&str, &str)] = &[
         "ack-before-dead-letter",
         "a poison message is acknowledged before its send to the DLQ succeeded",
     ),
+    (
+        "open-payments-left-open",
+        "a declined payment is left open when the order moves to a new key",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -182,6 +192,15 @@ fn mutant(name: &str) -> Option<Params> {
         "reconcile-never" => p.rules.reconcile_old_keys = false,
         "records-outlive-messages" => p.retention = 1,
         "key-ttl-within-lifetime" => p.key_ttl = 2,
+        "open-payments-left-open" => {
+            // A decline, a redelivery charging under the next key, and someone
+            // confirming the first payment: no fault, crash or redrive needed.
+            p.rules.close_open_payments = false;
+            p.msgs = &[Payload::Order];
+            p.faults = 0;
+            p.crashes = 0;
+            p.redrives = 0;
+        }
         "ack-before-dead-letter" => {
             // The conflicting payload is the poison message; nothing else is needed.
             p.ack_before_dead_letter = true;
@@ -208,7 +227,10 @@ impl Payload {
             Self::Order => 5000,
             Self::Other => 7000,
         };
-        Order::new("o", amount, "EUR", "cus_1").unwrap()
+        Order::new("o", amount, "EUR", "cus_1")
+            .unwrap()
+            .paid_with("pm_1")
+            .unwrap()
     }
 }
 
@@ -249,6 +271,9 @@ enum Status {
     Succeeded,
     Pending,
     Failed,
+    /// Declined, and still confirmable by someone until cancelled.
+    Open,
+    Canceled,
 }
 
 /// What the provider stored under a key: the answer it replays.
@@ -257,7 +282,8 @@ enum Stored {
     Charged(usize),
     /// Created `pending`: a replay answers with the pending charge.
     ChargedPending(usize),
-    Declined,
+    /// Declined: the payment stays open.
+    Declined(usize),
     ServerError,
 }
 
@@ -277,6 +303,7 @@ struct State {
     charges: Vec<(Payload, Status)>,
     msgs: Vec<Msg>,
     consumers: Vec<Consumer>,
+    confirms: u8,
     faults: u8,
     crashes: u8,
     redrives: u8,
@@ -313,6 +340,8 @@ enum Action {
     Sweep,
     Settle(usize, bool),
     Redrive(usize),
+    /// Someone confirms the open payment `i`: it succeeds.
+    Confirm(usize),
 }
 
 struct ChargeModel {
@@ -383,13 +412,12 @@ impl ChargeModel {
         let msg = &mut s.msgs[m];
         msg.receives += 1;
         msg.state = MsgState::InFlight;
-        let Identity { key, fingerprint } = self.identity(msg.payload);
+        let identity = self.identity(msg.payload);
         let p = &self.p;
         // Unique per delivery, as a fresh random token would be.
         let name = format!("m{m}r{}d{}", msg.receives, msg.redriven);
         let (machine, step) = Machine::new(Start {
-            key,
-            fingerprint,
+            identity,
             owner: Owner::new(name.clone()),
             now: at(s.now),
             deadline: at(s.now + p.lease),
@@ -397,6 +425,7 @@ impl ChargeModel {
             max_declines: u32::from(p.max_receive),
             key_ttl: span(p.key_ttl),
             rules: p.rules,
+            chargeable: true,
         });
         s.consumers.push(Consumer {
             name,
@@ -478,6 +507,14 @@ impl ChargeModel {
                 let answer = self.lookup(s, c, env);
                 s.consumers[c].machine.on(Input::Looked(answer))
             }
+            Step::Cancel { payment_id } => {
+                let answer = self.cancel(s, c, &payment_id, env);
+                s.consumers[c].machine.on(Input::Cancelled(answer))
+            }
+            Step::Read => {
+                let read = Ok(s.table.clone());
+                s.consumers[c].machine.on(Input::Read(read))
+            }
             Step::Done(_) => return None,
         };
         match next {
@@ -521,7 +558,8 @@ impl ChargeModel {
         };
         match env {
             Env::Decline => {
-                store(s, Stored::Declined);
+                let i = new_charge(s, Status::Open);
+                store(s, Stored::Declined(i));
                 Err(NoAnswer::Failed(declined()))
             }
             Env::ChargedAnswerLost => {
@@ -543,9 +581,7 @@ impl ChargeModel {
             _ => {
                 let i = new_charge(s, Status::Succeeded);
                 store(s, Stored::Charged(i));
-                Ok(Receipt {
-                    id: format!("ch{i}"),
-                })
+                Ok(Receipt::new(format!("ch{i}")))
             }
         }
     }
@@ -563,15 +599,48 @@ impl ChargeModel {
                 .iter()
                 .position(|(p, st)| *p == consumer.payload && *st == status)
         };
-        Ok(match (mine(Status::Succeeded), mine(Status::Pending)) {
-            (Some(i), _) => Lookup::Succeeded(Receipt {
-                id: format!("ch{i}"),
-            }),
-            (None, Some(i)) => Lookup::Pending {
+        let found = (
+            mine(Status::Succeeded),
+            mine(Status::Pending),
+            mine(Status::Open),
+        );
+        Ok(match found {
+            (Some(i), _, _) => Lookup::Succeeded(Receipt::new(format!("ch{i}"))),
+            (None, Some(i), _) => Lookup::Pending {
                 charge_id: format!("ch{i}"),
                 status: "pending".to_owned(),
             },
-            (None, None) => Lookup::NotFound,
+            (None, None, Some(i)) => Lookup::Open {
+                payment_id: format!("ch{i}"),
+                status: "requires_payment_method".to_owned(),
+            },
+            (None, None, None) => Lookup::NotFound,
+        })
+    }
+
+    /// A cancel: an open payment becomes cancelled; any other is not cancellable.
+    fn cancel(
+        &self,
+        s: &mut State,
+        c: usize,
+        payment_id: &str,
+        env: Env,
+    ) -> Result<Cancel, NoAnswer<PaymentError>> {
+        if s.now > s.consumers[c].deadline {
+            return Err(NoAnswer::NoTime);
+        }
+        if env == Env::Timeout {
+            return Err(NoAnswer::TimedOut);
+        }
+        let open = receipt_index(payment_id)
+            .and_then(|i| s.charges.get_mut(i))
+            .filter(|(_, status)| *status == Status::Open);
+        Ok(match open {
+            Some(charge) => {
+                charge.1 = Status::Canceled;
+                Cancel::Cancelled
+            }
+            None => Cancel::NotCancellable,
         })
     }
 
@@ -668,6 +737,7 @@ impl Model for ChargeModel {
             charges: Vec::new(),
             msgs: self.p.msgs.iter().map(|p| msg(*p)).collect(),
             consumers: Vec::new(),
+            confirms: self.p.confirms,
             faults: self.p.faults,
             crashes: self.p.crashes,
             redrives: self.p.redrives,
@@ -714,6 +784,9 @@ impl Model for ChargeModel {
                 actions.push(Action::Settle(i, true));
                 actions.push(Action::Settle(i, false));
             }
+            if *status == Status::Open && s.confirms > 0 {
+                actions.push(Action::Confirm(i));
+            }
         }
     }
 
@@ -746,6 +819,10 @@ impl Model for ChargeModel {
                 s.keys.retain(|k| k.created + lifetime > now);
             }
             Action::Sweep => s.table = None,
+            Action::Confirm(i) => {
+                s.confirms -= 1;
+                s.charges[i].1 = Status::Succeeded;
+            }
             Action::Settle(i, ok) => {
                 s.charges[i].1 = if ok {
                     Status::Succeeded
@@ -819,6 +896,26 @@ impl Model for ChargeModel {
                     s.table
                         .as_ref()
                         .is_some_and(|r| r.state == RecordState::Done && r.declines >= Some(1))
+                },
+            ),
+            Property::sometimes(
+                "reached: a declined payment confirmed by someone else, completed with it",
+                |_: &ChargeModel, s: &State| {
+                    s.confirms == 0
+                        && s.table.as_ref().is_some_and(|r| {
+                            r.state == RecordState::Done
+                                && r.receipt
+                                    .as_deref()
+                                    .and_then(receipt_index)
+                                    .is_some_and(|i| {
+                                        s.charges.get(i).is_some_and(|c| c.1 == Status::Succeeded)
+                                    })
+                                && r.declines.is_none()
+                                && s.charges.iter().any(|c| c.1 == Status::Succeeded)
+                                && s.keys
+                                    .iter()
+                                    .any(|k| matches!(k.stored, Stored::Declined(_)))
+                        })
                 },
             ),
             Property::sometimes(
@@ -940,14 +1037,12 @@ fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<Paymen
         return Err(NoAnswer::Failed(PaymentError::KeyReused));
     }
     match entry.stored {
-        Stored::Charged(i) => Ok(Receipt {
-            id: format!("ch{i}"),
-        }),
+        Stored::Charged(i) => Ok(Receipt::new(format!("ch{i}"))),
         Stored::ChargedPending(i) => Err(NoAnswer::Failed(PaymentError::Pending {
             charge_id: format!("ch{i}"),
             status: "pending".to_owned(),
         })),
-        Stored::Declined => Err(NoAnswer::Failed(declined())),
+        Stored::Declined(_) => Err(NoAnswer::Failed(declined())),
         Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
             status: 500,
         })),
@@ -984,7 +1079,7 @@ fn envs(s: &State, consumer: &Consumer) -> Vec<Env> {
                 envs.push(Env::Timeout);
             }
         }
-        Step::Lookup if live && faulty => envs.push(Env::Timeout),
+        Step::Lookup | Step::Cancel { .. } if live && faulty => envs.push(Env::Timeout),
         _ => {}
     }
     envs

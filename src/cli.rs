@@ -109,6 +109,10 @@ pub enum Command {
         currency: String,
         #[arg(long)]
         customer: String,
+        /// The saved payment method (`pm_…`), as in the message; leave it out only for a
+        /// message from before the field existed.
+        #[arg(long)]
+        payment_method: Option<String>,
         /// For records written by the legacy consumer: you checked the provider by hand.
         #[arg(long)]
         legacy_format_checked: bool,
@@ -179,11 +183,16 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
             amount,
             currency,
             customer,
+            payment_method,
             legacy_format_checked,
             retry_declined,
             backing,
         } => {
             let order = Order::new(&order_id, amount, &currency, &customer).context("the order")?;
+            let order = match payment_method {
+                Some(method) => order.paid_with(&method).context("the order")?,
+                None => order,
+            };
             let confirmed = Confirmed {
                 legacy_format_checked,
                 retry_declined,

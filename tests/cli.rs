@@ -86,7 +86,8 @@ fn charges(db: &Path) -> Vec<(String, i64)> {
 fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("run.sqlite3");
-    let invalid = message_ids("events/sqs-batch.json", &[5]);
+    // The invalid body, the declined card and the card that needs authentication.
+    let invalid = message_ids("events/sqs-batch.json", &[5, 6, 7]);
 
     assert_eq!(invoke(&db, "events/sqs-batch.json"), invalid);
     let after_first = charges(&db);
@@ -124,8 +125,43 @@ fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
     .unwrap();
     assert_eq!(
         (summary["audit"].as_str(), summary["charges"].as_u64()),
-        (Some("clean"), Some(3))
+        // Three succeeded, two declined (cancelled) and one awaiting authentication.
+        (Some("clean"), Some(6))
     );
+}
+
+#[test]
+fn make_run_shows_charged_declined_and_authentication_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("run.sqlite3");
+    let out = charge_once(&db, &["invoke", "events/sqs-batch.json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let outcome = |id: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(&format!("cobro#{id}\"")) && l.contains("outcome="))
+            .unwrap_or_else(|| panic!("no line for {id}:\n{stderr}"))
+            .to_owned()
+    };
+    assert!(outcome("ord-3001").contains("outcome=\"charged\""));
+    assert!(outcome("ord-3005").contains("outcome=\"declined\""));
+    let strong = outcome("ord-3006");
+    assert!(
+        strong.contains("outcome=\"authentication_required\""),
+        "{strong}"
+    );
+    // The line names the payment the customer must confirm.
+    assert!(strong.contains("payment=\"pi_sim_"), "{strong}");
+    // The declined payment was cancelled before the next attempt may make another.
+    let shown: Value =
+        serde_json::from_slice(&charge_once(&db, &["inspect", "ord-3005"]).stdout).unwrap();
+    let statuses: Vec<String> = shown["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["declined", "canceled"]);
 }
 
 #[test]
@@ -175,7 +211,7 @@ fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
     let provider_calls = || {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.query_row(
-            "SELECT COUNT(*) FROM charges WHERE order_id = 'ord-5001'",
+            "SELECT COUNT(*) FROM charges WHERE order_id = 'ord-5001' AND idempotency_key <> ''",
             [],
             |r| r.get::<_, i64>(0),
         )
@@ -202,6 +238,8 @@ fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
         "EUR",
         "--customer",
         "cus_declined",
+        "--payment-method",
+        "pm_card_chargeDeclined",
         "--retry-declined",
     ];
     let out = charge_once(&db, &resolve);
@@ -338,9 +376,9 @@ fn the_simulator_refuses_what_stripe_refuses() {
     let db = dir.path().join("refused.sqlite3");
     let event = dir.path().join("event.json");
     let bodies = [
-        r#"{"id":"ord-zzz","amount":4200,"currency":"ZZZ","customer":"cus_123"}"#,
-        r#"{"id":"ord-cent","amount":1,"currency":"EUR","customer":"cus_123"}"#,
-        r#"{"id":"ord-kind","amount":4200,"currency":"EUR","customer":"pm_card_visa"}"#,
+        r#"{"id":"ord-zzz","amount":4200,"currency":"ZZZ","customer":"cus_123","payment_method":"pm_card_visa"}"#,
+        r#"{"id":"ord-cent","amount":1,"currency":"EUR","customer":"cus_123","payment_method":"pm_card_visa"}"#,
+        r#"{"id":"ord-kind","amount":4200,"currency":"EUR","customer":"pm_card_visa","payment_method":"pm_card_visa"}"#,
     ];
     let records: Vec<Value> = bodies
         .iter()

@@ -216,7 +216,7 @@ fn fifo_batch(records: &[(&str, Option<&str>)]) -> SqsEvent {
     let bodies: Vec<String> = records
         .iter()
         .map(|(id, _)| {
-            format!(r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1"}}"#)
+            format!(r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}}"#)
         })
         .collect();
     let mut batch = batch_of(&bodies);
@@ -433,10 +433,12 @@ async fn the_mixed_batch_acks_charges_and_duplicates_and_fails_only_the_invalid_
     let h = harness().await;
     let failed = h.invoke("sqs-batch.json").await;
     assert_eq!(failed, message_ids("sqs-batch.json", &[5]));
-    for order in ["ord-3001", "ord-3002", "ord-3003"] {
+    // The test provider charges every card (the simulator's test cards decline and
+    // ask for authentication: tests/cli.rs).
+    for order in ["ord-3001", "ord-3002", "ord-3003", "ord-3005", "ord-3006"] {
         assert_eq!(h.provider.charges_for(order).len(), 1, "{order}");
     }
-    assert_eq!(h.provider.calls().len(), 3);
+    assert_eq!(h.provider.calls().len(), 5);
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -502,7 +504,7 @@ fn eventbridge(order: &str) -> String {
 #[tokio::test]
 async fn an_eventbridge_record_is_charged_and_its_raw_copy_is_a_duplicate() {
     let h = harness().await;
-    let order = r#"{"id":"eb-1","amount":4200,"currency":"EUR","customer":"cus_1"}"#;
+    let order = r#"{"id":"eb-1","amount":4200,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}"#;
     let failed = h
         .invoke_event_with(
             batch_of(&[eventbridge(order), order.to_owned()]),
@@ -525,7 +527,7 @@ async fn each_outcome_line_carries_the_receive_count_and_the_trace_id() {
     let _guard = logs.install();
     let h = harness().await;
     let mut event = batch_of(&[
-        r#"{"id":"tr-1","amount":100,"currency":"EUR","customer":"cus_1"}"#,
+        r#"{"id":"tr-1","amount":100,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}"#,
         "not an order",
     ]);
     for record in &mut event.records {
@@ -727,7 +729,10 @@ async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key
 
 /// The order of `events/sqs-single.json`, as `resolve` gets it from the DLQ message.
 fn ord_1001() -> Order {
-    Order::new("ord-1001", 5000, "EUR", "cus_123").unwrap()
+    Order::new("ord-1001", 5000, "EUR", "cus_123")
+        .unwrap()
+        .paid_with("pm_card_visa")
+        .unwrap()
 }
 
 #[tokio::test]
@@ -808,8 +813,11 @@ async fn once_the_providers_breaker_opens_records_are_deferred_without_a_write_u
         ..Options::default()
     };
     let h = Harness::with(TestProvider::new(), options).await;
-    let body =
-        |id: &str| format!(r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1"}}"#);
+    let body = |id: &str| {
+        format!(
+            r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}}"#
+        )
+    };
     // A 5xx and its in-invocation retry: two failures in a row open the breaker.
     h.provider
         .script("brk-1", &[Fault::ServerError, Fault::ServerError]);
@@ -846,4 +854,148 @@ async fn once_the_providers_breaker_opens_records_are_deferred_without_a_write_u
     assert_eq!(h.provider.charges_for("brk-2").len(), 1);
     assert_eq!(h.provider.charges_for("brk-3").len(), 1);
     h.provider.assert_no_order_charged_twice();
+}
+
+/// A body of order `id` paid with the test provider's card, or with no payment method.
+fn paid(id: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","amount":900,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}}"#
+    )
+}
+
+fn unpaid(id: &str) -> String {
+    format!(r#"{{"id":"{id}","amount":900,"currency":"EUR","customer":"cus_1"}}"#)
+}
+
+#[tokio::test]
+async fn a_declined_payment_is_cancelled_before_the_next_key_so_no_later_confirm_can_charge_twice()
+{
+    let h = harness().await;
+    h.provider.script("pi-dec", &[Fault::Decline]);
+    let event = batch_of(&[paid("pi-dec")]);
+    assert_eq!(
+        h.invoke_event_with(event.clone(), INVOCATION).await.len(),
+        1
+    );
+    // The declined payment was looked up and cancelled before the record moved on.
+    let cancelled = h.provider.cancels();
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    assert!(h.provider.open_for("pi-dec").is_empty());
+    let record = h.record("pi-dec").await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(2)));
+    // The shop's page or a person in the Dashboard cannot confirm it any more.
+    assert!(!h.provider.confirm(&cancelled[0]));
+    h.redeliver_later();
+    assert!(h.invoke_event_with(event, INVOCATION).await.is_empty());
+    assert_eq!(
+        h.provider.keys_for("pi-dec"),
+        ["cobro#pi-dec#1", "cobro#pi-dec#2"]
+    );
+    assert_eq!(h.provider.charges_for("pi-dec").len(), 1);
+    h.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_redrive_after_the_customer_confirmed_completes_it()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    h.provider
+        .script("pi-sca", &[Fault::AuthenticationRequired]);
+    let event = batch_of(&[paid("pi-sca")]);
+    assert_eq!(
+        h.invoke_event_with(event.clone(), INVOCATION).await.len(),
+        1
+    );
+    let open = h.provider.open_for("pi-sca");
+    assert_eq!(open.len(), 1, "the payment awaits the customer");
+    let lines = outcome_lines(&logs);
+    let (_, outcome, level, fields) = lines.last().unwrap();
+    assert_eq!(
+        (outcome.as_str(), level.as_str()),
+        ("authentication_required", "WARN")
+    );
+    assert_eq!(fields["payment"], open[0].as_str(), "{fields}");
+    assert_eq!(fields["dead_lettered"], false, "no queue here: {fields}");
+    let record = h.record("pi-sca").await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    // A redrive before the customer came back: the same key, no new payment.
+    h.redeliver_later();
+    assert_eq!(
+        h.invoke_event_with(event.clone(), INVOCATION).await.len(),
+        1
+    );
+    assert_eq!(
+        outcome_lines(&logs).last().unwrap().1,
+        "authentication_required"
+    );
+    assert!(h.provider.cancels().is_empty(), "it is never cancelled");
+    // The customer authenticates on the shop's page; the redrive completes the order.
+    assert!(h.provider.confirm(&open[0]));
+    h.redeliver_later();
+    assert!(h.invoke_event_with(event, INVOCATION).await.is_empty());
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "reconciled");
+    assert_eq!(h.provider.keys_for("pi-sca"), ["cobro#pi-sca#1"; 3]);
+    assert_eq!(h.provider.charges_for("pi-sca"), open);
+    let done = h.record("pi-sca").await.unwrap();
+    assert_eq!(done.receipt.as_deref(), Some(open[0].as_str()));
+    h.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_message_without_a_payment_method_is_invalid_until_its_order_is_done_then_a_duplicate() {
+    let h = harness().await;
+    let before = batch_of(&[unpaid("pi-none")]);
+    assert_eq!(
+        h.invoke_event_with(before.clone(), INVOCATION).await.len(),
+        1
+    );
+    assert!(h.provider.calls_for("pi-none").is_empty(), "never charged");
+    assert!(h.record("pi-none").await.is_none(), "nothing written");
+    // The order is charged from a message that names its payment method; a copy sent
+    // before the field existed is then acknowledged, with no call.
+    let after = batch_of(&[paid("pi-none")]);
+    assert!(h.invoke_event_with(after, INVOCATION).await.is_empty());
+    assert!(h.invoke_event_with(before, INVOCATION).await.is_empty());
+    assert_eq!(h.provider.calls_for("pi-none").len(), 1);
+    assert_eq!(h.provider.charges_for("pi-none").len(), 1);
+}
+
+#[tokio::test]
+async fn a_record_written_before_payment_methods_existed_is_the_same_order_never_a_conflict() {
+    let h = harness().await;
+    // The record a delivery from before the upgrade left: the four-field fingerprint,
+    // its lease ended.
+    let old = batch_of(&[unpaid("pi-old")]);
+    let old_order = Order::parse(&unpaid("pi-old")).unwrap();
+    harness::lease::Lease::of(&old_order, "before-the-upgrade", h.now())
+        .make(h.table.store.as_ref())
+        .await;
+    let record = h.record("pi-old").await.unwrap();
+    assert_eq!(
+        record.fingerprint.as_deref(),
+        Some(old_order.fingerprint().as_str())
+    );
+    h.redeliver_later();
+    // The upgraded message is the same order: it takes the lease over and is charged.
+    assert!(
+        h.invoke_event_with(batch_of(&[paid("pi-old")]), INVOCATION)
+            .await
+            .is_empty()
+    );
+    let done = h.record("pi-old").await.unwrap();
+    assert_eq!(done.state, State::Done);
+    assert_eq!(
+        done.fingerprint.as_deref(),
+        Some(
+            Order::parse(&paid("pi-old"))
+                .unwrap()
+                .fingerprint()
+                .as_str()
+        )
+    );
+    // The old message is a duplicate now.
+    assert!(h.invoke_event_with(old, INVOCATION).await.is_empty());
+    assert_eq!(h.provider.charges_for("pi-old").len(), 1);
 }

@@ -16,7 +16,9 @@ use harness::rig::{DEADLINE_MARGIN, Harness, INVOCATION, PROVIDER_KEY_TTL, batch
 use serde_json::Value;
 
 fn body(id: &str, amount: u64) -> String {
-    format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m"}}"#)
+    format!(
+        r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"cus_m","payment_method":"pm_card_visa"}}"#
+    )
 }
 
 /// The invocation's EMF document, as the Lambda entry point writes it.
@@ -134,10 +136,10 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
         .collect();
     assert!(declared.contains(&"store_latency_ms") && declared.contains(&"payment_latency_ms"));
     // 5 charges (m-fresh, m-declined, m-broken and its retry, m-expired) + 1 lookup
-    // (m-old).
+    // (m-old) + the decline's lookup, cancel of its open payment, and look again.
     assert_eq!(
         doc["payment_latency_ms"].as_array().unwrap().len(),
-        6,
+        9,
         "{doc}"
     );
     assert!(doc["store_latency_ms"].as_array().unwrap().len() >= 10);

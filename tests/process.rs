@@ -56,7 +56,10 @@ fn bench() -> Bench {
 }
 
 fn order(id: &str, amount: u64) -> Order {
-    Order::new(id, amount, "EUR", "cus_1").unwrap()
+    Order::new(id, amount, "EUR", "cus_1")
+        .unwrap()
+        .paid_with("pm_card_visa")
+        .unwrap()
 }
 
 impl Bench {
@@ -91,7 +94,9 @@ impl Bench {
 
 fn charged(outcome: &Outcome) -> (&str, u32) {
     match outcome {
-        Outcome::Charged { receipt, attempt } => (receipt, *attempt),
+        Outcome::Charged {
+            receipt, attempt, ..
+        } => (receipt, *attempt),
         other => panic!("expected charged, got {other:?}"),
     }
 }

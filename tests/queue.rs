@@ -17,8 +17,11 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
 
-fn order(id: &str, customer: &str) -> String {
-    json!({"id": id, "amount": 1200, "currency": "EUR", "customer": customer}).to_string()
+/// An order paid with `payment_method` (Stripe's test ids choose the simulator's answer).
+fn order(id: &str, payment_method: &str) -> String {
+    json!({"id": id, "amount": 1200, "currency": "EUR", "customer": "cus_123",
+           "payment_method": payment_method})
+    .to_string()
 }
 
 /// `charge-once invoke <event> [--sqs]` with JSON log lines, on the simulator.
@@ -59,7 +62,7 @@ fn line_of<'a>(lines: &'a [Value], message_id: &str) -> &'a Value {
 /// Sends an order, an invalid body (with a message attribute) and a declining order,
 /// and receives them as the event source would, hidden for 1 s.
 async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [String; 3]) {
-    queues.send(&[order("q-ok", "cus_123")]).await;
+    queues.send(&[order("q-ok", "pm_card_visa")]).await;
     queues
         .client
         .send_message()
@@ -76,7 +79,9 @@ async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [
         .send()
         .await
         .unwrap();
-    queues.send(&[order("q-declined", "cus_declined")]).await;
+    queues
+        .send(&[order("q-declined", "pm_card_chargeDeclined")])
+        .await;
     let mut messages = Vec::new();
     for _ in 0..20 {
         messages.extend(queues.receive(Duration::from_secs(1)).await);

@@ -90,6 +90,8 @@ fn ms(n: u64) -> Duration {
 }
 const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";
 const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
+/// The five-field fingerprint of H1's order paid with `pm_card_visa`.
+const H3: &str = "e2dad7907db2f16826ea2cadffd475167b2af5328a69634aba5176186620b8dd";
 
 /// A test's owner token, kept for the life of the test binary (requests borrow it).
 fn tok(name: &str) -> &'static Owner {
@@ -106,6 +108,7 @@ fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now: Time) -> ReserveReq
     ReserveRequest {
         pk,
         fingerprint: fp(fingerprint),
+        earlier_fingerprint: None,
         owner: tok(owner),
         now,
         lease_until: now + MINUTE,
@@ -230,6 +233,44 @@ async fn an_unfinished_item_past_its_expiry_counts_as_absent(t: Fixture) {
     let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY)).await;
     assert_eq!(record.owner.as_deref(), Some("b"));
     assert_eq!(record.fingerprint.as_deref(), Some(H2));
+}
+
+/// A record from before `payment_method` existed holds the four-field fingerprint: an
+/// order naming a payment method is the same order under its earlier one, and the
+/// record takes the new one when reserved; a third payload is still a conflict.
+async fn a_record_with_the_earlier_fingerprint_is_the_same_order(t: Fixture) {
+    let pk = key();
+    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
+    applied(
+        t.store
+            .write(&Write::Release(release(&pk, "a", false)))
+            .await
+            .unwrap(),
+    );
+    let with_method = |owner, earlier: &'static str, now| ReserveRequest {
+        earlier_fingerprint: Some(fp(earlier)),
+        ..req(&pk, H3, owner, now)
+    };
+    assert!(matches!(
+        judged(t.store.as_ref(), &with_method("b", H2, T + ms(1))).await,
+        Reservation::Conflict { .. }
+    ));
+    let record = won(t.store.as_ref(), &with_method("c", H1, T + ms(2))).await;
+    assert_eq!(
+        record.fingerprint.as_deref(),
+        Some(H3),
+        "it takes the new one"
+    );
+    applied(
+        t.store
+            .write(&Write::Complete(complete(&pk, "c", 1, "pi_1")))
+            .await
+            .unwrap(),
+    );
+    assert!(matches!(
+        judged(t.store.as_ref(), &with_method("d", H1, T + ms(3))).await,
+        Reservation::Duplicate { receipt: Some(r) } if r == "pi_1"
+    ));
 }
 
 async fn other_fingerprint_is_a_conflict(t: Fixture) {
@@ -474,6 +515,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     let lease = |owner| ResolveLeaseRequest {
         pk: &pk,
         fingerprint: fp(H1),
+        earlier_fingerprint: None,
         owner: tok(owner),
         now: T + ms(20),
         lease_until: T + ms(20) + MINUTE,
@@ -538,6 +580,9 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         // Mostly one owner, so leases are taken, released and declined in turn.
         let owner = tok(["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)]);
         let fingerprint = fp(if rng.random_bool(0.85) { H1 } else { H2 });
+        // Now and then an order with a payment method whose earlier fingerprint is the
+        // stored one (or another).
+        let earlier_fingerprint = [None, None, Some(fp(H1)), Some(fp(H2))][rng.random_range(0..4)];
         // Short retention now and then, so "past expira" is exercised.
         let expires = Time::from_secs(
             now.as_secs()
@@ -570,6 +615,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             0 | 1 => Write::Reserve(ReserveRequest {
                 pk,
                 fingerprint,
+                earlier_fingerprint,
                 owner,
                 now,
                 lease_until: now + MINUTE,
@@ -583,6 +629,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             _ => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk,
                 fingerprint,
+                earlier_fingerprint,
                 owner,
                 now,
                 lease_until: now + MINUTE,
@@ -800,6 +847,7 @@ contract_suite!(
     a_done_item_past_its_expiry_is_still_a_duplicate,
     an_unfinished_item_past_its_expiry_counts_as_absent,
     other_fingerprint_is_a_conflict,
+    a_record_with_the_earlier_fingerprint_is_the_same_order,
     live_lease_is_in_progress,
     our_own_retried_reserve_is_won,
     an_expired_lease_is_taken_over_keeping_the_attempt,

@@ -63,6 +63,7 @@ impl Lease {
         ReserveRequest {
             pk: &self.pk,
             fingerprint: &self.fingerprint,
+            earlier_fingerprint: None,
             owner: &self.owner,
             now: self.now,
             lease_until: self.lease_until,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::contracts::payment::{
-    ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -28,6 +28,9 @@ pub enum Fault {
     StoredServerError,
     /// Panics inside the call.
     Panic,
+    /// 402 `authentication_required`: the payment stays open, awaiting the customer
+    /// (`requires_action`), stored under the key.
+    AuthenticationRequired,
 }
 
 /// One call as the provider saw it.
@@ -42,6 +45,7 @@ pub struct Call {
 enum Stored {
     Charged { charge_id: String, params: String },
     Declined { params: String },
+    AuthenticationRequired { params: String, payment_id: String },
     ServerError { params: String },
 }
 
@@ -56,6 +60,9 @@ struct State {
     by_key: HashMap<String, Stored>,
     /// Every charge actually made: (order id, amount, charge id).
     charges: Vec<(String, u64, String)>,
+    /// Payments someone may still confirm: (order id, amount, id, status).
+    open: Vec<(String, u64, String, &'static str)>,
+    cancels: Vec<String>,
     calls: Vec<Call>,
     lookups: Vec<String>,
 }
@@ -142,11 +149,12 @@ impl TestProvider {
 
 fn params(order: &Order) -> String {
     format!(
-        "{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}",
         order.id(),
         order.amount(),
         order.currency(),
-        order.customer()
+        order.customer(),
+        order.payment_method().unwrap_or_default()
     )
 }
 
@@ -176,13 +184,14 @@ impl ChargePath for TestProvider {
         };
         if let Some(stored) = replay {
             let (stored_params, result) = match &stored {
-                Stored::Charged { charge_id, params } => (
+                Stored::Charged { charge_id, params } => (params, Ok(Receipt::new(charge_id))),
+                Stored::Declined { params } => (params, Err(declined())),
+                Stored::AuthenticationRequired { params, payment_id } => (
                     params,
-                    Ok(Receipt {
-                        id: charge_id.clone(),
+                    Err(PaymentError::AuthenticationRequired {
+                        payment_id: Some(payment_id.clone()),
                     }),
                 ),
-                Stored::Declined { params } => (params, Err(declined())),
                 Stored::ServerError { params } => (
                     params,
                     Err(PaymentError::ReplayedServerError { status: 500 }),
@@ -197,6 +206,7 @@ impl ChargePath for TestProvider {
         }
         match fault {
             Some(Fault::Decline) => {
+                self.open_payment(order, "requires_payment_method");
                 self.state
                     .lock()
                     .unwrap()
@@ -204,6 +214,20 @@ impl ChargePath for TestProvider {
                     .insert(key.to_owned(), Stored::Declined { params });
                 self.record(order, key, "declined");
                 Err(declined())
+            }
+            Some(Fault::AuthenticationRequired) => {
+                let payment_id = self.open_payment(order, "requires_action");
+                self.state.lock().unwrap().by_key.insert(
+                    key.to_owned(),
+                    Stored::AuthenticationRequired {
+                        params,
+                        payment_id: payment_id.clone(),
+                    },
+                );
+                self.record(order, key, "authentication_required");
+                Err(PaymentError::AuthenticationRequired {
+                    payment_id: Some(payment_id),
+                })
             }
             Some(Fault::Timeout) => {
                 self.record(order, key, "timeout");
@@ -236,7 +260,7 @@ impl ChargePath for TestProvider {
             None => {
                 let id = self.make_charge(order, key, params);
                 self.record(order, key, "charged");
-                Ok(Receipt { id })
+                Ok(Receipt::new(id))
             }
         }
     }
@@ -252,14 +276,36 @@ impl ChargePath for TestProvider {
         let mine =
             |(o, amount, _): &&(String, u64, String)| o == order.id() && *amount == order.amount();
         if let Some((_, _, id)) = state.charges.iter().find(mine) {
-            return Ok(Lookup::Succeeded(Receipt { id: id.clone() }));
+            return Ok(Lookup::Succeeded(Receipt::new(id)));
         }
-        Ok(match state.pending.iter().find(mine) {
-            Some((_, _, id)) => Lookup::Pending {
+        if let Some((_, _, id)) = state.pending.iter().find(mine) {
+            return Ok(Lookup::Pending {
                 charge_id: id.clone(),
                 status: "pending".to_owned(),
+            });
+        }
+        let open = state
+            .open
+            .iter()
+            .find(|(o, amount, _, _)| o == order.id() && *amount == order.amount());
+        Ok(match open {
+            Some((_, _, id, status)) => Lookup::Open {
+                payment_id: id.clone(),
+                status: (*status).to_owned(),
             },
             None => Lookup::NotFound,
+        })
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError> {
+        let mut state = self.state.lock().unwrap();
+        state.cancels.push(payment_id.to_owned());
+        let before = state.open.len();
+        state.open.retain(|(_, _, id, _)| id != payment_id);
+        Ok(if state.open.len() < before {
+            Cancel::Cancelled
+        } else {
+            Cancel::NotCancellable
         })
     }
 }
@@ -292,6 +338,45 @@ impl TestProvider {
             },
         );
         id
+    }
+
+    /// A payment of `order` someone may still confirm; its id.
+    fn open_payment(&self, order: &Order, status: &'static str) -> String {
+        let mut state = self.state.lock().unwrap();
+        let id = format!("pi_open_{}", state.open.len() + state.cancels.len() + 1);
+        state
+            .open
+            .push((order.id().to_owned(), order.amount(), id.clone(), status));
+        id
+    }
+
+    /// Someone (the customer on the shop's page, a person in the Dashboard) confirms
+    /// the open payment `payment_id`: it succeeds, a charge of its order. `false` when
+    /// it is not open (cancelled, or never).
+    pub fn confirm(&self, payment_id: &str) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let Some(at) = state.open.iter().position(|(_, _, id, _)| id == payment_id) else {
+            return false;
+        };
+        let (order_id, amount, id, _) = state.open.remove(at);
+        state.charges.push((order_id, amount, id));
+        true
+    }
+
+    /// The payments someone may still confirm, for `order_id`.
+    pub fn open_for(&self, order_id: &str) -> Vec<String> {
+        let state = self.state.lock().unwrap();
+        state
+            .open
+            .iter()
+            .filter(|(o, ..)| o == order_id)
+            .map(|(_, _, id, _)| id.clone())
+            .collect()
+    }
+
+    /// Every cancel asked for, in order.
+    pub fn cancels(&self) -> Vec<String> {
+        self.state.lock().unwrap().cancels.clone()
     }
 
     /// Every later lookup takes `delay` (bounded by the caller's timeout).

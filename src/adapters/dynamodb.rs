@@ -48,12 +48,14 @@ const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
      #huella = :huella, #expira = :expira, #creado = if_not_exists(#creado, :now_ms), \
      #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
-/// legacy consumer have no `huella` and are never taken over); or the same payload,
-/// below the decline limit, `libre` or with an expired lease. `hecho` is never
-/// matched: it is final.
+/// legacy consumer have no `huella` and are never taken over); or the same payload
+/// (its fingerprint, or the one a record from before `payment_method` holds: it then
+/// takes the new one), below the decline limit, `libre` or with an expired lease.
+/// `hecho` is never matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
-     OR (#huella = :huella AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
+     OR ((#huella = :huella OR #huella = :huella_antes) \
+         AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
          AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
 const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
 const COMPLETE_UPDATE: &str =
@@ -71,7 +73,7 @@ const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
      #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
 const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
      AND (#estado <> :en_curso OR attribute_not_exists(#hasta) OR #hasta < :now_ms) \
-     AND (attribute_not_exists(#huella) OR #huella = :huella)";
+     AND (attribute_not_exists(#huella) OR #huella = :huella OR #huella = :huella_antes)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
 
 /// The values every expression may use: the states and the numbers 0 and 1.
@@ -186,6 +188,10 @@ impl DynamoStore {
                 .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
                 .expression_attribute_values(":titular", s(req.owner))
                 .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(
+                    ":huella_antes",
+                    s(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
+                )
                 .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
                 .expression_attribute_values(":expira", n(req.expires.as_secs()))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms()))
@@ -213,6 +219,10 @@ impl DynamoStore {
                 .expression_attribute_values(":titular", s(req.owner))
                 .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
                 .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(
+                    ":huella_antes",
+                    s(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
+                )
                 .expression_attribute_values(":now_ms", n(req.now.as_ms())),
         }
     }

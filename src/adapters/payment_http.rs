@@ -1,9 +1,13 @@
-//! The production provider: a Stripe-compatible HTTP client (`reqwest`; TLS from `tls.rs`).
+//! The production provider: Stripe's PaymentIntents API over HTTP (`reqwest`; TLS from
+//! `tls.rs`), off-session, every request under one pinned `Stripe-Version`.
 //!
-//! `charge` is `POST /v1/charges` with an `Idempotency-Key` and a form body that is a
-//! pure function of the order's fingerprinted fields, so a replay is byte-identical
-//! and the provider answers with the original outcome. `find_charge` lists the
-//! customer's charges for reconciliation. Responses are classified per ARCHITECTURE.md, "The state machine".
+//! `charge` is `POST /v1/payment_intents` with `confirm=true`, `off_session=true`, an
+//! `Idempotency-Key` and a form body that is a pure function of the order's
+//! fingerprinted fields, so a replay is byte-identical and the provider answers with
+//! the original outcome. `find_charge` lists the customer's PaymentIntents
+//! (`GET /v1/payment_intents?customer=`, never Search, which lags) for reconciliation;
+//! `cancel` closes an open one. Answers are classified per ARCHITECTURE.md, "The
+//! payment provider".
 //!
 //! The API key is sent as a sensitive header and never appears in errors, logs or
 //! `Debug` output; the provider's error text is never carried into our errors (an
@@ -19,12 +23,21 @@ use serde::Deserialize;
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    AWAITS_CUSTOMER, Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup,
+    PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
-/// Page size of a charge listing, and how many pages reconciliation reads at most.
+/// The API version every request is made under, whatever the account's default: an
+/// account upgrade in the Dashboard must not reshape the answers under a running
+/// function. The answers are read as this version shapes them (the fixtures of
+/// `tests/payment_http.rs` are taken from its API reference).
+pub const STRIPE_VERSION: &str = "2025-12-15.clover";
+/// The PaymentIntents endpoint.
+const PAYMENT_INTENTS: &str = "/v1/payment_intents";
+
+/// Page size of a listing, and how many pages reconciliation reads at most.
 const PAGE_SIZE: usize = 100;
 const MAX_PAGES: usize = 20;
 /// How many pages the audit reads at most (a million charges in its window).
@@ -71,6 +84,7 @@ impl HttpProvider {
         auth.set_sensitive(true);
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, auth);
+        headers.insert("Stripe-Version", HeaderValue::from_static(STRIPE_VERSION));
         let client = Client::builder()
             .tls_backend_preconfigured(tls.client_config())
             .default_headers(headers)
@@ -93,13 +107,24 @@ impl HttpProvider {
         format!("{}{path}", self.base_url)
     }
 
-    /// Reads `GET /v1/charges?<filter>` page after page (at most `max_pages`), handing
-    /// each page to `visit` until it breaks.
+    /// `…/payment_intents/<id><rest>`, the id escaped as one path segment.
+    fn intent_url(&self, id: &str, rest: &[&str]) -> Result<reqwest::Url, PaymentError> {
+        let mut url = reqwest::Url::parse(&self.url(PAYMENT_INTENTS))
+            .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?;
+        url.path_segments_mut()
+            .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?
+            .push(id)
+            .extend(rest);
+        Ok(url)
+    }
+
+    /// Reads `GET /v1/payment_intents?<filter>` page after page (at most
+    /// `max_pages`), handing each page to `visit` until it breaks.
     async fn walk_charges<T>(
         &self,
         filter: (&'static str, String),
         max_pages: usize,
-        mut visit: impl FnMut(Vec<Charge>) -> ControlFlow<T>,
+        mut visit: impl FnMut(Vec<Intent>) -> ControlFlow<T>,
     ) -> Result<Walk<T>, PaymentError> {
         let mut starting_after: Option<String> = None;
         for _ in 0..max_pages {
@@ -107,9 +132,9 @@ impl HttpProvider {
             if let Some(after) = &starting_after {
                 query.push(("starting_after", after.clone()));
             }
-            let request = self.client.get(self.url("/v1/charges")).query(&query);
-            let page: ChargeList =
-                send_json(request, "a charge listing that is not a list").await?;
+            let request = self.client.get(self.url(PAYMENT_INTENTS)).query(&query);
+            let page: IntentList =
+                send_json(request, "a PaymentIntent listing that is not a list").await?;
             let next = match page.data.last() {
                 Some(last) if page.has_more => Some(last.id.clone()),
                 _ => None,
@@ -136,19 +161,28 @@ enum Walk<T> {
     Truncated,
 }
 
-/// The form body of a charge: only fingerprinted fields, in a fixed order.
-pub fn charge_form(order: &Order) -> [(&'static str, String); 5] {
+/// The form body of a payment: only fingerprinted fields, in a fixed order, so a
+/// replay under the same key is byte-identical. An order without a payment method is
+/// never sent (the state machine refuses it before any call).
+pub fn charge_form(order: &Order) -> [(&'static str, String); 8] {
     [
         ("amount", order.amount().to_string()),
         ("currency", order.currency().to_ascii_lowercase()),
         ("customer", order.customer().to_owned()),
+        (
+            "payment_method",
+            order.payment_method().unwrap_or_default().to_owned(),
+        ),
+        ("confirm", "true".to_owned()),
+        ("off_session", "true".to_owned()),
         ("description", format!("order {}", order.id())),
         ("metadata[order_id]", order.id().to_owned()),
     ]
 }
 
+/// A PaymentIntent as the pinned version shapes it; only what is read.
 #[derive(Deserialize)]
-struct Charge {
+struct Intent {
     id: String,
     #[serde(default)]
     amount: Option<u64>,
@@ -160,18 +194,69 @@ struct Charge {
     metadata: Option<std::collections::HashMap<String, String>>,
     #[serde(default)]
     customer: Option<String>,
+    #[serde(default)]
+    payment_method: Option<String>,
+    /// The charge it made: an id, or the Charge itself when expanded (some servers
+    /// answer with the object).
+    #[serde(default)]
+    latest_charge: Option<serde_json::Value>,
     /// Seconds since the epoch.
     #[serde(default)]
     created: Option<i64>,
 }
 
-impl Charge {
+/// How an answer's status reads (ARCHITECTURE.md, "The payment provider").
+#[derive(Debug, PartialEq, Eq)]
+enum Standing {
+    Succeeded,
+    /// In flight; settles by itself (`processing`, `requires_capture`, unknown).
+    InFlight,
+    /// Someone may still confirm it.
+    Open,
+    Canceled,
+}
+
+fn standing(status: Option<&str>) -> Standing {
+    match status {
+        Some("succeeded") => Standing::Succeeded,
+        Some("requires_payment_method" | "requires_confirmation" | AWAITS_CUSTOMER) => {
+            Standing::Open
+        }
+        Some("canceled") => Standing::Canceled,
+        _ => Standing::InFlight,
+    }
+}
+
+impl Intent {
+    fn status(&self) -> String {
+        self.status.clone().unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    fn latest_charge(&self) -> Option<String> {
+        match &self.latest_charge {
+            Some(serde_json::Value::String(id)) => Some(id.clone()),
+            Some(serde_json::Value::Object(charge)) => charge
+                .get("id")
+                .and_then(|id| id.as_str())
+                .map(str::to_owned),
+            _ => None,
+        }
+    }
+
+    fn receipt(&self) -> Receipt {
+        Receipt {
+            id: self.id.clone(),
+            charge: self.latest_charge(),
+        }
+    }
+
     fn listed(self) -> ListedCharge {
         ListedCharge {
             order_id: self.metadata.and_then(|mut m| m.remove("order_id")),
             amount: self.amount.unwrap_or(0),
             currency: self.currency.unwrap_or_default(),
             customer: self.customer,
+            payment_method: self.payment_method,
             status: self.status.unwrap_or_else(|| "unknown".to_owned()),
             created: Time::from_secs(self.created.unwrap_or(0)),
             id: self.id,
@@ -192,27 +277,52 @@ impl Charge {
     }
 }
 
-/// The order's charge on one page: a succeeded one wins; otherwise any status but
-/// `failed` (pending bank debits, `processing`, an unknown new status) is live.
-fn pick(charges: &[Charge], order: &Order) -> Lookup {
-    let mine = || charges.iter().filter(|c| c.is_for(order));
-    if let Some(paid) = mine().find(|c| c.status.as_deref() == Some("succeeded")) {
-        return Lookup::Succeeded(Receipt {
-            id: paid.id.clone(),
-        });
+/// The order's payment on one page: a succeeded one wins, then one in flight, then an
+/// open one; cancelled ones do not count.
+fn pick(intents: &[Intent], order: &Order) -> Lookup {
+    let mine = |wanted: Standing| {
+        intents
+            .iter()
+            .filter(|i| i.is_for(order))
+            .find(move |i| standing(i.status.as_deref()) == wanted)
+    };
+    if let Some(paid) = mine(Standing::Succeeded) {
+        return Lookup::Succeeded(paid.receipt());
     }
-    match mine().find(|c| c.status.as_deref() != Some("failed")) {
-        Some(live) => Lookup::Pending {
+    if let Some(live) = mine(Standing::InFlight) {
+        return Lookup::Pending {
             charge_id: live.id.clone(),
-            status: live.status.clone().unwrap_or_else(|| "unknown".to_owned()),
+            status: live.status(),
+        };
+    }
+    match mine(Standing::Open) {
+        Some(open) => Lookup::Open {
+            payment_id: open.id.clone(),
+            status: open.status(),
         },
         None => Lookup::NotFound,
     }
 }
 
+/// Where a lookup stands after some pages: the best answer so far (a succeeded one
+/// ends the walk).
+fn better(so_far: Option<Lookup>, found: Lookup) -> Option<Lookup> {
+    let rank = |l: &Lookup| match l {
+        Lookup::Succeeded(_) => 3,
+        Lookup::Pending { .. } => 2,
+        Lookup::Open { .. } => 1,
+        Lookup::NotFound => 0,
+    };
+    match so_far {
+        Some(old) if rank(&old) >= rank(&found) => Some(old),
+        _ if found == Lookup::NotFound => None,
+        _ => Some(found),
+    }
+}
+
 #[derive(Deserialize)]
-struct ChargeList {
-    data: Vec<Charge>,
+struct IntentList {
+    data: Vec<Intent>,
     #[serde(default)]
     has_more: bool,
 }
@@ -232,6 +342,14 @@ struct ErrorDetail {
     code: Option<String>,
     #[serde(default)]
     decline_code: Option<String>,
+    /// The PaymentIntent a card error left behind (Stripe names it).
+    #[serde(default)]
+    payment_intent: Option<IntentRef>,
+}
+
+#[derive(Deserialize)]
+struct IntentRef {
+    id: String,
 }
 
 fn send_error(e: reqwest::Error) -> PaymentError {
@@ -244,6 +362,7 @@ fn send_error(e: reqwest::Error) -> PaymentError {
         kind,
         // reqwest's error names the URL (no secret in it), never the headers.
         source: Some(Box::new(e.without_url())),
+        should_retry: None,
     }
 }
 
@@ -251,16 +370,41 @@ fn unexpected(what: &'static str) -> PaymentError {
     PaymentError::Retryable {
         kind: FailureKind::BadResponse,
         source: Some(Box::new(UnexpectedResponse(what))),
+        should_retry: None,
     }
 }
 
-/// Classifies a non-2xx answer (ARCHITECTURE.md, "The state machine"). Only a 402 moves to the next attempt.
+/// Classifies a non-2xx answer (ARCHITECTURE.md, "The payment provider"). Only a
+/// decline moves to the next attempt; `Stripe-Should-Retry` is kept with a retryable
+/// failure, and obeyed before the status.
 async fn classify_failure(response: Response) -> PaymentError {
+    let should_retry = header_flag(&response, "stripe-should-retry");
+    let mut failure = classify_body(response).await;
+    if let PaymentError::Retryable {
+        should_retry: advice,
+        ..
+    } = &mut failure
+    {
+        *advice = should_retry;
+    }
+    failure
+}
+
+/// A `true`/`false` header, when sent.
+fn header_flag(response: &Response, name: &str) -> Option<bool> {
+    let value = response.headers().get(name)?.as_bytes();
+    if value.eq_ignore_ascii_case(b"true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case(b"false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+async fn classify_body(response: Response) -> PaymentError {
     let status = response.status();
-    let replayed = response
-        .headers()
-        .get("idempotent-replayed")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let replayed = header_flag(&response, "idempotent-replayed") == Some(true);
     if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
         // The body of an auth error echoes parts of the key: never read it.
         return PaymentError::retryable(FailureKind::Unauthorized);
@@ -271,6 +415,12 @@ async fn classify_failure(response: Response) -> PaymentError {
     };
     let detail = body.error;
     match status.as_u16() {
+        // Only the customer, back on the shop's page, can complete this payment.
+        402 if detail.code.as_deref() == Some("authentication_required") => {
+            PaymentError::AuthenticationRequired {
+                payment_id: detail.payment_intent.map(|pi| pi.id),
+            }
+        }
         402 => PaymentError::Declined {
             code: detail.code.unwrap_or_else(|| "card_declined".to_owned()),
             decline_code: detail.decline_code,
@@ -324,55 +474,80 @@ impl ChargePath for HttpProvider {
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError> {
         let request = self
             .client
-            .post(self.url("/v1/charges"))
+            .post(self.url(PAYMENT_INTENTS))
             .header("Idempotency-Key", idempotency_key)
             .form(&charge_form(order));
         let response = request.send().await.map_err(send_error)?;
         // The provider has the request and answered; nothing of it is read yet.
         crate::crash_points::reached("charge-sent");
-        let charge: Charge =
-            read_json(response, "a 2xx charge response without a charge id").await?;
-        match charge.status.as_deref() {
-            // Stripe answers a failed card charge with 402; a 2xx "failed" is the same.
-            Some("failed") => Err(PaymentError::Declined {
-                code: "card_declined".to_owned(),
-                decline_code: None,
-            }),
-            // Only a final success is a receipt: a pending charge (bank debits, some
-            // wallets) may still fail, and an acknowledged order must be paid. A charge
-            // without a status is unknown, as the lookup and the audit read it: when in
-            // doubt, the record fails (the key is kept, and the retry reconciles).
-            Some("succeeded") => Ok(Receipt { id: charge.id }),
-            status => Err(PaymentError::Pending {
-                charge_id: charge.id,
-                status: status.unwrap_or("unknown").to_owned(),
-            }),
-        }
+        let intent: Intent = read_json(response, "a 2xx answer without a PaymentIntent id").await?;
+        settle(intent)
     }
 
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
-        let mut pending = None;
+        let mut best = None;
         let filter = ("customer", order.customer().to_owned());
         let walk = self
             .walk_charges(filter, MAX_PAGES, |page| match pick(&page, order) {
                 found @ Lookup::Succeeded(_) => ControlFlow::Break(found),
-                // A later page may still hold a succeeded charge: keep reading.
-                live @ Lookup::Pending { .. } => {
-                    pending = pending.take().or(Some(live));
+                // A later page may still hold a succeeded payment: keep reading.
+                other => {
+                    best = better(best.take(), other);
                     ControlFlow::Continue(())
                 }
-                Lookup::NotFound => ControlFlow::Continue(()),
             })
             .await?;
         match walk {
             Walk::Stopped(found) => Ok(found),
-            Walk::Read => Ok(pending.unwrap_or(Lookup::NotFound)),
+            Walk::Read => Ok(best.unwrap_or(Lookup::NotFound)),
             // "Not found" must be certain: a new key after an incomplete search could
             // charge twice.
             Walk::Truncated => Err(unexpected(
-                "more charges than reconciliation reads; settle by hand",
+                "more PaymentIntents than reconciliation reads; settle by hand",
             )),
         }
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError> {
+        let url = self.intent_url(payment_id, &["cancel"])?;
+        let response = self.client.post(url).send().await.map_err(send_error)?;
+        if response.status().is_success() {
+            return Ok(Cancel::Cancelled);
+        }
+        match classify_failure(response).await {
+            // It is not in a cancellable state any more (it succeeded, is processing,
+            // or was cancelled): the caller looks again.
+            PaymentError::Rejected { status: 400, .. } => Ok(Cancel::NotCancellable),
+            other => Err(other),
+        }
+    }
+}
+
+/// A 2xx PaymentIntent as an outcome: only `succeeded` is a receipt.
+fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
+    match intent.status.as_deref() {
+        Some("succeeded") => Ok(intent.receipt()),
+        // The bank asks the customer to authenticate: an off-session confirm that
+        // answers 2xx instead of Stripe's 402 `authentication_required`.
+        Some(AWAITS_CUSTOMER) => Err(PaymentError::AuthenticationRequired {
+            payment_id: Some(intent.id),
+        }),
+        // In flight (bank debits, some wallets), or no status at all: it may still
+        // fail, and an acknowledged order must be paid. When in doubt, the record
+        // fails, the key is kept, and the retry reconciles.
+        Some("processing") | None => Err(PaymentError::Pending {
+            charge_id: intent.id,
+            status: intent.status.unwrap_or_else(|| "unknown".to_owned()),
+        }),
+        // `requires_payment_method` with a 2xx is a decline answered as a payment.
+        Some("requires_payment_method") => Err(PaymentError::Declined {
+            code: "card_declined".to_owned(),
+            decline_code: None,
+        }),
+        Some(status) => Err(PaymentError::UnexpectedStatus {
+            status: status.to_owned(),
+            payment_id: intent.id,
+        }),
     }
 }
 
@@ -388,7 +563,7 @@ impl ChargeListing for HttpProvider {
                 charges.extend(
                     page.into_iter()
                         .filter(|c| c.created.is_none_or(|s| s >= since.as_secs()))
-                        .map(Charge::listed),
+                        .map(Intent::listed),
                 );
                 ControlFlow::<()>::Continue(())
             })
@@ -396,18 +571,14 @@ impl ChargeListing for HttpProvider {
         match walk {
             Walk::Read | Walk::Stopped(()) => Ok(charges),
             Walk::Truncated => Err(unexpected(
-                "more charges than the audit reads; narrow --since",
+                "more PaymentIntents than the audit reads; narrow --since",
             )),
         }
     }
 
     async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
-        let mut url = reqwest::Url::parse(&self.url("/v1/charges"))
-            .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?;
         // A receipt is whatever the table holds: one path segment, escaped.
-        url.path_segments_mut()
-            .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?
-            .push(id);
+        let url = self.intent_url(id, &[])?;
         let response = self.client.get(url).send().await.map_err(send_error)?;
         if response.status() == StatusCode::NOT_FOUND {
             // No such charge only when the provider says so; any other 404 is an
@@ -417,8 +588,9 @@ impl ChargeListing for HttpProvider {
                 other => Err(other),
             };
         }
-        let charge: Charge = read_json(response, "a charge that is not a charge").await?;
-        Ok(Some(charge.listed()))
+        let intent: Intent =
+            read_json(response, "a PaymentIntent that is not a PaymentIntent").await?;
+        Ok(Some(intent.listed()))
     }
 }
 
@@ -426,61 +598,155 @@ impl ChargeListing for HttpProvider {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_charge_body_depends_only_on_fingerprinted_fields() {
-        let a = Order::parse(
-            r#"{"id":"o-1","amount":5000,"currency":"eur","customer":"cus_1","ts":1}"#,
+    /// The PaymentIntent object of Stripe's API reference, as the pinned version
+    /// shapes it, with `status` and `latest_charge` set by each test.
+    fn fixture(status: &str, latest_charge: &str) -> String {
+        format!(
+            r#"{{
+  "id": "pi_3MtwBwLkdIwHu7ix28a3tqPa",
+  "object": "payment_intent",
+  "amount": 2000,
+  "amount_capturable": 0,
+  "amount_received": 2000,
+  "automatic_payment_methods": null,
+  "canceled_at": null,
+  "cancellation_reason": null,
+  "capture_method": "automatic",
+  "client_secret": "pi_3MtwBwLkdIwHu7ix28a3tqPa_secret_YrKJUKribcBjcG8HVhfZluoGH",
+  "confirmation_method": "automatic",
+  "created": 1680800504,
+  "currency": "eur",
+  "customer": "cus_NffrFeUfNV2Hib",
+  "description": null,
+  "last_payment_error": null,
+  "latest_charge": {latest_charge},
+  "livemode": false,
+  "metadata": {{"order_id": "ord-1001"}},
+  "next_action": null,
+  "payment_method": "pm_1MtwBwLkdIwHu7ixAWpJ1oFu",
+  "payment_method_types": ["card"],
+  "processing": null,
+  "setup_future_usage": null,
+  "status": "{status}"
+}}"#
         )
-        .unwrap();
-        let b = Order::parse(
-            r#"{"id":"o-1","amount":5000,"currency":"EUR","customer":"cus_1","ts":2}"#,
-        )
-        .unwrap();
-        assert_eq!(charge_form(&a), charge_form(&b));
-        assert_eq!(charge_form(&a)[1], ("currency", "eur".to_owned()));
-        assert_eq!(charge_form(&a)[4], ("metadata[order_id]", "o-1".to_owned()));
     }
 
-    fn charge(id: &str, status: &str, amount: u64, currency: &str, order_id: &str) -> Charge {
-        Charge {
+    fn parsed(status: &str, latest_charge: &str) -> Intent {
+        serde_json::from_str(&fixture(status, latest_charge)).unwrap()
+    }
+
+    #[test]
+    fn each_status_of_the_reference_object_reads_as_its_outcome() {
+        let paid = settle(parsed("succeeded", r#""ch_3MtwBwLkdIwHu7ix28a3tqPa""#)).unwrap();
+        assert_eq!(paid.id, "pi_3MtwBwLkdIwHu7ix28a3tqPa");
+        assert_eq!(paid.charge.as_deref(), Some("ch_3MtwBwLkdIwHu7ix28a3tqPa"));
+        // A server that expands `latest_charge` answers with the Charge itself.
+        let expanded = settle(parsed("succeeded", r#"{"id":"ch_x","object":"charge"}"#));
+        assert_eq!(expanded.unwrap().charge.as_deref(), Some("ch_x"));
+        assert!(matches!(
+            settle(parsed("processing", "null")),
+            Err(PaymentError::Pending { status, .. }) if status == "processing"
+        ));
+        assert!(matches!(
+            settle(parsed("requires_action", "null")),
+            Err(PaymentError::AuthenticationRequired { payment_id: Some(id) })
+                if id == "pi_3MtwBwLkdIwHu7ix28a3tqPa"
+        ));
+        assert!(matches!(
+            settle(parsed("requires_payment_method", "null")),
+            Err(PaymentError::Declined { .. })
+        ));
+        for other in ["requires_capture", "requires_confirmation", "canceled"] {
+            assert!(
+                matches!(
+                    settle(parsed(other, "null")),
+                    Err(PaymentError::UnexpectedStatus { status, .. }) if status == other
+                ),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_body_is_a_pure_function_of_the_fingerprinted_fields() {
+        let body = |extra: &str| {
+            Order::parse(&format!(
+                r#"{{"id":"o-1","amount":5000,"currency":"eur","customer":"cus_1","payment_method":"pm_card_visa"{extra}}}"#
+            ))
+            .unwrap()
+        };
+        let (a, b) = (body(r#","ts":1"#), body(r#","ts":2,"note":"x""#));
+        assert_eq!(charge_form(&a), charge_form(&b));
+        let body = charge_form(&a);
+        let form: Vec<(&str, &str)> = body
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        assert_eq!(
+            form,
+            [
+                ("amount", "5000"),
+                ("currency", "eur"),
+                ("customer", "cus_1"),
+                ("payment_method", "pm_card_visa"),
+                ("confirm", "true"),
+                ("off_session", "true"),
+                ("description", "order o-1"),
+                ("metadata[order_id]", "o-1"),
+            ]
+        );
+    }
+
+    fn intent(id: &str, status: &str, amount: u64, currency: &str, order_id: &str) -> Intent {
+        Intent {
             id: id.to_owned(),
             amount: Some(amount),
             currency: Some(currency.to_owned()),
             status: Some(status.to_owned()),
             metadata: Some([("order_id".to_owned(), order_id.to_owned())].into()),
             customer: Some("cus_1".to_owned()),
+            payment_method: Some("pm_1".to_owned()),
+            latest_charge: None,
             created: Some(1_700_000_000),
         }
     }
 
     #[test]
-    fn a_pending_charge_of_the_order_is_live_and_a_failed_one_is_not() {
+    fn a_lookup_prefers_succeeded_then_in_flight_then_open_and_skips_cancelled() {
         let order = Order::new("o-1", 5000, "EUR", "cus_1").unwrap();
-        let failed = charge("ch_f", "failed", 5000, "eur", "o-1");
-        let pending = charge("py_p", "pending", 5000, "eur", "o-1");
-        let paid = charge("ch_s", "succeeded", 5000, "eur", "o-1");
-        assert_eq!(pick(&[failed], &order), Lookup::NotFound);
-        let failed = charge("ch_f", "failed", 5000, "eur", "o-1");
+        let one = |status| intent(&format!("pi_{status}"), status, 5000, "eur", "o-1");
+        assert_eq!(pick(&[one("canceled")], &order), Lookup::NotFound);
         assert_eq!(
-            pick(&[failed, pending], &order),
-            Lookup::Pending {
-                charge_id: "py_p".into(),
-                status: "pending".into()
+            pick(&[one("canceled"), one("requires_payment_method")], &order),
+            Lookup::Open {
+                payment_id: "pi_requires_payment_method".into(),
+                status: "requires_payment_method".into()
             }
         );
-        let pending = charge("py_p", "pending", 5000, "eur", "o-1");
         assert_eq!(
-            pick(&[pending, paid], &order),
-            Lookup::Succeeded(Receipt { id: "ch_s".into() })
+            pick(&[one("requires_action"), one("processing")], &order),
+            Lookup::Pending {
+                charge_id: "pi_processing".into(),
+                status: "processing".into()
+            }
         );
-        // Another order, amount or currency is not this order's charge.
+        assert_eq!(
+            pick(&[one("processing"), one("succeeded")], &order),
+            Lookup::Succeeded(Receipt::new("pi_succeeded"))
+        );
+        // Another order, amount or currency is not this order's payment.
         for other in [
-            charge("x", "succeeded", 5000, "eur", "o-2"),
-            charge("x", "succeeded", 5001, "eur", "o-1"),
-            charge("x", "succeeded", 5000, "usd", "o-1"),
+            intent("x", "succeeded", 5000, "eur", "o-2"),
+            intent("x", "succeeded", 5001, "eur", "o-1"),
+            intent("x", "succeeded", 5000, "usd", "o-1"),
         ] {
             assert_eq!(pick(&[other], &order), Lookup::NotFound);
         }
+        // Across pages, the better answer stays.
+        let open = pick(&[one("requires_action")], &order);
+        let kept = better(better(None, open.clone()), Lookup::NotFound);
+        assert_eq!(kept, Some(open));
     }
 
     #[test]

@@ -1,20 +1,27 @@
-//! A local payment provider for runs without a real one. It behaves like a
-//! Stripe-compatible provider where it matters here: it stores the outcome of every
-//! idempotency key and replays it, refuses a key reused with other parameters, and
-//! answers `find_charge`. Its ledger is the `charges` table of the SQLite file given
-//! to it: one row per call outcome.
+//! A local payment provider for runs without a real one, speaking as Stripe's
+//! PaymentIntents do where it matters here: it stores the outcome of every idempotency
+//! key and replays it, refuses a key reused with other parameters, leaves a declined
+//! payment open until it is cancelled, and answers `find_charge` and `cancel`. Its
+//! ledger is the SQLite file given to it: `charges` has one row per call outcome,
+//! `payment_intents` one row per payment and its status.
 //!
-//! Test customers (anything else is charged):
+//! Stripe's test payment methods choose the behaviour, so the same `events/` replay
+//! unchanged against a Stripe test-mode account:
 //!
-//! | customer | behaviour |
+//! | payment method | behaviour |
 //! | --- | --- |
-//! | `cus_declined` | 402 Declined (`card_declined` / `generic_decline`), stored under the key |
-//! | `cus_timeout_after_charge` | charges, then the response is lost (a timeout); a replay of the key returns that charge |
+//! | `pm_card_visa`, `pm_card_mastercard`, any other `pm_…` | succeeds |
+//! | `pm_card_chargeDeclined` (and the `pm_card_chargeDeclined…` family) | 402 declined; the payment stays open until cancelled |
+//! | `pm_card_authenticationRequired` | 402 `authentication_required`: only the customer, on-session, can confirm that payment ([`SimulatedProvider::authenticate`] plays them) |
+//!
+//! and one test customer, `cus_timeout_after_charge`: the payment succeeds, then the
+//! answer is lost (a timeout); a replay of the key returns that payment.
 //!
 //! It refuses what the provider refuses, as far as Stripe's documented rules go (a 400
 //! that stores nothing under the key, as Stripe stores no result for a request that
 //! failed validation): a currency Stripe does not take, an amount below the currency's
-//! minimum charge, a customer id that is not a customer's (`cus_…`).
+//! minimum charge, a customer id that is not a customer's (`cus_…`), a payment method
+//! that is not one (`pm_…`).
 
 use std::path::Path;
 
@@ -23,13 +30,17 @@ use rusqlite::{Connection, OptionalExtension, named_params};
 
 use crate::adapters::sqlite_file::{OpenError, OpenMode, SharedConnection};
 use crate::contracts::payment::{
-    ChargeListing, ChargePath, FailureKind, KeyHistory, ListedCharge, Lookup, PaymentError, Receipt,
+    Cancel, ChargeListing, ChargePath, FailureKind, KeyHistory, ListedCharge, Lookup, PaymentError,
+    Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
-pub const DECLINED_CUSTOMER: &str = "cus_declined";
 pub const TIMEOUT_AFTER_CHARGE_CUSTOMER: &str = "cus_timeout_after_charge";
+/// Stripe's test payment method that always asks for authentication.
+pub const AUTHENTICATION_REQUIRED: &str = "pm_card_authenticationRequired";
+/// Stripe's test payment methods that decline start so.
+const DECLINED_PREFIX: &str = "pm_card_chargeDeclined";
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,12 +50,27 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     amount          INTEGER NOT NULL,
     currency        TEXT NOT NULL,
     customer        TEXT NOT NULL,
+    payment_method  TEXT,
     status          TEXT NOT NULL,
     charge_id       TEXT,
     charged         INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS charges_by_key ON charges (idempotency_key);
-CREATE INDEX IF NOT EXISTS charges_by_order ON charges (order_id)";
+CREATE INDEX IF NOT EXISTS charges_by_order ON charges (order_id);
+CREATE TABLE IF NOT EXISTS payment_intents (
+    id              TEXT PRIMARY KEY,
+    order_id        TEXT NOT NULL,
+    amount          INTEGER NOT NULL,
+    currency        TEXT NOT NULL,
+    customer        TEXT NOT NULL,
+    payment_method  TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    created_ms      INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS payment_intents_by_order ON payment_intents (order_id)";
+/// A ledger from before payment methods lacks the column.
+const HAS_PAYMENT_METHOD: &str = "SELECT payment_method FROM charges LIMIT 0";
+const ADD_PAYMENT_METHOD: &str = "ALTER TABLE charges ADD COLUMN payment_method TEXT";
 
 /// One ledger row.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -56,10 +82,13 @@ pub struct LedgerRow {
     pub amount: i64,
     pub currency: String,
     pub customer: String,
-    /// `succeeded`, `declined`, `succeeded_response_lost`, `replayed`, `key_reused`.
+    pub payment_method: Option<String>,
+    /// `succeeded`, `declined`, `authentication_required`, `succeeded_response_lost`,
+    /// `replayed`, `key_reused`, `canceled`, `authenticated`.
     pub status: String,
+    /// The payment (`pi_sim_…`) the call made or answered with.
     pub charge_id: Option<String>,
-    /// 1 when this call took money (a new charge), else 0.
+    /// 1 when this call took money, else 0.
     pub charged: i64,
 }
 
@@ -75,22 +104,56 @@ impl std::fmt::Debug for SimulatedProvider {
 }
 
 impl SimulatedProvider {
-    /// Opens the ledger in `path` (creating the file and its `charges` table if
-    /// missing).
+    /// Opens the ledger in `path` (creating the file and its tables if missing).
     pub fn open(path: &Path) -> Result<Self, OpenError> {
         Self::open_in(path, OpenMode::Create)
     }
 
     /// Opens the ledger; with [`OpenMode::Existing`] the file must exist and hold it.
     pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
-        Ok(Self {
-            conn: SharedConnection::open(path, SCHEMA, "charges", mode)?,
-        })
+        let conn = SharedConnection::open(path, SCHEMA, "charges", mode)?;
+        let schema_error = |source| OpenError::Schema {
+            path: path.display().to_string(),
+            table: "charges",
+            source,
+        };
+        if mode == OpenMode::Create {
+            conn.call_here(|c| {
+                if c.prepare(HAS_PAYMENT_METHOD).is_err() {
+                    c.execute_batch(ADD_PAYMENT_METHOD)?;
+                }
+                Ok(())
+            })
+            .map_err(schema_error)?;
+        }
+        Ok(Self { conn })
     }
 
     /// The ledger rows of one order, oldest first.
     pub fn ledger(&self, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
         self.conn.call_here(|conn| ledger_rows(conn, order_id))
+    }
+
+    /// Plays the customer back on the shop's page: they authenticate and confirm the
+    /// open payment `payment_id`, which succeeds. `false` when it is not open.
+    pub fn authenticate(&self, payment_id: &str) -> Result<bool, rusqlite::Error> {
+        self.conn.call_here(|conn| {
+            let changed = conn.execute(
+                "UPDATE payment_intents SET status = 'succeeded'
+                     WHERE id = :id AND status = 'requires_payment_method'",
+                named_params! {":id": payment_id},
+            )?;
+            if changed == 1 {
+                conn.execute(
+                    "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency,
+                         customer, payment_method, status, charge_id, charged)
+                     SELECT :at, '', order_id, amount, currency, customer, payment_method,
+                         'authenticated', id, 1 FROM payment_intents WHERE id = :id",
+                    named_params! {":at": crate::domain::clock::wall_ms(), ":id": payment_id},
+                )?;
+            }
+            Ok(changed == 1)
+        })
     }
 }
 
@@ -105,6 +168,7 @@ fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, 
             amount: row.get("amount")?,
             currency: row.get("currency")?,
             customer: row.get("customer")?,
+            payment_method: row.get("payment_method")?,
             status: row.get("status")?,
             charge_id: row.get("charge_id")?,
             charged: row.get("charged")?,
@@ -113,18 +177,27 @@ fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, 
     rows.collect()
 }
 
-/// The first call under `key`: its parameters, status and charge id (what a replay
+/// What a call under a key asked for: what a replay must match.
+type Params = (String, i64, String, String, Option<String>);
+
+/// The first call under `key`: its parameters, status and payment id (what a replay
 /// answers with).
-type FirstUse = ((String, i64, String, String), String, Option<String>);
+type FirstUse = (Params, String, Option<String>);
 
 fn first_use_of(tx: &rusqlite::Transaction<'_>, key: &str) -> rusqlite::Result<Option<FirstUse>> {
     tx.query_row(
-        "SELECT order_id, amount, currency, customer, status, charge_id FROM charges
-             WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
+        "SELECT order_id, amount, currency, customer, payment_method, status, charge_id
+             FROM charges WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
         named_params! {":key": key},
         |row| {
-            let params = (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-            Ok((params, row.get(4)?, row.get(5)?))
+            let params = (
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            );
+            Ok((params, row.get(5)?, row.get(6)?))
         },
     )
     .optional()
@@ -196,7 +269,44 @@ fn refusal(order: &Order) -> Option<PaymentError> {
     if !order.customer().starts_with("cus_") {
         return Some(refused("resource_missing"));
     }
-    None
+    match order.payment_method() {
+        None => Some(refused("parameter_missing")),
+        Some(method) if !method.starts_with("pm_") => Some(refused("resource_missing")),
+        Some(_) => None,
+    }
+}
+
+fn amount_of(order: &Order) -> i64 {
+    i64::try_from(order.amount()).unwrap_or(i64::MAX)
+}
+
+fn params_of(order: &Order) -> Params {
+    (
+        order.id().to_owned(),
+        amount_of(order),
+        order.currency().to_owned(),
+        order.customer().to_owned(),
+        order.payment_method().map(str::to_owned),
+    )
+}
+
+/// The charge a payment made (`latest_charge`).
+fn receipt(payment_id: String) -> Receipt {
+    Receipt {
+        charge: Some(payment_id.replacen("pi_", "ch_", 1)),
+        id: payment_id,
+    }
+}
+
+/// What a stored first answer replays as.
+fn replay(status: &str, payment_id: Option<String>) -> Result<Receipt, PaymentError> {
+    match (status, payment_id) {
+        ("authentication_required", id) => {
+            Err(PaymentError::AuthenticationRequired { payment_id: id })
+        }
+        ("succeeded" | "succeeded_response_lost", Some(id)) => Ok(receipt(id)),
+        _ => Err(declined()),
+    }
 }
 
 fn charge_blocking(
@@ -209,75 +319,126 @@ fn charge_blocking(
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let first = first_use_of(&tx, key)?;
-    let amount = i64::try_from(order.amount()).unwrap_or(i64::MAX);
-    let this_params = (
-        order.id().to_owned(),
-        amount,
-        order.currency().to_owned(),
-        order.customer().to_owned(),
-    );
-    let insert = |status: &str, charge_id: Option<&str>, charged: bool| {
+    let insert = |status: &str, payment_id: Option<&str>, charged: bool| {
         tx.execute(
-                "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer, status, charge_id, charged)
-                 VALUES (:at, :key, :order, :amount, :currency, :customer, :status, :charge_id, :charged)",
-                named_params! {
-                    ":at": crate::domain::clock::wall_ms(), ":key": key, ":order": order.id(), ":amount": amount,
-                    ":currency": order.currency(), ":customer": order.customer(),
-                    ":status": status, ":charge_id": charge_id, ":charged": i64::from(charged),
-                },
-            )
+            "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer,
+                 payment_method, status, charge_id, charged)
+             VALUES (:at, :key, :order, :amount, :currency, :customer, :method, :status,
+                 :charge_id, :charged)",
+            named_params! {
+                ":at": crate::domain::clock::wall_ms(), ":key": key, ":order": order.id(),
+                ":amount": amount_of(order), ":currency": order.currency(),
+                ":customer": order.customer(), ":method": order.payment_method(),
+                ":status": status, ":charge_id": payment_id, ":charged": i64::from(charged),
+            },
+        )
     };
     let outcome = match first {
-        Some((params, _, _)) if params != this_params => {
+        Some((params, _, _)) if params != params_of(order) => {
             insert("key_reused", None, false)?;
             Err(PaymentError::KeyReused)
         }
-        Some((_, status, charge_id)) => {
-            insert("replayed", charge_id.as_deref(), false)?;
-            match (status.as_str(), charge_id) {
-                ("declined", _) | (_, None) => Err(declined()),
-                (_, Some(id)) => Ok(Receipt { id }),
-            }
-        }
-        None if order.customer() == DECLINED_CUSTOMER => {
-            insert("declined", None, false)?;
-            Err(declined())
+        Some((_, status, payment_id)) => {
+            insert("replayed", payment_id.as_deref(), false)?;
+            replay(&status, payment_id)
         }
         None => {
-            let id = format!("ch_sim_{}", uuid::Uuid::new_v4().simple());
-            if order.customer() == TIMEOUT_AFTER_CHARGE_CUSTOMER {
-                insert("succeeded_response_lost", Some(&id), true)?;
-                Err(PaymentError::retryable(FailureKind::Timeout))
+            let (status, answer) = first_answer(order);
+            let payment_id = format!("pi_sim_{}", uuid::Uuid::new_v4().simple());
+            let charged = matches!(status, "succeeded" | "succeeded_response_lost");
+            let intent_status = if charged {
+                "succeeded"
             } else {
-                insert("succeeded", Some(&id), true)?;
-                Ok(Receipt { id })
-            }
+                "requires_payment_method"
+            };
+            tx.execute(
+                "INSERT INTO payment_intents (id, order_id, amount, currency, customer,
+                     payment_method, status, created_ms)
+                 VALUES (:id, :order, :amount, :currency, :customer, :method, :status, :at)",
+                named_params! {
+                    ":id": payment_id, ":order": order.id(), ":amount": amount_of(order),
+                    ":currency": order.currency(), ":customer": order.customer(),
+                    ":method": order.payment_method(), ":status": intent_status,
+                    ":at": crate::domain::clock::wall_ms(),
+                },
+            )?;
+            insert(status, Some(&payment_id), charged)?;
+            answer
+                .map(|()| receipt(payment_id.clone()))
+                .map_err(|e| match e {
+                    PaymentError::AuthenticationRequired { .. } => {
+                        PaymentError::AuthenticationRequired {
+                            payment_id: Some(payment_id.clone()),
+                        }
+                    }
+                    other => other,
+                })
         }
     };
     tx.commit()?;
     Ok(outcome)
 }
 
-/// The simulator settles every charge at once: a charge is succeeded or absent.
+/// A new key's answer, by the test payment method (and the one test customer).
+fn first_answer(order: &Order) -> (&'static str, Result<(), PaymentError>) {
+    let method = order.payment_method().unwrap_or_default();
+    if method == AUTHENTICATION_REQUIRED {
+        let answer = Err(PaymentError::AuthenticationRequired { payment_id: None });
+        return ("authentication_required", answer);
+    }
+    if method.starts_with(DECLINED_PREFIX) {
+        return ("declined", Err(declined()));
+    }
+    if order.customer() == TIMEOUT_AFTER_CHARGE_CUSTOMER {
+        let lost = Err(PaymentError::retryable(FailureKind::Timeout));
+        return ("succeeded_response_lost", lost);
+    }
+    ("succeeded", Ok(()))
+}
+
+/// The order's payment: a succeeded one wins, then an open one; cancelled ones do
+/// not count. The simulator settles every payment at once: none is in flight.
 fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlite::Error> {
     conn.query_row(
-        "SELECT charge_id FROM charges WHERE order_id = :order AND amount = :amount
-             AND currency = :currency AND charged = 1 ORDER BY seq LIMIT 1",
+        "SELECT id, status FROM payment_intents WHERE order_id = :order AND amount = :amount
+             AND currency = :currency AND status <> 'canceled'
+             ORDER BY status = 'succeeded' DESC, created_ms LIMIT 1",
         named_params! {
-            ":order": order.id(),
-            ":amount": i64::try_from(order.amount()).unwrap_or(i64::MAX),
-            ":currency": order.currency(),
+            ":order": order.id(), ":amount": amount_of(order), ":currency": order.currency(),
         },
-        |row| row.get::<_, String>(0),
+        |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
     )
     .optional()
-    .map(|id| id.map_or(Lookup::NotFound, |id| Lookup::Succeeded(Receipt { id })))
+    .map(|found| match found {
+        Some((id, status)) if status == "succeeded" => Lookup::Succeeded(receipt(id)),
+        Some((payment_id, status)) => Lookup::Open { payment_id, status },
+        None => Lookup::NotFound,
+    })
+}
+
+fn cancel_blocking(conn: &mut Connection, payment_id: &str) -> Result<Cancel, rusqlite::Error> {
+    let changed = conn.execute(
+        "UPDATE payment_intents SET status = 'canceled'
+             WHERE id = :id AND status = 'requires_payment_method'",
+        named_params! {":id": payment_id},
+    )?;
+    if changed == 0 {
+        return Ok(Cancel::NotCancellable);
+    }
+    conn.execute(
+        "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer,
+             payment_method, status, charge_id, charged)
+         SELECT :at, '', order_id, amount, currency, customer, payment_method, 'canceled', id, 0
+             FROM payment_intents WHERE id = :id",
+        named_params! {":at": crate::domain::clock::wall_ms(), ":id": payment_id},
+    )?;
+    Ok(Cancel::Cancelled)
 }
 
 /// Whether any of the order's keys reached this ledger.
 fn history_blocking(conn: &mut Connection, order: &Order) -> Result<KeyHistory, rusqlite::Error> {
     let received: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM charges WHERE order_id = :order)",
+        "SELECT EXISTS (SELECT 1 FROM charges WHERE order_id = :order AND idempotency_key <> '')",
         named_params! {":order": order.id()},
         |row| row.get(0),
     )?;
@@ -288,27 +449,28 @@ fn history_blocking(conn: &mut Connection, order: &Order) -> Result<KeyHistory, 
     })
 }
 
-/// The ledger's charges (rows that took money), as the provider lists them.
+/// The ledger's payments, as the provider lists them.
 fn listed_blocking(
     conn: &mut Connection,
     since: Option<Time>,
-    charge_id: Option<&str>,
+    payment_id: Option<&str>,
 ) -> Result<Vec<ListedCharge>, rusqlite::Error> {
     let mut stmt = conn.prepare(
-        "SELECT charge_id, order_id, amount, currency, customer, at_ms FROM charges
-             WHERE charged = 1 AND at_ms >= :since AND (:id IS NULL OR charge_id = :id)
-             ORDER BY seq",
+        "SELECT id, order_id, amount, currency, customer, payment_method, status, created_ms
+             FROM payment_intents
+             WHERE created_ms >= :since AND (:id IS NULL OR id = :id) ORDER BY created_ms",
     )?;
     let since = since.map_or(i64::MIN, Time::as_ms);
-    let rows = stmt.query_map(named_params! {":since": since, ":id": charge_id}, |row| {
+    let rows = stmt.query_map(named_params! {":since": since, ":id": payment_id}, |row| {
         Ok(ListedCharge {
             id: row.get(0)?,
             order_id: Some(row.get(1)?),
             amount: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
             currency: row.get(3)?,
             customer: Some(row.get(4)?),
-            status: "succeeded".to_owned(),
-            created: Time::from_ms(row.get(5)?),
+            payment_method: Some(row.get(5)?),
+            status: row.get(6)?,
+            created: Time::from_ms(row.get(7)?),
         })
     })?;
     rows.collect()
@@ -325,6 +487,7 @@ fn ledger_error(e: impl std::error::Error + Send + Sync + 'static) -> PaymentErr
     PaymentError::Retryable {
         kind: FailureKind::Connection,
         source: Some(Box::new(e)),
+        should_retry: None,
     }
 }
 
@@ -343,6 +506,14 @@ impl ChargePath for SimulatedProvider {
         let order = order.clone();
         self.conn
             .call(move |conn| find_blocking(conn, &order))
+            .await
+            .map_err(ledger_error)
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError> {
+        let id = payment_id.to_owned();
+        self.conn
+            .call(move |conn| cancel_blocking(conn, &id))
             .await
             .map_err(ledger_error)
     }
@@ -382,8 +553,11 @@ impl ChargeListing for SimulatedProvider {
 mod tests {
     use super::*;
 
-    fn order(customer: &str) -> Order {
-        Order::new("ord-sim", 500, "EUR", customer).unwrap()
+    fn order(payment_method: &str) -> Order {
+        Order::new("ord-sim", 500, "EUR", "cus_1")
+            .unwrap()
+            .paid_with(payment_method)
+            .unwrap()
     }
 
     fn provider() -> (tempfile::TempDir, SimulatedProvider) {
@@ -393,40 +567,82 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_key_replays_its_charge_and_the_ledger_holds_one_charge() {
+    async fn a_key_replays_its_payment_and_the_ledger_holds_one_charge() {
         let (_dir, p) = provider();
-        let first = p.charge(&order("cus_1"), "k#1").await.unwrap();
-        assert_eq!(p.charge(&order("cus_1"), "k#1").await.unwrap(), first);
+        let first = p.charge(&order("pm_card_visa"), "k#1").await.unwrap();
+        assert!(
+            first.id.starts_with("pi_sim_") && first.charge.is_some(),
+            "{first:?}"
+        );
+        assert_eq!(
+            p.charge(&order("pm_card_visa"), "k#1").await.unwrap(),
+            first
+        );
         let ledger = p.ledger("ord-sim").unwrap();
         let statuses: Vec<_> = ledger.iter().map(|r| r.status.as_str()).collect();
         assert_eq!(statuses, ["succeeded", "replayed"]);
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
         assert_eq!(
-            p.find_charge(&order("cus_1")).await.unwrap(),
+            p.find_charge(&order("pm_card_visa")).await.unwrap(),
             Lookup::Succeeded(first)
         );
     }
 
     #[tokio::test]
-    async fn the_declined_customer_is_declined_and_the_decline_is_replayed() {
+    async fn a_declined_payment_stays_open_until_cancelled() {
         let (_dir, p) = provider();
+        let declining = order("pm_card_chargeDeclined");
         for _ in 0..2 {
-            let result = p.charge(&order(DECLINED_CUSTOMER), "k#1").await;
+            let result = p.charge(&declining, "k#1").await;
             assert!(
                 matches!(result, Err(PaymentError::Declined { .. })),
                 "{result:?}"
             );
         }
-        assert_eq!(
-            p.find_charge(&order(DECLINED_CUSTOMER)).await.unwrap(),
-            Lookup::NotFound
-        );
+        let Lookup::Open { payment_id, status } = p.find_charge(&declining).await.unwrap() else {
+            panic!("the declined payment is open");
+        };
+        assert_eq!(status, "requires_payment_method");
+        assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
+        assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::NotCancellable);
+        assert_eq!(p.find_charge(&declining).await.unwrap(), Lookup::NotFound);
     }
 
     #[tokio::test]
-    async fn timeout_after_charge_charges_then_the_replay_returns_the_charge() {
+    async fn authentication_is_required_until_the_customer_confirms_that_payment() {
         let (_dir, p) = provider();
-        let lost = p.charge(&order(TIMEOUT_AFTER_CHARGE_CUSTOMER), "k#1").await;
+        let strong = order(AUTHENTICATION_REQUIRED);
+        let Err(PaymentError::AuthenticationRequired {
+            payment_id: Some(id),
+        }) = p.charge(&strong, "k#1").await
+        else {
+            panic!("authentication required");
+        };
+        // The replay names the same payment; nothing was charged.
+        assert!(matches!(
+            p.charge(&strong, "k#1").await,
+            Err(PaymentError::AuthenticationRequired { payment_id: Some(again) }) if again == id
+        ));
+        assert!(matches!(
+            p.find_charge(&strong).await.unwrap(),
+            Lookup::Open { .. }
+        ));
+        assert!(p.authenticate(&id).unwrap());
+        assert_eq!(
+            p.find_charge(&strong).await.unwrap(),
+            Lookup::Succeeded(receipt(id.clone()))
+        );
+        assert_eq!(p.cancel(&id).await.unwrap(), Cancel::NotCancellable);
+    }
+
+    #[tokio::test]
+    async fn timeout_after_charge_charges_then_the_replay_returns_the_payment() {
+        let (_dir, p) = provider();
+        let lost_order = Order::new("ord-sim", 500, "EUR", TIMEOUT_AFTER_CHARGE_CUSTOMER)
+            .unwrap()
+            .paid_with("pm_card_visa")
+            .unwrap();
+        let lost = p.charge(&lost_order, "k#1").await;
         assert!(matches!(
             lost,
             Err(PaymentError::Retryable {
@@ -434,35 +650,60 @@ mod tests {
                 ..
             })
         ));
-        let replay = p
-            .charge(&order(TIMEOUT_AFTER_CHARGE_CUSTOMER), "k#1")
-            .await
-            .unwrap();
+        let replay = p.charge(&lost_order, "k#1").await.unwrap();
         let ledger = p.ledger("ord-sim").unwrap();
         assert_eq!(ledger[0].charge_id.as_deref(), Some(replay.id.as_str()));
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
     }
 
     #[tokio::test]
+    async fn a_key_reused_with_other_parameters_is_refused() {
+        let (_dir, p) = provider();
+        p.charge(&order("pm_card_visa"), "k#1").await.unwrap();
+        for other in [
+            Order::new("ord-sim", 999, "EUR", "cus_1")
+                .unwrap()
+                .paid_with("pm_card_visa")
+                .unwrap(),
+            order("pm_card_mastercard"),
+        ] {
+            assert!(matches!(
+                p.charge(&other, "k#1").await,
+                Err(PaymentError::KeyReused)
+            ));
+        }
+    }
+
+    #[tokio::test]
     async fn it_refuses_what_stripe_refuses_and_stores_nothing_under_the_key() {
         let (_dir, p) = provider();
+        let with = |amount, currency: &str, customer: &str, method: &str| {
+            Order::new("ord-x", amount, currency, customer)
+                .unwrap()
+                .paid_with(method)
+                .unwrap()
+        };
         for (order, code) in [
             (
-                Order::new("ord-x", 500, "ZZZ", "cus_1"),
+                with(500, "ZZZ", "cus_1", "pm_card_visa"),
                 "charge_invalid_parameter",
             ),
-            (Order::new("ord-x", 49, "EUR", "cus_1"), "amount_too_small"),
-            (Order::new("ord-x", 29, "gbp", "cus_1"), "amount_too_small"),
+            (with(49, "EUR", "cus_1", "pm_card_visa"), "amount_too_small"),
+            (with(29, "gbp", "cus_1", "pm_card_visa"), "amount_too_small"),
             (
-                Order::new("ord-x", 1499, "CZK", "cus_1"),
+                with(1499, "CZK", "cus_1", "pm_card_visa"),
                 "amount_too_small",
             ),
             (
-                Order::new("ord-x", 500, "EUR", "pm_card_visa"),
+                with(500, "EUR", "pm_card_visa", "pm_card_visa"),
                 "resource_missing",
             ),
+            (with(500, "EUR", "cus_1", "cus_1"), "resource_missing"),
+            (
+                Order::new("ord-x", 500, "EUR", "cus_1").unwrap(),
+                "parameter_missing",
+            ),
         ] {
-            let order = order.unwrap();
             match p.charge(&order, "k#1").await {
                 Err(PaymentError::Rejected {
                     status: 400,
@@ -472,31 +713,20 @@ mod tests {
             }
         }
         assert!(p.ledger("ord-x").unwrap().is_empty());
+        let received = with(50, "EUR", "cus_1", "pm_card_visa");
         assert_eq!(
-            p.key_history(&order("cus_1")).await.unwrap(),
+            p.key_history(&received).await.unwrap(),
             KeyHistory::NeverReceived
         );
         // At the minimum, and in a currency without a listed minimum, it charges.
         for (amount, currency) in [(50, "EUR"), (30, "GBP"), (1, "ISK")] {
-            let order = Order::new("ord-x", amount, currency, "cus_1").unwrap();
+            let order = with(amount, currency, "cus_1", "pm_card_visa");
             let key = format!("k#{currency}");
             assert!(p.charge(&order, &key).await.is_ok(), "{amount} {currency}");
         }
-        let received = Order::new("ord-x", 50, "EUR", "cus_1").unwrap();
         assert_eq!(
             p.key_history(&received).await.unwrap(),
             KeyHistory::Received
         );
-    }
-
-    #[tokio::test]
-    async fn a_key_reused_with_other_parameters_is_refused() {
-        let (_dir, p) = provider();
-        p.charge(&order("cus_1"), "k#1").await.unwrap();
-        let other = Order::new("ord-sim", 999, "EUR", "cus_1").unwrap();
-        assert!(matches!(
-            p.charge(&other, "k#1").await,
-            Err(PaymentError::KeyReused)
-        ));
     }
 }

@@ -45,7 +45,7 @@ const RESERVE: &str = "INSERT INTO idempotency
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
     WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
-       OR (huella = :huella AND (rechazos IS NULL OR rechazos < :max_rechazos)
+       OR (huella IN (:huella, :huella_antes) AND (rechazos IS NULL OR rechazos < :max_rechazos)
            AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
@@ -84,7 +84,7 @@ const RESOLVE: &str = "UPDATE idempotency
         enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
     WHERE pk = :pk AND estado <> :hecho
       AND (estado <> :en_curso OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
-      AND (huella IS NULL OR huella = :huella)
+      AND (huella IS NULL OR huella IN (:huella, :huella_antes))
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
@@ -233,6 +233,10 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":titular", text(req.owner)),
                 (":hasta", int(req.lease_until.as_ms())),
                 (":huella", text(req.fingerprint)),
+                (
+                    ":huella_antes",
+                    text(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
+                ),
                 (":expira", int(req.expires.as_secs())),
                 (":now_ms", int(req.now.as_ms())),
                 (":now_s", int(req.now.as_secs())),
@@ -266,6 +270,10 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":titular", text(req.owner)),
                 (":hasta", int(req.lease_until.as_ms())),
                 (":huella", text(req.fingerprint)),
+                (
+                    ":huella_antes",
+                    text(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
+                ),
                 (":now_ms", int(req.now.as_ms())),
             ],
         ),

@@ -13,26 +13,59 @@ use crate::BoxError;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
-/// What the provider returns for a successful charge.
+/// What the provider returns for a successful payment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
-    /// The provider's charge id, stored as the record's receipt.
+    /// The payment's id (a PaymentIntent, `pi_…`), stored as the record's receipt.
     pub id: String,
+    /// The charge it made (`latest_charge`, `ch_…`), for the log line only.
+    pub charge: Option<String>,
 }
 
-/// What a lookup of an order's charges found (ARCHITECTURE.md, "The state machine"). A charge counts
-/// when its `metadata[order_id]`, amount and currency match and its status is not
-/// `failed`.
+impl Receipt {
+    /// A receipt for payment `id`, its charge not known.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            charge: None,
+        }
+    }
+}
+
+/// What a lookup of an order's payments found (ARCHITECTURE.md, "The state
+/// machine"). A payment counts when its `metadata[order_id]`, amount and currency
+/// match and it is not `canceled`. A succeeded one wins, then one in flight, then an
+/// open one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lookup {
-    /// A `succeeded` charge: the order is paid; complete with it.
+    /// A `succeeded` payment: the order is paid; complete with it.
     Succeeded(Receipt),
-    /// A charge still in flight (`pending`, or any status that is not final): it may
-    /// yet succeed, so no new key may be sent. A human settles it.
+    /// A payment in flight (`processing`, `requires_capture`, or a status not known):
+    /// it may yet succeed by itself, so no new key may be sent. It settles, then a
+    /// later delivery (or `resolve`) completes or moves on.
     Pending { charge_id: String, status: String },
-    /// No live charge: a new key cannot charge twice.
+    /// A payment someone may still confirm (`requires_payment_method` after a
+    /// decline, `requires_confirmation`, `requires_action` while the customer is asked
+    /// to authenticate): it can succeed later, so no new key while it is open. It is
+    /// cancelled first, or waited for (`requires_action`).
+    Open { payment_id: String, status: String },
+    /// No live payment: a new key cannot charge twice.
     NotFound,
 }
+
+/// What a cancel of an open payment did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// Cancelled: nobody can confirm it any more.
+    Cancelled,
+    /// It can no longer be cancelled (it succeeded, is processing, or was cancelled):
+    /// look again.
+    NotCancellable,
+}
+
+/// The status `requires_action` of an open payment: the customer is asked to
+/// authenticate, and only they can confirm it.
+pub const AWAITS_CUSTOMER: &str = "requires_action";
 
 /// Whether a provider received an order's idempotency keys, as far as it can tell.
 /// `resolve` moves an order to a new key only on a "not found" from the provider that
@@ -59,7 +92,9 @@ pub struct ListedCharge {
     /// As the provider writes it (Stripe: lower case).
     pub currency: String,
     pub customer: Option<String>,
-    /// `succeeded`, `failed`, `pending`, ...
+    /// The payment method it was made with (part of the order's fingerprint).
+    pub payment_method: Option<String>,
+    /// `succeeded`, `processing`, `requires_payment_method`, `canceled`, ...
     pub status: String,
     pub created: Time,
 }
@@ -71,15 +106,27 @@ impl ListedCharge {
 }
 
 /// Why a provider call did not produce a receipt. The variant decides what happens to
-/// the provider key (ARCHITECTURE.md, "The state machine"): only `Declined` moves to the next attempt.
+/// the provider key (ARCHITECTURE.md, "The state machine"): only `Declined` moves to
+/// the next attempt, once the declined payment is cancelled.
 #[derive(Debug, thiserror::Error)]
 pub enum PaymentError {
-    /// 402: the provider stored a decline under this key; nothing was charged.
+    /// 402: the provider stored a decline under this key; nothing was charged. The
+    /// declined payment stays open (`requires_payment_method`) until cancelled.
     #[error("declined ({code}{})", decline_code.as_deref().map(|d| format!(", {d}")).unwrap_or_default())]
     Declined {
         code: String,
         decline_code: Option<String>,
     },
+    /// The customer's bank asks for authentication (strong customer authentication):
+    /// a 402 `authentication_required`, or a payment left `requires_action`. Only the
+    /// customer, back on the shop's page, can confirm this payment; nothing was
+    /// charged yet, and no other payment may be made while it is open.
+    #[error("the customer must authenticate payment {}", payment_id.as_deref().unwrap_or("(id not given)"))]
+    AuthenticationRequired { payment_id: Option<String> },
+    /// A 2xx payment in a status this client does not settle by itself
+    /// (`requires_capture`, `requires_confirmation`, `canceled`, …): a person looks.
+    #[error("the provider answered with payment {payment_id} in status `{status}`")]
+    UnexpectedStatus { payment_id: String, status: String },
     /// The provider refused the key because it was used with other parameters.
     #[error("idempotency key reused with other parameters")]
     KeyReused,
@@ -104,6 +151,9 @@ pub enum PaymentError {
         kind: FailureKind,
         #[source]
         source: Option<BoxError>,
+        /// The provider's own advice (Stripe's `Stripe-Should-Retry` header), obeyed
+        /// before the status: `Some(false)` is never retried within the invocation.
+        should_retry: Option<bool>,
     },
 }
 
@@ -152,7 +202,24 @@ impl std::fmt::Display for FailureKind {
 
 impl PaymentError {
     pub fn retryable(kind: FailureKind) -> Self {
-        Self::Retryable { kind, source: None }
+        Self::Retryable {
+            kind,
+            source: None,
+            should_retry: None,
+        }
+    }
+
+    /// Whether the provider advised against retrying now (`Stripe-Should-Retry:
+    /// false`): the record still fails with a safe retry, but not within this
+    /// invocation.
+    pub fn advised_not_to_retry(&self) -> bool {
+        matches!(
+            self,
+            Self::Retryable {
+                should_retry: Some(false),
+                ..
+            }
+        )
     }
 
     /// The answer blames a setting (no endpoint at PAYMENT_API_URL), not the order:
@@ -175,9 +242,13 @@ pub trait ChargePath: Send + Sync {
     /// the order's fingerprinted fields, so a replay is byte-identical.
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
 
-    /// Looks up the order's live charge: same `metadata[order_id]`, amount and
-    /// currency, status not `failed`. "Not found" must be certain (every page read).
+    /// Looks up the order's live payment: same `metadata[order_id]`, amount and
+    /// currency, not cancelled. "Not found" must be certain (every page read).
     async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+
+    /// Cancels the open payment `payment_id`, so that nobody can confirm it any more
+    /// (ARCHITECTURE.md, "One success per order").
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError>;
 
     /// Whether this provider received any of `order`'s keys. A real provider keeps no
     /// list of keys ([`KeyHistory::Unlisted`], the default).

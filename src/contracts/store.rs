@@ -48,6 +48,9 @@ impl StoreError {
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
+    /// The same order's fingerprint as records from before `payment_method` hold it:
+    /// such a record is the same order (and takes `fingerprint` when reserved).
+    pub earlier_fingerprint: Option<&'a Fingerprint>,
     /// Fresh random owner token of this attempt.
     pub owner: &'a Owner,
     pub now: Time,
@@ -99,6 +102,8 @@ pub enum ReleaseKind {
 pub struct ResolveLeaseRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
+    /// As in [`ReserveRequest`].
+    pub earlier_fingerprint: Option<&'a Fingerprint>,
     pub owner: &'a Owner,
     pub now: Time,
     pub lease_until: Time,

@@ -26,6 +26,9 @@ pub struct Order {
     amount: u64,
     currency: String,
     customer: String,
+    /// The saved payment method (`pm_…`) the customer agreed to for this order.
+    /// Needed to charge; a message from before the field existed has none.
+    payment_method: Option<String>,
 }
 
 /// Why a body is not a valid order. Each variant names the problem.
@@ -59,6 +62,8 @@ pub enum OrderError {
     InvalidCurrency,
     #[error("field `customer` is invalid: {0}")]
     InvalidCustomer(&'static str),
+    #[error("field `payment_method` is invalid: {0}")]
+    InvalidPaymentMethod(&'static str),
 }
 
 impl Order {
@@ -77,7 +82,15 @@ impl Order {
             amount,
             currency: currency.to_ascii_uppercase(),
             customer: customer.to_owned(),
+            payment_method: None,
         })
+    }
+
+    /// The same order paid with the saved payment method `payment_method` (`pm_…`).
+    pub fn paid_with(mut self, payment_method: &str) -> Result<Self, OrderError> {
+        validate_payment_method(payment_method)?;
+        self.payment_method = Some(payment_method.to_owned());
+        Ok(self)
     }
 
     /// Parses an SQS body: a raw order, an SNS notification envelope around one (SNS
@@ -133,7 +146,14 @@ impl Order {
         };
         let currency = string_field(object, "currency")?;
         let customer = string_field(object, "customer")?;
-        Self::new(id, amount, currency, customer)
+        let order = Self::new(id, amount, currency, customer)?;
+        // Optional in the message: one without it is still an order (a message from
+        // before the field existed), charged never, acknowledged when already done.
+        match string_field(object, "payment_method") {
+            Ok(payment_method) => order.paid_with(payment_method),
+            Err(OrderError::Missing(_)) => Ok(order),
+            Err(other) => Err(other),
+        }
     }
 
     pub fn id(&self) -> &str {
@@ -154,8 +174,34 @@ impl Order {
         &self.customer
     }
 
-    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer` (ARCHITECTURE.md, "The key and the fingerprint").
+    /// The saved payment method to charge (`pm_…`); `None` for a message from before
+    /// the field existed, which cannot be charged.
+    pub fn payment_method(&self) -> Option<&str> {
+        self.payment_method.as_deref()
+    }
+
+    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer\npayment_method`, or
+    /// of the first four alone for an order without a payment method (ARCHITECTURE.md,
+    /// "The key and the fingerprint").
     pub fn fingerprint(&self) -> String {
+        let mut fields = self.four_fields();
+        if let Some(payment_method) = &self.payment_method {
+            fields.update(b"\n");
+            fields.update(payment_method.as_bytes());
+        }
+        hex(fields)
+    }
+
+    /// The fingerprint as records written before `payment_method` existed hold it
+    /// (the first four fields), when this order names a payment method: such a
+    /// record's redelivery is the same order, never a conflict.
+    pub fn earlier_fingerprint(&self) -> Option<String> {
+        self.payment_method
+            .as_ref()
+            .map(|_| hex(self.four_fields()))
+    }
+
+    fn four_fields(&self) -> Sha256 {
         let mut hasher = Sha256::new();
         hasher.update(self.id.as_bytes());
         hasher.update(b"\n");
@@ -164,14 +210,17 @@ impl Order {
         hasher.update(self.currency.as_bytes());
         hasher.update(b"\n");
         hasher.update(self.customer.as_bytes());
-        let digest = hasher.finalize();
-        let mut hex = String::with_capacity(64);
-        for byte in digest {
-            // Writing to a String cannot fail.
-            let _ = write!(hex, "{byte:02x}");
-        }
-        hex
+        hasher
     }
+}
+
+fn hex(hasher: Sha256) -> String {
+    let mut hex = String::with_capacity(64);
+    for byte in hasher.finalize() {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
 }
 
 fn is_sns_envelope(object: &Map<String, Value>) -> bool {
@@ -302,6 +351,26 @@ pub fn validate_id(id: &str) -> Result<(), OrderError> {
     Ok(())
 }
 
+/// A provider id of a saved payment method: 1-255 of A-Z a-z 0-9 `_` (Stripe's
+/// `pm_…`; which kind of id it must be is the provider's rule).
+fn validate_payment_method(payment_method: &str) -> Result<(), OrderError> {
+    if payment_method.is_empty() {
+        return Err(OrderError::InvalidPaymentMethod("empty"));
+    }
+    if payment_method.len() > MAX_CUSTOMER_LEN {
+        return Err(OrderError::InvalidPaymentMethod("longer than 255 bytes"));
+    }
+    if !payment_method
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(OrderError::InvalidPaymentMethod(
+            "only A-Z, a-z, 0-9 and _ are allowed",
+        ));
+    }
+    Ok(())
+}
+
 fn validate_customer(customer: &str) -> Result<(), OrderError> {
     if customer.trim().is_empty() {
         return Err(OrderError::InvalidCustomer("empty"));
@@ -336,6 +405,33 @@ mod tests {
             order.fingerprint(),
             "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc"
         );
+        assert_eq!(order.payment_method(), None);
+        assert_eq!(order.earlier_fingerprint(), None);
+    }
+
+    #[test]
+    fn with_a_payment_method_the_fingerprint_takes_it_and_keeps_the_earlier_one() {
+        let order = Order::parse(
+            r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","payment_method":"pm_card_visa"}"#,
+        )
+        .unwrap();
+        assert_eq!(order.payment_method(), Some("pm_card_visa"));
+        assert_eq!(
+            order.fingerprint(),
+            "e2dad7907db2f16826ea2cadffd475167b2af5328a69634aba5176186620b8dd"
+        );
+        // A record written before the field existed holds the four-field one.
+        assert_eq!(
+            order.earlier_fingerprint().as_deref(),
+            Some("a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc")
+        );
+        for bad in ["\"\"", "\"pm card\"", "5", "\"pm-1\""] {
+            let body = format!(
+                r#"{{"id":"a","amount":5,"currency":"EUR","customer":"c","payment_method":{bad}}}"#
+            );
+            let err = Order::parse(&body).unwrap_err().to_string();
+            assert!(err.contains("`payment_method`"), "{bad}: {err}");
+        }
     }
 
     #[test]

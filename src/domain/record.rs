@@ -29,6 +29,9 @@ impl Fingerprint {
 pub struct Identity {
     pub key: Key,
     pub fingerprint: Fingerprint,
+    /// The fingerprint records from before `payment_method` hold for this order (when
+    /// it names one): such a record is the same order.
+    pub earlier: Option<Fingerprint>,
 }
 
 impl Identity {
@@ -36,6 +39,7 @@ impl Identity {
         Self {
             key: Key::for_order(order),
             fingerprint: Fingerprint::of(order),
+            earlier: order.earlier_fingerprint().map(Fingerprint),
         }
     }
 }

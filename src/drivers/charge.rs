@@ -135,8 +135,7 @@ impl Charger<'_> {
     ) -> Outcome {
         let now = self.settings.now();
         let (mut machine, mut step) = Machine::new(Start {
-            key: identity.key.clone(),
-            fingerprint: identity.fingerprint.clone(),
+            identity: identity.clone(),
             owner: Owner::fresh(),
             now,
             deadline,
@@ -144,6 +143,7 @@ impl Charger<'_> {
             max_declines: self.settings.max_declines,
             key_ttl: self.settings.provider_key_ttl,
             rules: Rules::ALL,
+            chargeable: order.payment_method().is_some(),
         });
         loop {
             step = match step {
@@ -168,6 +168,20 @@ impl Charger<'_> {
                         .await;
                     calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Looked(answer))
+                }
+                Step::Cancel { payment_id } => {
+                    let answer = self
+                        .provider_call(deadline, self.provider.cancel(&payment_id))
+                        .await;
+                    calls.provider |= self.tell_provider_breaker(&answer);
+                    machine.on(Input::Cancelled(answer))
+                }
+                Step::Read => {
+                    let answer = self
+                        .store_call(deadline, self.store.get(&identity.key))
+                        .await;
+                    calls.store |= self.tell_store_breaker(&answer);
+                    machine.on(Input::Read(answer))
                 }
             };
         }
@@ -226,15 +240,17 @@ impl Charger<'_> {
         answer: &Result<T, NoAnswer<PaymentError>>,
         deadline: Time,
     ) -> bool {
+        // The provider's own advice comes before the status: `Stripe-Should-Retry:
+        // false` is never retried here (the next delivery may).
         let transient = matches!(
             answer,
-            Err(NoAnswer::Failed(PaymentError::Retryable {
+            Err(NoAnswer::Failed(e @ PaymentError::Retryable {
                 kind: FailureKind::Connection
                     | FailureKind::Server(_)
                     | FailureKind::RateLimited
                     | FailureKind::Conflict,
                 ..
-            }))
+            })) if !e.advised_not_to_retry()
         );
         if !transient || !self.settings.breakers.provider.is_closed() {
             return false;
@@ -325,6 +341,10 @@ pub async fn resolve(
             ResolveStep::History => {
                 let history = provider.key_history(order).await;
                 resolver.on(ResolveInput::History(history))
+            }
+            ResolveStep::Cancel { payment_id } => {
+                let cancelled = provider.cancel(&payment_id).await;
+                resolver.on(ResolveInput::Cancelled(cancelled))
             }
         };
     }

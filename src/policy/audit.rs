@@ -21,16 +21,26 @@ use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Key, Record, State};
 
-/// Whether `charge` is for exactly the order that `fingerprint` was taken of.
+/// Whether `charge` is for exactly the order that `fingerprint` was taken of: with its
+/// payment method, or (a record from before the field existed) without.
 fn charge_matches(charge: &ListedCharge, order_id: &str, fingerprint: &Fingerprint) -> bool {
     let customer = charge.customer.as_deref().unwrap_or_default();
-    Order::new(
+    let Ok(order) = Order::new(
         order_id,
         charge.amount,
         &charge.currency.to_ascii_uppercase(),
         customer,
-    )
-    .is_ok_and(|order| Fingerprint::of(&order) == *fingerprint)
+    ) else {
+        return false;
+    };
+    if Fingerprint::of(&order) == *fingerprint {
+        return true;
+    }
+    charge
+        .payment_method
+        .as_deref()
+        .and_then(|method| order.paid_with(method).ok())
+        .is_some_and(|paid| Fingerprint::of(&paid) == *fingerprint)
 }
 
 fn charge_evidence(charge: &ListedCharge) -> Value {
@@ -293,6 +303,7 @@ mod tests {
             amount: 500,
             currency: "eur".to_owned(),
             customer: Some("cus_1".to_owned()),
+            payment_method: None,
             status: status.to_owned(),
             created: NOW - HOUR,
         }

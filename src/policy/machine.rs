@@ -10,13 +10,13 @@
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ReserveRequest, StoreError, Write, WriteOutcome,
 };
-use crate::domain::{Fingerprint, Key, Owner, Record, State};
+use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use crate::policy::rules::Rules;
 use crate::policy::table::{Reservation, judge};
 use std::time::Duration;
 
-use crate::contracts::payment::{Lookup, PaymentError, Receipt};
+use crate::contracts::payment::{AWAITS_CUSTOMER, Cancel, Lookup, PaymentError, Receipt};
 use crate::domain::clock::Time;
 
 /// Why a call gave no answer (a store or provider call of the driver).
@@ -48,8 +48,13 @@ pub enum Step {
     /// Charge the order under this provider key (`None`: only under a mutant);
     /// answer with [`Input::Charged`].
     Charge { key: Option<String> },
-    /// Look the order's charge up; answer with [`Input::Looked`].
+    /// Look the order's payment up; answer with [`Input::Looked`].
     Lookup,
+    /// Cancel the order's open payment `payment_id`; answer with [`Input::Cancelled`].
+    Cancel { payment_id: String },
+    /// Read the record (strongly consistent), for an order that names no payment
+    /// method; answer with [`Input::Read`].
+    Read,
     /// The record's end.
     Done(Outcome),
 }
@@ -60,6 +65,8 @@ pub enum Input {
     Written(Result<WriteOutcome, NoAnswer<StoreError>>),
     Charged(Result<Receipt, NoAnswer<PaymentError>>),
     Looked(Result<Lookup, NoAnswer<PaymentError>>),
+    Cancelled(Result<Cancel, NoAnswer<PaymentError>>),
+    Read(Result<Option<Record>, NoAnswer<StoreError>>),
 }
 
 impl Input {
@@ -68,15 +75,36 @@ impl Input {
             Self::Written(_) => "written",
             Self::Charged(_) => "charged",
             Self::Looked(_) => "looked up",
+            Self::Cancelled(_) => "cancelled",
+            Self::Read(_) => "read",
         }
     }
 }
 
+/// Why the machine looks the order's payments up, which decides what each answer
+/// means (ARCHITECTURE.md, "One success per order").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Looking {
+    /// Before reusing an old key, or after a replayed 5xx: is the order paid?
+    Reconcile,
+    /// After a decline, before the next attempt's key: the declined payment (and any
+    /// other open one) is cancelled first, so nobody can confirm it later.
+    AfterDecline(Outcome),
+    /// After `authentication_required`: has the customer confirmed it since?
+    AfterAuthentication(Option<String>),
+}
+
+/// How many open payments one attempt cancels before it gives up for now: an order
+/// has one per attempt at most, and a later delivery goes on.
+const MAX_CANCELS: u8 = 3;
+
 /// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
+    Reading,
     Reserving,
-    Looking,
+    Looking(Looking),
+    Cancelling(Looking),
     MovingKey,
     Charging,
     Completing,
@@ -89,8 +117,10 @@ enum Phase {
 impl Phase {
     fn name(&self) -> &'static str {
         match self {
+            Self::Reading => "reading",
             Self::Reserving => "reserving",
-            Self::Looking => "looking",
+            Self::Looking(_) => "looking",
+            Self::Cancelling(_) => "cancelling",
             Self::MovingKey => "moving key",
             Self::Charging => "charging",
             Self::Completing => "completing",
@@ -104,8 +134,8 @@ impl Phase {
 /// What one record starts from: all of it comes from outside the machine.
 #[derive(Clone, Debug)]
 pub struct Start {
-    pub key: Key,
-    pub fingerprint: Fingerprint,
+    /// The order's key and fingerprints.
+    pub identity: Identity,
     /// The fresh random owner token of this attempt.
     pub owner: Owner,
     pub now: Time,
@@ -117,6 +147,9 @@ pub struct Start {
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub key_ttl: Duration,
     pub rules: Rules,
+    /// The order names a payment method, so it can be charged. Without one, the
+    /// machine only reads the record: done → a duplicate; else it cannot be charged.
+    pub chargeable: bool,
 }
 
 /// One record's state machine.
@@ -124,6 +157,7 @@ pub struct Start {
 pub struct Machine {
     key: Key,
     fingerprint: Fingerprint,
+    earlier_fingerprint: Option<Fingerprint>,
     owner: Owner,
     started_at: Time,
     deadline: Time,
@@ -134,6 +168,8 @@ pub struct Machine {
     phase: Phase,
     attempt: u32,
     must_reconcile: bool,
+    /// Open payments cancelled in this attempt.
+    cancels: u8,
     /// The charge to record, and the outcome once it is recorded.
     receipt: Option<String>,
     success: Option<Outcome>,
@@ -142,9 +178,15 @@ pub struct Machine {
 impl Machine {
     /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
     pub fn new(start: Start) -> (Self, Step) {
+        let Identity {
+            key,
+            fingerprint,
+            earlier,
+        } = start.identity;
         let machine = Self {
-            key: start.key,
-            fingerprint: start.fingerprint,
+            key,
+            fingerprint,
+            earlier_fingerprint: earlier,
             owner: start.owner,
             started_at: start.now,
             deadline: start.deadline,
@@ -155,9 +197,19 @@ impl Machine {
             phase: Phase::Reserving,
             attempt: 1,
             must_reconcile: false,
+            cancels: 0,
             receipt: None,
             success: None,
         };
+        if !start.chargeable {
+            return (
+                Self {
+                    phase: Phase::Reading,
+                    ..machine
+                },
+                Step::Read,
+            );
+        }
         (machine, Step::Write(WriteKind::Reserve))
     }
 
@@ -171,6 +223,7 @@ impl Machine {
         ReserveRequest {
             pk: &self.key,
             fingerprint: &self.fingerprint,
+            earlier_fingerprint: self.earlier_fingerprint.as_ref(),
             owner: &self.owner,
             now: self.started_at,
             lease_until: self.deadline,
@@ -222,8 +275,10 @@ impl Machine {
     /// the record with a safe retry.
     fn next(&mut self, phase: Phase, input: Input) -> Step {
         match (phase, input) {
+            (Phase::Reading, Input::Read(answer)) => on_read(answer),
             (Phase::Reserving, Input::Written(answer)) => self.on_reserved(answer),
-            (Phase::Looking, Input::Looked(answer)) => self.on_looked(answer),
+            (Phase::Looking(why), Input::Looked(answer)) => self.on_looked(why, answer),
+            (Phase::Cancelling(why), Input::Cancelled(answer)) => self.on_cancelled(why, answer),
             (Phase::MovingKey, Input::Written(answer)) => self.on_moved_key(answer),
             (Phase::Charging, Input::Charged(answer)) => self.on_charged(answer),
             (Phase::Completing, Input::Written(answer)) => self.on_completed(answer, false),
@@ -268,41 +323,120 @@ impl Machine {
         Step::Done(outcome)
     }
 
-    /// Reconciliation: found succeeded → complete with it; pending → release, keep the
-    /// key; not found → the next attempt's key.
-    fn on_looked(&mut self, answer: Result<Lookup, NoAnswer<PaymentError>>) -> Step {
+    /// A lookup's answer, read by why it was made: succeeded → complete with it (the
+    /// order is paid, whoever confirmed it); in flight → release, keep the key; open →
+    /// cancel it first, or wait for the customer; none → the next attempt's key (after
+    /// a decline: the decline's release), or, after `authentication_required`, the DLQ
+    /// until a person settles it.
+    fn on_looked(&mut self, why: Looking, answer: Result<Lookup, NoAnswer<PaymentError>>) -> Step {
         let attempt = Some(self.attempt);
-        match answer {
-            Ok(Lookup::Succeeded(receipt)) => {
+        let found = match answer {
+            Ok(found) => found,
+            Err(NoAnswer::NoTime) => {
+                return Step::Done(Outcome::Deadline {
+                    before: Call::Lookup,
+                    attempt,
+                });
+            }
+            Err(NoAnswer::TimedOut) => {
+                let outcome = Outcome::retryable(RetryCause::LookupTimedOut, attempt);
+                return self.release(ReleaseKind::KeepKey, outcome);
+            }
+            Err(NoAnswer::Failed(e)) => {
+                let outcome = Outcome::retryable(RetryCause::Lookup(Shared::new(e)), attempt);
+                return self.release(ReleaseKind::KeepKey, outcome);
+            }
+        };
+        match found {
+            Lookup::Succeeded(receipt) => {
                 let success = Outcome::Reconciled {
                     receipt: receipt.id.clone(),
+                    charge: receipt.charge.clone(),
                     attempt: self.attempt,
                 };
                 self.complete(receipt, success)
             }
-            // A live charge may still succeed: a new key now could charge twice.
-            Ok(Lookup::Pending { charge_id, status }) if self.rules.pending_is_live => self
-                .release(
-                    ReleaseKind::KeepKey,
-                    Outcome::NeedsReconciliation {
-                        cause: ReconcileCause::PendingAtProvider { charge_id, status },
-                    },
-                ),
-            Ok(Lookup::NotFound | Lookup::Pending { .. }) => {
+            // A live payment may still succeed: a new key now could charge twice.
+            Lookup::Pending { charge_id, status } if self.rules.pending_is_live => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::NeedsReconciliation {
+                    cause: ReconcileCause::PendingAtProvider { charge_id, status },
+                },
+            ),
+            Lookup::Open { payment_id, status } if self.rules.close_open_payments => {
+                self.on_open(why, payment_id, &status)
+            }
+            Lookup::NotFound | Lookup::Pending { .. } | Lookup::Open { .. } => {
+                self.nothing_open(why)
+            }
+        }
+    }
+
+    /// An open payment: the customer may still confirm one that awaits them; any
+    /// other is cancelled before the order moves on.
+    fn on_open(&mut self, why: Looking, payment_id: String, status: &str) -> Step {
+        match why {
+            Looking::AfterAuthentication(_) => self.await_customer(Some(payment_id)),
+            Looking::Reconcile if status == AWAITS_CUSTOMER => {
+                self.await_customer(Some(payment_id))
+            }
+            why => {
+                self.phase = Phase::Cancelling(why);
+                Step::Cancel { payment_id }
+            }
+        }
+    }
+
+    /// Nothing open at the provider: the order may move on.
+    fn nothing_open(&mut self, why: Looking) -> Step {
+        match why {
+            Looking::Reconcile => {
                 self.phase = Phase::MovingKey;
                 Step::Write(WriteKind::NextAttempt)
             }
+            Looking::AfterDecline(declined) => self.release(ReleaseKind::Declined, declined),
+            Looking::AfterAuthentication(payment_id) => self.await_customer(payment_id),
+        }
+    }
+
+    /// The customer must authenticate `payment_id`: keep the key (no other payment is
+    /// made while it may succeed) and send the message to the DLQ.
+    fn await_customer(&mut self, payment_id: Option<String>) -> Step {
+        let outcome = Outcome::AuthenticationRequired {
+            payment_id,
+            attempt: self.attempt,
+        };
+        self.release(ReleaseKind::KeepKey, outcome)
+    }
+
+    /// A cancel's answer: look again (it may have succeeded meanwhile); bounded.
+    fn on_cancelled(
+        &mut self,
+        why: Looking,
+        answer: Result<Cancel, NoAnswer<PaymentError>>,
+    ) -> Step {
+        let attempt = Some(self.attempt);
+        match answer {
+            Ok(Cancel::Cancelled | Cancel::NotCancellable) if self.cancels + 1 < MAX_CANCELS => {
+                self.cancels += 1;
+                self.phase = Phase::Looking(why);
+                Step::Lookup
+            }
+            Ok(_) => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::retryable(RetryCause::OpenPaymentsLeft(MAX_CANCELS), attempt),
+            ),
             Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
-                before: Call::Lookup,
+                before: Call::Cancel,
                 attempt,
             }),
             Err(NoAnswer::TimedOut) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::LookupTimedOut, attempt),
+                Outcome::retryable(RetryCause::CancelTimedOut, attempt),
             ),
             Err(NoAnswer::Failed(e)) => self.release(
                 ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::Lookup(Shared::new(e)), attempt),
+                Outcome::retryable(RetryCause::Cancel(Shared::new(e)), attempt),
             ),
         }
     }
@@ -335,6 +469,7 @@ impl Machine {
             Ok(receipt) => {
                 let success = Outcome::Charged {
                     receipt: receipt.id.clone(),
+                    charge: receipt.charge.clone(),
                     attempt: self.attempt,
                 };
                 self.complete(receipt, success)
@@ -397,7 +532,7 @@ impl Machine {
 
     fn charge_or_look(&mut self) -> Step {
         if self.must_reconcile {
-            self.phase = Phase::Looking;
+            self.phase = Phase::Looking(Looking::Reconcile);
             Step::Lookup
         } else {
             self.phase = Phase::Charging;
@@ -443,12 +578,39 @@ impl Machine {
     fn after_failed_charge(&mut self, e: PaymentError) -> Step {
         let attempt = self.attempt;
         match e {
-            PaymentError::Declined { code, decline_code } => self.release(
-                ReleaseKind::Declined,
-                Outcome::Declined {
+            PaymentError::Declined { code, decline_code } => {
+                let declined = Outcome::Declined {
                     code,
                     decline_code,
                     attempt,
+                };
+                if !self.rules.close_open_payments {
+                    return self.release(ReleaseKind::Declined, declined);
+                }
+                // The declined payment stays open: someone could still confirm it, so
+                // it is cancelled before the next attempt's key may make another.
+                self.phase = Phase::Looking(Looking::AfterDecline(declined));
+                Step::Lookup
+            }
+            PaymentError::AuthenticationRequired { payment_id } => {
+                if !self.rules.close_open_payments {
+                    // The mutant: as a decline, on to a new key and a new payment.
+                    let declined = Outcome::Declined {
+                        code: "authentication_required".to_owned(),
+                        decline_code: None,
+                        attempt,
+                    };
+                    return self.release(ReleaseKind::Declined, declined);
+                }
+                // A replay answers as the first time, even once the customer has
+                // confirmed it: what it is now is the provider's current word.
+                self.phase = Phase::Looking(Looking::AfterAuthentication(payment_id));
+                Step::Lookup
+            }
+            PaymentError::UnexpectedStatus { payment_id, status } => self.release(
+                ReleaseKind::KeepKey,
+                Outcome::NeedsReconciliation {
+                    cause: ReconcileCause::UnexpectedStatus { payment_id, status },
                 },
             ),
             PaymentError::Rejected { status, code } => self.release(
@@ -490,6 +652,19 @@ impl Machine {
         };
         self.release(kind, Outcome::retryable(cause, Some(self.attempt)))
     }
+}
+
+/// An order that names no payment method cannot be charged: acknowledged as a
+/// duplicate when its record is done (a message sent before the field existed), else
+/// it cannot be charged.
+fn on_read(answer: Result<Option<Record>, NoAnswer<StoreError>>) -> Step {
+    Step::Done(match answer {
+        Ok(Some(record)) if record.state == State::Done => Outcome::Duplicate {
+            receipt: record.receipt,
+        },
+        Ok(_) => Outcome::MissingPaymentMethod,
+        Err(no_answer) => store_no_answer(Call::Read, no_answer, None),
+    })
 }
 
 /// The outcome of a store call that gave no answer. A charge made before it is safe:

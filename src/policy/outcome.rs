@@ -21,11 +21,14 @@ use crate::policy::retry::breaker::Dependency;
 pub enum Outcome {
     Charged {
         receipt: String,
+        /// The charge the payment made (`latest_charge`), for the log line.
+        charge: Option<String>,
         attempt: u32,
     },
-    /// Found at the provider by reconciliation and completed with that charge.
+    /// Found at the provider by reconciliation and completed with that payment.
     Reconciled {
         receipt: String,
+        charge: Option<String>,
         attempt: u32,
     },
     Duplicate {
@@ -69,6 +72,17 @@ pub enum Outcome {
     NeedsReconciliation {
         cause: ReconcileCause,
     },
+    /// The customer's bank asks for authentication: only the customer, back on the
+    /// shop's page, can confirm payment `payment_id`. Nothing was charged; no other
+    /// payment is made while it is open (the key is kept), and the next delivery
+    /// reconciles it.
+    AuthenticationRequired {
+        payment_id: Option<String>,
+        attempt: u32,
+    },
+    /// The message names no payment method and its order is not done: it cannot be
+    /// charged (a message from before the field existed).
+    MissingPaymentMethod,
     /// The dependency's breaker is open in this execution environment: no write and no
     /// call were made; the record comes back with the backoff.
     Deferred {
@@ -82,9 +96,11 @@ pub enum Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Call {
     Reserve,
+    Read,
     NextAttempt,
     Charge,
     Lookup,
+    Cancel,
     Complete,
 }
 
@@ -92,6 +108,8 @@ impl Call {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Reserve => "reserve",
+            Self::Read => "read",
+            Self::Cancel => "cancel",
             Self::NextAttempt => "next attempt",
             Self::Charge => "charge",
             Self::Lookup => "reconciliation lookup",
@@ -129,6 +147,12 @@ pub enum RetryCause {
     Charge(#[source] Shared<PaymentError>),
     #[error("lease lost before moving to the next attempt")]
     LeaseLostBeforeNextAttempt,
+    #[error("cancelling an open payment timed out")]
+    CancelTimedOut,
+    #[error("cancelling an open payment")]
+    Cancel(#[source] Shared<PaymentError>),
+    #[error("the order still has an open payment after cancelling {0}; retried later")]
+    OpenPaymentsLeft(u8),
     /// A bug: the machine got an answer its phase does not expect.
     #[error("internal: answer {answer} does not fit phase {phase}")]
     OutOfPhase {
@@ -182,6 +206,12 @@ pub enum ReconcileCause {
     PendingAnswer { charge_id: String, status: String },
     #[error("provider says key {provider_key} was used with other parameters")]
     KeyReused { provider_key: String },
+    /// The payment answered in a status this consumer does not settle by itself.
+    #[error(
+        "the provider answered with payment {payment_id} in status `{status}`: settle it at \
+         the provider, then with `resolve`"
+    )]
+    UnexpectedStatus { payment_id: String, status: String },
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
         "charged {receipt} under attempt {attempt} but the record moved on (estado \
@@ -213,6 +243,8 @@ impl Outcome {
             Self::Deadline { .. } => OutcomeKind::Deadline,
             Self::Deferred { .. } => OutcomeKind::Deferred,
             Self::NeedsReconciliation { .. } => OutcomeKind::NeedsReconciliation,
+            Self::AuthenticationRequired { .. } => OutcomeKind::AuthenticationRequired,
+            Self::MissingPaymentMethod => OutcomeKind::Invalid,
         }
     }
 
@@ -294,6 +326,15 @@ impl Outcome {
                  reserved, retried with the backoff"
             }
             Self::Conflict => "same order id with a different payload; not charged",
+            Self::AuthenticationRequired { .. } => {
+                "the customer's bank asks for authentication: the shop brings the customer \
+                 back to confirm this payment on-session, then redrives; no other payment is \
+                 made while it is open"
+            }
+            Self::MissingPaymentMethod => {
+                "field `payment_method` is missing: the order cannot be charged without the \
+                 saved payment method (pm_…) the customer agreed to, and it is not done"
+            }
         };
         Some(Cow::Borrowed(fixed))
     }
@@ -301,8 +342,18 @@ impl Outcome {
     /// The outcome's own fields for its log line.
     pub fn details(&self) -> Details<'_> {
         match self {
-            Self::Charged { receipt, attempt } | Self::Reconciled { receipt, attempt } => Details {
+            Self::Charged {
+                receipt,
+                charge,
+                attempt,
+            }
+            | Self::Reconciled {
+                receipt,
+                charge,
+                attempt,
+            } => Details {
                 receipt: Some(receipt),
+                charge: charge.as_deref(),
                 attempt: Some(*attempt),
                 ..Details::default()
             },
@@ -343,9 +394,18 @@ impl Outcome {
                 attempt: *attempt,
                 ..Details::default()
             },
+            Self::AuthenticationRequired {
+                payment_id,
+                attempt,
+            } => Details {
+                payment: payment_id.as_deref(),
+                attempt: Some(*attempt),
+                ..Details::default()
+            },
             Self::Conflict
             | Self::InProgress { .. }
             | Self::NeedsReconciliation { .. }
+            | Self::MissingPaymentMethod
             | Self::Deferred { .. } => Details::default(),
         }
     }
@@ -359,6 +419,10 @@ impl Outcome {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Details<'a> {
     pub receipt: Option<&'a str>,
+    /// The charge a payment made (`latest_charge`), beside its receipt.
+    pub charge: Option<&'a str>,
+    /// The payment a person or the customer must act on.
+    pub payment: Option<&'a str>,
     pub attempt: Option<u32>,
     pub code: Option<&'a str>,
     pub decline_code: Option<&'a str>,
@@ -419,10 +483,12 @@ mod tests {
     fn only_effects_and_duplicates_acknowledge_the_message() {
         let charged = Outcome::Charged {
             receipt: "c".into(),
+            charge: None,
             attempt: 1,
         };
         let reconciled = Outcome::Reconciled {
             receipt: "c".into(),
+            charge: None,
             attempt: 2,
         };
         for acked in [charged, reconciled, Outcome::Duplicate { receipt: None }] {
@@ -452,6 +518,21 @@ mod tests {
             assert_ne!(failed.kind().level(), Level::Info, "{failed:?}");
             assert!(failed.reason().is_some(), "{failed:?}");
         }
+    }
+
+    #[test]
+    fn an_order_without_a_payment_method_is_invalid_and_its_reason_names_the_field() {
+        let missing = Outcome::MissingPaymentMethod;
+        assert_eq!(missing.kind(), OutcomeKind::Invalid);
+        assert_eq!(missing.class(), Class::Poison, "dead-lettered at once");
+        assert!(missing.reason().unwrap().contains("`payment_method`"));
+        let strong = Outcome::AuthenticationRequired {
+            payment_id: Some("pi_1".into()),
+            attempt: 1,
+        };
+        assert_eq!(strong.name(), "authentication_required");
+        assert_eq!(strong.class(), Class::Poison, "dead-lettered at once");
+        assert_eq!(strong.details().payment, Some("pi_1"));
     }
 
     #[test]

@@ -78,6 +78,7 @@ declare! {
     Deadline => "deadline", Warn, Retry;
     Deferred => "deferred", Warn, Retry;
     NeedsReconciliation => "needs_reconciliation", Error, DeadLetter;
+    AuthenticationRequired => "authentication_required", Warn, DeadLetter;
     Invalid => "invalid", Warn, DeadLetter;
     Unstarted => "unstarted", Warn, Retry;
     Skipped => "skipped", Info, Retry;

@@ -10,7 +10,7 @@
 //! provider that never received the order's keys (the local simulator asked about an
 //! order charged at the real provider), keeps the key and refuses.
 
-use crate::contracts::payment::{KeyHistory, Lookup, PaymentError};
+use crate::contracts::payment::{Cancel, KeyHistory, Lookup, PaymentError};
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
     WriteOutcome,
@@ -18,6 +18,7 @@ use crate::contracts::store::{
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
+use crate::policy::table::same_order;
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +63,17 @@ pub enum ResolveError {
          (PAYMENT_API_URL and its key)"
     )]
     NotTheKeyHolder,
+    #[error(
+        "payment {payment_id} of this order is still open after it was cancelled: settle it \
+         at the provider, then run resolve again"
+    )]
+    StillOpen { payment_id: String },
+    #[error("cancelling open payment {payment_id}")]
+    Cancel {
+        payment_id: String,
+        #[source]
+        source: PaymentError,
+    },
 }
 
 /// What a human confirmed before running `resolve`.
@@ -86,6 +98,11 @@ pub enum ResolveStep {
     /// Ask the provider whether it received the order's keys; answer with
     /// [`ResolveInput::History`].
     History,
+    /// Cancel the order's open payment before a new key may make another; answer
+    /// with [`ResolveInput::Cancelled`].
+    Cancel {
+        payment_id: String,
+    },
     Done(Result<Resolution, ResolveError>),
 }
 
@@ -104,6 +121,7 @@ pub enum ResolveInput {
     Written(Result<WriteOutcome, StoreError>),
     Looked(Result<Lookup, PaymentError>),
     History(Result<KeyHistory, PaymentError>),
+    Cancelled(Result<Cancel, PaymentError>),
 }
 
 #[derive(Debug)]
@@ -113,6 +131,12 @@ enum Phase {
     Looking,
     /// "Not found": asking whether the provider holds the order's keys.
     CheckingHistory,
+    /// Cancelling an open payment; then looking again (once).
+    Cancelling {
+        payment_id: String,
+    },
+    /// Looking again after a cancel: an open payment now is refused.
+    LookingAgain,
     Completing,
     /// Releasing the key (`NotFound`): the answer is the resolution.
     ReleasingToNextKey,
@@ -127,6 +151,7 @@ enum Phase {
 pub struct Resolver {
     key: Key,
     fingerprint: Fingerprint,
+    earlier_fingerprint: Option<Fingerprint>,
     owner: Owner,
     now: Time,
     lease_until: Time,
@@ -148,10 +173,15 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
-        let Identity { key, fingerprint } = Identity::of(order);
+        let Identity {
+            key,
+            fingerprint,
+            earlier,
+        } = Identity::of(order);
         let resolver = Self {
             key,
             fingerprint,
+            earlier_fingerprint: earlier,
             owner,
             now,
             lease_until,
@@ -174,6 +204,7 @@ impl Resolver {
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk: &self.key,
                 fingerprint: &self.fingerprint,
+                earlier_fingerprint: self.earlier_fingerprint.as_ref(),
                 owner: &self.owner,
                 now: self.now,
                 lease_until: self.lease_until,
@@ -206,7 +237,18 @@ impl Resolver {
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
             }
-            (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found),
+            (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found, true),
+            (Phase::LookingAgain, ResolveInput::Looked(found)) => self.on_looked(found, false),
+            (Phase::Cancelling { payment_id }, ResolveInput::Cancelled(answer)) => match answer {
+                Ok(_) => {
+                    self.phase = Phase::LookingAgain;
+                    ResolveStep::Lookup
+                }
+                Err(source) => self.release(
+                    ReleaseKind::KeepKey,
+                    ResolveError::Cancel { payment_id, source },
+                ),
+            },
             (Phase::CheckingHistory, ResolveInput::History(history)) => self.on_history(history),
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
@@ -238,17 +280,32 @@ impl Resolver {
             }));
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
-        if let Err(refused) = check(&record, &self.fingerprint, self.now, legacy_format_checked) {
+        let same = same_order(
+            &record,
+            &self.fingerprint,
+            self.earlier_fingerprint.as_ref(),
+        );
+        if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
         }
         self.phase = Phase::Leasing;
         ResolveStep::Write(ResolveWrite::Lease)
     }
 
-    /// The provider's answer: succeeded → complete; pending → keep the key; not found
-    /// → the next key.
-    fn on_looked(&mut self, found: Result<Lookup, PaymentError>) -> ResolveStep {
+    /// The provider's answer: succeeded → complete; pending → keep the key; open →
+    /// cancel it (so nobody can confirm it later) and look again; not found → the next
+    /// key.
+    fn on_looked(&mut self, found: Result<Lookup, PaymentError>, may_cancel: bool) -> ResolveStep {
         match found {
+            Ok(Lookup::Open { payment_id, .. }) if may_cancel => {
+                self.phase = Phase::Cancelling {
+                    payment_id: payment_id.clone(),
+                };
+                ResolveStep::Cancel { payment_id }
+            }
+            Ok(Lookup::Open { payment_id, .. }) => {
+                self.release(ReleaseKind::KeepKey, ResolveError::StillOpen { payment_id })
+            }
             Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
             // It may still succeed: no new key while it is live.
             Ok(Lookup::Pending { charge_id, status }) => self.release(
@@ -292,15 +349,11 @@ impl Resolver {
 /// Refuses what a human must look at first.
 fn check(
     record: &Record,
-    fingerprint: &Fingerprint,
+    same_order: bool,
     now: Time,
     legacy_format_checked: bool,
 ) -> Result<(), ResolveError> {
-    if record
-        .fingerprint
-        .as_ref()
-        .is_some_and(|h| h != fingerprint)
-    {
+    if record.fingerprint.is_some() && !same_order {
         return Err(ResolveError::FingerprintMismatch);
     }
     if record.is_legacy_format() && !legacy_format_checked {
@@ -376,7 +429,7 @@ mod tests {
     fn a_succeeded_charge_completes_under_the_leased_attempt() {
         let mut resolver = start(Confirmed::default());
         leased(&mut resolver);
-        let found = Lookup::Succeeded(Receipt { id: "ch_r".into() });
+        let found = Lookup::Succeeded(Receipt::new("ch_r"));
         assert!(matches!(
             resolver.on(ResolveInput::Looked(Ok(found))),
             ResolveStep::Write(ResolveWrite::Complete)

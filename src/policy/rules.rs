@@ -18,6 +18,10 @@ pub struct Rules {
     pub pending_is_live: bool,
     /// A key older than the provider-key TTL is reconciled before it is reused.
     pub reconcile_old_keys: bool,
+    /// At most one payment per order can succeed, whoever confirms it: an open payment
+    /// (declined, or waiting for the customer's authentication) is cancelled before a
+    /// new key is used, and one waiting for the customer keeps its key.
+    pub close_open_payments: bool,
 }
 
 impl Rules {
@@ -29,6 +33,7 @@ impl Rules {
         provider_key: true,
         pending_is_live: true,
         reconcile_old_keys: true,
+        close_open_payments: true,
     };
 }
 

@@ -25,7 +25,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
-            let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint);
+            let same_payload = same_order(r, req.fingerprint, req.earlier_fingerprint);
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
             let free = r.state == State::Free
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
@@ -38,9 +38,18 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::LeaseForResolve(req) => {
             r.state != State::Done
                 && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
-                && r.fingerprint.as_ref().is_none_or(|h| h == req.fingerprint)
+                && (r.fingerprint.is_none()
+                    || same_order(r, req.fingerprint, req.earlier_fingerprint))
         }
     }
+}
+
+/// Whether the stored record is this order's: its fingerprint, or the earlier one a
+/// record from before `payment_method` holds.
+pub fn same_order(r: &Record, fingerprint: &Fingerprint, earlier: Option<&Fingerprint>) -> bool {
+    r.fingerprint
+        .as_ref()
+        .is_some_and(|h| h == fingerprint || Some(h) == earlier)
 }
 
 /// The item `write` leaves when its condition holds on `stored`.
@@ -141,7 +150,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             },
         };
     }
-    if old.fingerprint.as_ref() != Some(req.fingerprint) {
+    if !same_order(&old, req.fingerprint, req.earlier_fingerprint) {
         return Reservation::Conflict {
             stored_fingerprint: old.fingerprint,
         };
@@ -200,6 +209,7 @@ mod tests {
         let req = ReserveRequest {
             pk: &pk,
             fingerprint: &fingerprint,
+            earlier_fingerprint: None,
             owner: &owner,
             now: Time::from_ms(0),
             lease_until: Time::from_ms(1),

@@ -24,15 +24,22 @@ pub fn span(entry: &Entry<'_>) -> tracing::Span {
     )
 }
 
-/// The `charge-once` attribute of a dead letter: why it is there, as JSON.
+/// The `charge-once` attribute of a dead letter: why it is there, as JSON, and the
+/// payment a person or the customer must act on when there is one
+/// (`authentication_required`: the PaymentIntent the customer must confirm).
 pub fn note(entry: &Entry<'_>) -> String {
-    serde_json::json!({
+    let mut note = serde_json::json!({
         "outcome": entry.outcome.kind().name(),
         "reason": entry.reason().as_deref().unwrap_or(""),
         "message_id": entry.message_id,
         "receive_count": entry.receive_count,
-    })
-    .to_string()
+    });
+    if let RecordOutcome::Processed(processed) = &entry.outcome
+        && let Some(payment) = processed.details().payment
+    {
+        note["payment"] = payment.into();
+    }
+    note.to_string()
 }
 
 /// Counts the record's metrics and writes its one line, with what the batch made of
@@ -60,6 +67,8 @@ pub fn report(entry: &Entry<'_>) {
             tracing::$level!(
                 outcome = kind.name(),
                 receipt = d.receipt,
+                charge = d.charge,
+                payment = d.payment,
                 code = d.code,
                 decline_code = d.decline_code,
                 status = d.status,

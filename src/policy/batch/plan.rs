@@ -409,6 +409,7 @@ mod tests {
     fn charged() -> RecordOutcome {
         RecordOutcome::Processed(Outcome::Charged {
             receipt: "ch_1".into(),
+            charge: None,
             attempt: 1,
         })
     }
