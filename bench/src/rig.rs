@@ -328,14 +328,16 @@ pub async fn payment_stub(latency: Duration) -> String {
                 json!({"error": {"type": "api_error"}}).to_string(),
             );
         }
-        let id = format!("ch_{}", uuid::Uuid::new_v4().simple());
+        let id = uuid::Uuid::new_v4().simple();
         (
             StatusCode::OK,
-            json!({"id": id, "status": "succeeded"}).to_string(),
+            json!({"id": format!("pi_{id}"), "object": "payment_intent",
+                   "status": "succeeded", "latest_charge": format!("ch_{id}")})
+            .to_string(),
         )
     };
-    let app = Router::new().route("/v1/charges", post(charge)).route(
-        "/v1/charges",
+    let app = Router::new().route("/v1/payment_intents", post(charge)).route(
+        "/v1/payment_intents",
         get(|| async {
             json!({"data": [], "has_more": false})
                 .to_string()
@@ -355,7 +357,8 @@ pub fn event(ids: &[String]) -> String {
         .iter()
         .map(|id| {
             let body =
-                json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench"});
+                json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench",
+                       "payment_method": "pm_card_visa"});
             json!({
                 "messageId": uuid::Uuid::new_v4().to_string(),
                 "receiptHandle": "rh",

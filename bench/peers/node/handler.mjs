@@ -14,7 +14,7 @@ import {
 import { IdempotencyConfig, makeIdempotent } from '@aws-lambda-powertools/idempotency';
 import { DynamoDBPersistenceLayer } from '@aws-lambda-powertools/idempotency/dynamodb';
 
-const paymentUrl = `${process.env.PAYMENT_API_URL.replace(/\/$/, '')}/v1/charges`;
+const paymentUrl = `${process.env.PAYMENT_API_URL.replace(/\/$/, '')}/v1/payment_intents`;
 const paymentKey = process.env.PAYMENT_API_KEY;
 const paymentTimeoutMs = Number(process.env.PAYMENT_TIMEOUT_SECONDS ?? '1') * 1000;
 
@@ -24,7 +24,7 @@ const persistenceStore = new DynamoDBPersistenceLayer({
 });
 const config = new IdempotencyConfig({
   eventKeyJmesPath: 'id',
-  payloadValidationJmesPath: '[amount, currency, customer]',
+  payloadValidationJmesPath: '[amount, currency, customer, payment_method]',
   expiresAfterSeconds: 24 * 3600,
 });
 const processor = new BatchProcessor(EventType.SQS);
@@ -55,7 +55,11 @@ function parseOrder(body) {
   if (typeof customer !== 'string' || customer.trim() === '' || Buffer.byteLength(customer) > 255) {
     throw new Error('field `customer` is invalid');
   }
-  return { id, amount, currency: currency.toUpperCase(), customer };
+  const paymentMethod = value.payment_method;
+  if (typeof paymentMethod !== 'string' || paymentMethod === '') {
+    throw new Error('field `payment_method` is invalid');
+  }
+  return { id, amount, currency: currency.toUpperCase(), customer, paymentMethod };
 }
 
 const charge = makeIdempotent(
@@ -71,6 +75,9 @@ const charge = makeIdempotent(
         amount: String(order.amount),
         currency: order.currency.toLowerCase(),
         customer: order.customer,
+        payment_method: order.paymentMethod,
+        confirm: 'true',
+        off_session: 'true',
         description: `order ${order.id}`,
         'metadata[order_id]': order.id,
       }),

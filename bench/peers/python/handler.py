@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 
-PAYMENT_URL = os.environ["PAYMENT_API_URL"].rstrip("/") + "/v1/charges"
+PAYMENT_URL = os.environ["PAYMENT_API_URL"].rstrip("/") + "/v1/payment_intents"
 PAYMENT_KEY = os.environ["PAYMENT_API_KEY"]
 PAYMENT_TIMEOUT = float(os.environ.get("PAYMENT_TIMEOUT_SECONDS", "1"))
 
@@ -33,7 +33,7 @@ persistence = DynamoDBPersistenceLayer(
 )
 config = IdempotencyConfig(
     event_key_jmespath="id",
-    payload_validation_jmespath="[amount, currency, customer]",
+    payload_validation_jmespath="[amount, currency, customer, payment_method]",
     expires_after_seconds=24 * 3600,
 )
 processor = BatchProcessor(event_type=EventType.SQS)
@@ -64,7 +64,16 @@ def parse_order(body):
         raise ValueError("field `currency` is invalid")
     if not isinstance(customer, str) or not customer.strip() or len(customer.encode()) > 255:
         raise ValueError("field `customer` is invalid")
-    return {"id": order_id, "amount": amount, "currency": currency.upper(), "customer": customer}
+    payment_method = value.get("payment_method")
+    if not isinstance(payment_method, str) or not payment_method:
+        raise ValueError("field `payment_method` is invalid")
+    return {
+        "id": order_id,
+        "amount": amount,
+        "currency": currency.upper(),
+        "customer": customer,
+        "payment_method": payment_method,
+    }
 
 
 @idempotent_function(data_keyword_argument="order", config=config, persistence_store=persistence)
@@ -76,6 +85,9 @@ def charge(order):
             "amount": str(order["amount"]),
             "currency": order["currency"].lower(),
             "customer": order["customer"],
+            "payment_method": order["payment_method"],
+            "confirm": "true",
+            "off_session": "true",
             "description": f"order {order['id']}",
             "metadata[order_id]": order["id"],
         },
