@@ -115,9 +115,13 @@ impl Config {
     /// it is the list of settings: one statement each, a setting's rules in its range.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Env(|var: &str| lookup(var).filter(|v| !v.trim().is_empty()));
+        // 90 days: four times the longest a message circulates (the queue's 7 days and
+        // the DLQ's 14), so two redrives and a late producer replay still meet their
+        // record; beyond that each day is paid in storage, backups and the audit's
+        // reads (the cost per setting: `make bench`).
         let retention = env.duration(
             "IDEMPOTENCY_RETENTION",
-            "400d",
+            "90d",
             MIN_RETENTION..=MAX_RETENTION,
             "must be between 30 days and 5 years (a record must outlive the queue's and \
              the DLQ's retention and every redrive)",
@@ -423,7 +427,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_design() {
         let c = config(&[]).unwrap();
-        assert_eq!(c.retention, Duration::from_secs(400 * 24 * 3600));
+        assert_eq!(c.retention, Duration::from_secs(90 * 24 * 3600));
         assert_eq!(c.max_concurrency, 10);
         assert_eq!(c.payment_timeout, Duration::from_secs(10));
         assert_eq!(c.provider_key_ttl, Duration::from_secs(23 * 3600));

@@ -58,8 +58,9 @@ const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
          AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
          AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
 const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
-const COMPLETE_UPDATE: &str =
-    "SET #estado = :hecho, #recibo = :recibo, #expira = :expira REMOVE #titular, #hasta";
+/// A done record keeps only what a done order is read for (`policy/table.rs`, `apply`).
+const COMPLETE_UPDATE: &str = "SET #estado = :hecho, #recibo = :recibo, #expira = :expira \
+     REMOVE #titular, #hasta, #intento, #enviado, #rechazos";
 const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :hecho";
 const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
 const RELEASE_DECLINED_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno, \

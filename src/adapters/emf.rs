@@ -87,7 +87,15 @@ fn page_value(series: &Series, page: usize) -> Option<Value> {
     match series {
         Series::Counter(n) if page == 0 => Some(json!(n)),
         Series::Gauge(g) if page == 0 => Some(json!(g)),
-        Series::Histogram(v) => v.chunks(MAX_VALUES).nth(page).map(|chunk| json!(chunk)),
+        Series::Histogram(v) => v.chunks(MAX_VALUES).nth(page).map(|chunk| {
+            // Microseconds are the precision that means anything here; seventeen
+            // significant digits of a float are bytes paid at every invocation.
+            let rounded: Vec<f64> = chunk
+                .iter()
+                .map(|x| (x * 1000.0).round() / 1000.0)
+                .collect();
+            json!(rounded)
+        }),
         _ => None,
     }
 }

@@ -49,11 +49,13 @@ const RESERVE: &str = "INSERT INTO idempotency
            AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
-    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL,
+        intento = NULL, enviado = NULL, rechazos = NULL
     WHERE pk = :pk AND estado = :en_curso AND titular = :titular
     RETURNING *";
 const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
-    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL
+    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL,
+        intento = NULL, enviado = NULL, rechazos = NULL
     WHERE pk = :pk AND intento = :intento AND estado <> :hecho
     RETURNING *";
 const RELEASE: &str = "UPDATE idempotency

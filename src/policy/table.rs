@@ -68,12 +68,18 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.attempt = r.attempt.or(Some(1));
             r.sent = r.sent.or(Some(req.now));
         }
+        // The smallest done record: what a redelivery, `resolve` and the audit read of
+        // a done order (key, state, receipt, fingerprint, creation, retention); the
+        // attempt, its first send and the decline count only served to charge it.
         Write::Complete(req) | Write::CompleteAttempt(req) => {
             r.state = State::Done;
             r.receipt = Some(req.receipt.to_owned());
             r.expires = Some(req.expires);
             r.owner = None;
             r.lease_until = None;
+            r.attempt = None;
+            r.sent = None;
+            r.declines = None;
         }
         Write::Release(req) => {
             r.state = State::Free;

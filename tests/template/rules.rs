@@ -589,7 +589,7 @@ fn the_environment_parses_as_the_consumer_would() {
         .expect("the template's settings are valid");
     assert_eq!(config.max_concurrency, 10);
     assert_eq!(config.deadline_margin, Duration::from_secs(12));
-    assert_eq!(config.retention, Duration::from_secs(400 * 24 * 3600));
+    assert_eq!(config.retention, Duration::from_secs(90 * 24 * 3600));
     assert_eq!(config.max_declines, 3, "MAX_DECLINES has its own parameter");
     assert_eq!(config.retry_base, Duration::from_secs(30));
     assert_eq!(config.retry_cap, Duration::from_secs(15 * 60));

@@ -43,7 +43,9 @@ pub fn note(entry: &Entry<'_>) -> String {
 }
 
 /// Counts the record's metrics and writes its one line, with what the batch made of
-/// it (`retry_in_s`, `dead_lettered`).
+/// it (`retry_in_s`, `dead_lettered`). The line has no message: its `outcome`, with
+/// `dead_lettered` and `retry_in_s`, says how the record ended, and every byte of it
+/// is paid for at every record.
 pub fn report(entry: &Entry<'_>) {
     let kind = entry.outcome.kind();
     kind.count();
@@ -81,8 +83,6 @@ pub fn report(entry: &Entry<'_>) {
                 dead_lettered = entry.dead_lettered,
                 queue_error,
                 reason = reason.as_deref(),
-                "{}",
-                message(entry)
             )
         };
     }
@@ -90,16 +90,6 @@ pub fn report(entry: &Entry<'_>) {
         Level::Info => line!(info),
         Level::Warn => line!(warn),
         Level::Error => line!(error),
-    }
-}
-
-/// The line's message: how the record ended for the queue.
-fn message(entry: &Entry<'_>) -> &'static str {
-    match entry.outcome {
-        RecordOutcome::Skipped { .. } => "record not started",
-        _ if entry.outcome.is_ack() => "record done",
-        _ if entry.dead_lettered == Some(true) => "record dead-lettered",
-        _ => "record failed",
     }
 }
 
