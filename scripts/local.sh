@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local servers for `make watch` / `make invoke`: moto (behind its lock) and
-# stripe-stateful-mock on fixed 127.0.0.1 ports, an idempotency table, a dead-letter
-# queue, and the customers the events/ files use. `scripts/local.sh up|down|env`.
+# localstripe (behind its layer, with the test PaymentMethod ids events/ names) on fixed
+# 127.0.0.1 ports, an idempotency table, a dead-letter queue, and the customers the
+# events/ files use. `scripts/local.sh up|down|env`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,8 +44,8 @@ case "${1:-}" in
       echo $! >"$STATE/moto.pid"
     fi
     if ! running stripe; then
-      PORT=$STRIPE_PORT DETACHED=1 nohup node harness/servers/stripe_mock_server.js \
-        >"$STATE/stripe.log" 2>&1 </dev/null &
+      nohup .venv/bin/python harness/servers/localstripe_server.py --port "$STRIPE_PORT" \
+        --detached --local >"$STATE/stripe.log" 2>&1 </dev/null &
       echo $! >"$STATE/stripe.pid"
     fi
     wait_port "$MOTO_PORT" moto
@@ -52,7 +53,7 @@ case "${1:-}" in
     env_file >.local/env
     .venv/bin/python scripts/local_setup.py "http://127.0.0.1:$MOTO_PORT" "$TABLE" \
       "http://127.0.0.1:$STRIPE_PORT"
-    echo "moto on :$MOTO_PORT, stripe-stateful-mock on :$STRIPE_PORT, table $TABLE; settings in .local/env"
+    echo "moto on :$MOTO_PORT, localstripe on :$STRIPE_PORT, table $TABLE; settings in .local/env"
     ;;
   down)
     for name in moto stripe; do

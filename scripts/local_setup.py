@@ -3,8 +3,9 @@
 usage: local_setup.py MOTO_URL TABLE STRIPE_URL
 - the idempotency table (pk S, on demand, TTL on `expira`) in moto;
 - the dead-letter queue `charge-once-local-dlq` in moto's SQS (DEAD_LETTER_QUEUE_URL);
-- the customers used by events/: cus_123, cus_456, cus_789, cus_fanout (a card that
-  charges) and cus_declined (a card that declines), in stripe-stateful-mock.
+- the customers used by events/ (cus_123, cus_456, cus_789, cus_fanout, cus_declined,
+  cus_timeout_after_charge) in localstripe; their orders name Stripe's test
+  PaymentMethod ids, which decide what a payment does.
 """
 
 import sys
@@ -43,15 +44,19 @@ boto3.client(
     aws_secret_access_key="test",
 ).create_queue(QueueName="charge-once-local-dlq")
 
-customers = {
-    "cus_123": "tok_visa",
-    "cus_456": "tok_visa",
-    "cus_789": "tok_visa",
-    "cus_fanout": "tok_visa",
-    "cus_declined": "tok_chargeCustomerFail",
-}
-for customer, token in customers.items():
-    data = urllib.parse.urlencode({"id": customer, "source": token}).encode()
+# The customers events/ names; each pays with the Stripe test PaymentMethod id its
+# message carries (`pm_card_visa`, `pm_card_chargeDeclined`,
+# `pm_card_authenticationRequired`), which localstripe started with `--local` knows.
+customers = [
+    "cus_123",
+    "cus_456",
+    "cus_789",
+    "cus_fanout",
+    "cus_declined",
+    "cus_timeout_after_charge",
+]
+for customer in customers:
+    data = urllib.parse.urlencode({"id": customer}).encode()
     request = urllib.request.Request(
         f"{stripe_url}/v1/customers",
         data=data,

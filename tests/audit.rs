@@ -1,9 +1,11 @@
 //! `charge-once audit` on both pairs of real parts: SQLite + the simulator, and moto +
-//! stripe-stateful-mock. A clean run audits clean (exit 0); then one side is tampered
-//! with, one way at a time, and each audit exits 1 naming exactly the orders tampered
-//! with so far. A declined order left `libre` is never a finding.
-//! Its own test binary: the audit reads every charge of the provider, so no other
-//! test may charge at this binary's stripe-stateful-mock.
+//! localstripe. A clean run audits clean (exit 0); then one side is tampered with, one
+//! way at a time, and each audit exits 1 naming exactly the orders tampered with so
+//! far: more than one succeeded PaymentIntent for an order, a record deleted, a receipt
+//! no PaymentIntent has, a fingerprint changed, a lease left behind. A declined order
+//! left `libre`, its PaymentIntent cancelled, is never a finding.
+//! Its own test binary: the audit reads every PaymentIntent of the provider, so no
+//! other test may charge at this binary's localstripe.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::payment_http::HttpProvider;
-use charge_once::adapters::simulated::{DECLINED_CUSTOMER, SimulatedProvider};
+use charge_once::adapters::simulated::SimulatedProvider;
 use charge_once::adapters::sqlite::SqliteStore;
 use charge_once::config::Secret;
 use charge_once::contracts::payment::PaymentProvider;
@@ -25,9 +27,10 @@ use charge_once::domain::clock::{self, Time};
 use charge_once::domain::order::Order;
 use charge_once::domain::{Fingerprint, Key};
 use harness::lease::Lease;
+use harness::localstripe::{self, Card};
 use harness::rig::{PAYMENT_TIMEOUT, batch_of};
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
-use harness::servers::{Backend, Table, cli_on_moto_and_mock, stripe_mock_url};
+use harness::servers::{Backend, Table, cli_on_moto_and_localstripe, localstripe_url};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
@@ -52,7 +55,7 @@ impl Pair {
                 .arg(db)
                 .args(["--provider", "simulator"])
                 .env_remove("PAYMENT_API_URL"),
-            Pair::Aws { table } => cli_on_moto_and_mock(&mut command, &table.name, API_KEY),
+            Pair::Aws { table } => cli_on_moto_and_localstripe(&mut command, &table.name, API_KEY),
         };
         command.output().expect("run charge-once")
     }
@@ -69,7 +72,7 @@ impl Pair {
             Pair::Local { db } => Box::new(SimulatedProvider::open(db).unwrap()),
             Pair::Aws { .. } => Box::new(
                 HttpProvider::new(
-                    stripe_mock_url(),
+                    localstripe_url(),
                     &Secret::new(API_KEY.into()),
                     PAYMENT_TIMEOUT,
                     &harness::tls(),
@@ -159,9 +162,13 @@ impl Pair {
 
 fn body(order: &Order) -> String {
     serde_json::json!({"id": order.id(), "amount": order.amount(),
-        "currency": order.currency(), "customer": order.customer()})
+        "currency": order.currency(), "customer": order.customer(),
+        "payment_method": order.payment_method()})
     .to_string()
 }
+
+/// A customer and the payment method their orders are paid with.
+type Payer<'a> = (&'a str, &'a str);
 
 fn invoke(pair: &Pair, dir: &Path, orders: &[&Order]) -> usize {
     let bodies: Vec<String> = orders.iter().map(|o| body(o)).collect();
@@ -184,13 +191,16 @@ fn expect(found: &[(&str, &Order)]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// The scenario, the same on both pairs: `good` are customers the provider charges,
-/// `declining` one it declines.
-async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: &str, declining: &str) {
+/// The scenario, the same on both pairs: `good` pays with a card the provider
+/// charges, `declining` with one it declines.
+async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: Payer<'_>, declining: Payer<'_>) {
     let dir = tempfile::tempdir().unwrap();
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let order = |n: u64, customer: &str| {
-        Order::new(&format!("audit-{run}-{n}"), 1000 + n, "EUR", customer).unwrap()
+    let order = |n: u64, (customer, method): Payer<'_>| {
+        Order::new(&format!("audit-{run}-{n}"), 1000 + n, "EUR", customer)
+            .unwrap()
+            .paid_with(method)
+            .unwrap()
     };
     let (twice, unrecorded, ghost, changed, stuck) = (
         order(1, good),
@@ -214,7 +224,8 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: &str, declinin
         "a clean run audits clean"
     );
 
-    // An extra charge made at the provider directly, under another key.
+    // A second payment of the same order made at the provider directly, under
+    // another key: two succeeded PaymentIntents for one order.
     pair.provider()
         .charge(&twice, &format!("not-ours-{run}"))
         .await
@@ -228,13 +239,16 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: &str, declinin
     assert_eq!(pair.audit(), (1, expect(&expected)));
 
     // A receipt the provider never issued.
-    pair.overwrite(&Key::for_order(&ghost), attr::RECEIPT, "ch_never_issued")
+    pair.overwrite(&Key::for_order(&ghost), attr::RECEIPT, "pi_never_issued")
         .await;
     expected.push(("recorded_without_charge", &ghost));
     assert_eq!(pair.audit(), (1, expect(&expected)));
 
     // A record whose fingerprint says another amount.
-    let other = Order::new(changed.id(), changed.amount() + 1, "EUR", good).unwrap();
+    let other = Order::new(changed.id(), changed.amount() + 1, "EUR", good.0)
+        .unwrap()
+        .paid_with(good.1)
+        .unwrap();
     pair.overwrite(
         &Key::for_order(&changed),
         attr::FINGERPRINT,
@@ -262,17 +276,31 @@ async fn sqlite_and_the_simulator_audit_clean_then_name_each_tampered_order() {
     let pair = Pair::Local {
         db: dir.path().join("audit.sqlite3"),
     };
-    clean_then_tampered_one_way_at_a_time(&pair, "cus_audit", DECLINED_CUSTOMER).await;
+    clean_then_tampered_one_way_at_a_time(
+        &pair,
+        ("cus_audit", "pm_card_visa"),
+        ("cus_audit", "pm_card_chargeDeclined"),
+    )
+    .await;
 }
 
 #[tokio::test]
-async fn moto_and_stripe_stateful_mock_audit_clean_then_name_each_tampered_order() {
+async fn moto_and_localstripe_audit_clean_then_name_each_tampered_order() {
     let pair = Pair::Aws {
         table: Backend::Moto.fresh_table().await,
     };
-    let good = harness::stripe::customer("tok_visa").await;
-    let declining = harness::stripe::customer("tok_chargeCustomerFail").await;
-    clean_then_tampered_one_way_at_a_time(&pair, &good, &declining).await;
+    let good = localstripe::payer(Card::Visa).await;
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
+    clean_then_tampered_one_way_at_a_time(
+        &pair,
+        (&good.customer, &good.card),
+        (&declining.customer, &declining.card),
+    )
+    .await;
+    // The declined order's PaymentIntent was cancelled, and is no finding.
+    let declined = localstripe::payment_intents_of(&declining.customer).await;
+    assert_eq!(declined.len(), 1, "{declined:?}");
+    assert_eq!(declined[0]["status"], "canceled", "{declined:?}");
 
     // The same five findings from the scheduled audit: the binary in Lambda mode as
     // the template's AuditFunction, invoked by an EventBridge Scheduler event.
@@ -284,7 +312,7 @@ async fn moto_and_stripe_stateful_mock_audit_clean_then_name_each_tampered_order
     let runtime = RuntimeApi::start().await;
     let endpoints = Endpoints::without_queue(
         Backend::Moto.url().to_owned(),
-        stripe_mock_url().to_owned(),
+        localstripe_url().to_owned(),
         table.name.clone(),
     );
     let mut process = ConsumerProcess::launch(

@@ -1,8 +1,8 @@
 //! Crashes pinned to named steps of the real binary: the process (Lambda mode, under
-//! the Runtime API emulator, on moto and stripe-stateful-mock) is SIGKILLed exactly
+//! the Runtime API emulator, on moto and localstripe) is SIGKILLed exactly
 //! after the reserve, after the charge request reached the provider, after the charge
 //! answered, and after `complete`; the message is then redelivered to a fresh process
-//! and must settle with exactly one charge.
+//! and must settle with exactly one PaymentIntent, succeeded.
 //!
 //! Needs the `crash-points` feature (`make test` builds every test with it:
 //! `cargo test --features charge-once/crash-points`); no shipped build has it.
@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use charge_once::contracts::store::IdempotencyStore;
 use charge_once::domain::{Key, State};
+use harness::localstripe::{self, Card};
 use harness::rig::single_event_with_body;
 use harness::runtime_api::{Endpoints, Reply, RuntimeApi, lambda_environment};
 use harness::servers::Backend;
-use harness::stripe;
 
 /// The first invocation's deadline: its lease ends there, and SQS redelivers later.
 const FIRST_INVOCATION: Duration = Duration::from_secs(5);
@@ -56,16 +56,18 @@ fn spawn(
 
 async fn killed_at_then_redelivered_charges_once(point: &'static str) {
     let table = Backend::Moto.fresh_table().await;
-    let customer = stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
+    let customer = payer.customer.clone();
     let order_id = format!("ord-{}", uuid::Uuid::new_v4().simple());
     let body = serde_json::json!({
-        "id": order_id, "amount": 4100, "currency": "EUR", "customer": customer
+        "id": order_id, "amount": 4100, "currency": "EUR", "customer": customer,
+        "payment_method": payer.card
     })
     .to_string();
     let event = serde_json::to_string(&single_event_with_body(&body)).unwrap();
     let endpoints = Endpoints::without_queue(
         Backend::Moto.url().to_owned(),
-        harness::servers::stripe_mock_url().to_owned(),
+        harness::servers::localstripe_url().to_owned(),
         table.name.clone(),
     );
     let runtime = RuntimeApi::start().await;
@@ -87,7 +89,7 @@ async fn killed_at_then_redelivered_charges_once(point: &'static str) {
         "the process never reached {point}"
     );
     assert!(matches!(reply, Reply::Timeout), "{point}: {reply:?}");
-    let charged_before = stripe::succeeded_charges_of(&customer).await.len();
+    let charged_before = localstripe::succeeded_of(&customer).await.len();
     let expected_before = usize::from(point != "after-reserve");
     assert_eq!(
         charged_before, expected_before,
@@ -109,8 +111,13 @@ async fn killed_at_then_redelivered_charges_once(point: &'static str) {
         serde_json::json!([]),
         "{point}: the redelivery settles"
     );
-    let charges = stripe::succeeded_charges_of(&customer).await;
+    let charges = localstripe::succeeded_of(&customer).await;
     assert_eq!(charges.len(), 1, "{point}: one charge for the order");
+    assert_eq!(
+        localstripe::payment_intents_of(&customer).await.len(),
+        1,
+        "{point}: one PaymentIntent for the order"
+    );
     let record = table
         .store
         .get(&Key::for_order_id(&order_id))

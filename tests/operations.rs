@@ -1,5 +1,5 @@
 //! What on-call people use: the log line of every record, and the `inspect` and
-//! `resolve` commands of the real binary against moto and stripe-stateful-mock; and
+//! `resolve` commands of the real binary against moto and localstripe; and
 //! the runbook's own sequence after a charge whose answer was lost, pasted as printed,
 //! which must end with one charge.
 
@@ -17,13 +17,13 @@ use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Fingerprint, Key, State};
 use harness::lease::Lease;
+use harness::localstripe::{self, Card, Payer};
 use harness::logs::Captured;
 use harness::rig::{Harness, INVOCATION, PAYMENT_TIMEOUT, batch_of};
 use harness::servers::{Backend, Table};
-use harness::stripe;
 use serde_json::Value;
 
-/// A secret-looking key the mock accepts; its random part must never be logged.
+/// A secret-looking key localstripe accepts; its random part must never be logged.
 const KEY_SECRET_PART: &str = "QzXwVbNmKjHgFdSa";
 
 fn api_key() -> String {
@@ -32,7 +32,7 @@ fn api_key() -> String {
 
 fn http_provider() -> HttpProvider {
     HttpProvider::new(
-        harness::servers::stripe_mock_url(),
+        harness::servers::localstripe_url(),
         &Secret::new(api_key()),
         PAYMENT_TIMEOUT,
         &harness::tls(),
@@ -44,8 +44,19 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-fn body(id: &str, amount: u64, customer: &str) -> String {
-    format!(r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"{customer}"}}"#)
+fn body(id: &str, amount: u64, payer: &Payer) -> String {
+    let Payer { customer, card } = payer;
+    format!(
+        r#"{{"id":"{id}","amount":{amount},"currency":"EUR","customer":"{customer}","payment_method":"{card}"}}"#
+    )
+}
+
+/// An order of `payer`, paid with their card.
+fn order_of(id: &str, amount: u64, payer: &Payer) -> Order {
+    Order::new(id, amount, "EUR", &payer.customer)
+        .unwrap()
+        .paid_with(&payer.card)
+        .unwrap()
 }
 
 #[tokio::test]
@@ -53,14 +64,17 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
     let logs = Captured::default();
     let _guard = logs.install();
 
-    let good = stripe::customer("tok_visa").await;
-    let bad = stripe::customer("tok_chargeCustomerFail").await;
+    let good = localstripe::payer(Card::Visa).await;
+    let bad = localstripe::payer(Card::DeclinesOnCharge).await;
     let (a, b, c) = (unique("log-a"), unique("log-b"), unique("log-c"));
     let bodies = [
         body(&a, 1000, &good),
         serde_json::json!({"Type": "Notification", "Message": body(&a, 1000, &good)}).to_string(),
         body(&b, 2000, &bad),
-        format!(r#"{{"id":"{c}","amount":3.5,"currency":"EUR","customer":"{good}"}}"#),
+        format!(
+            r#"{{"id":"{c}","amount":3.5,"currency":"EUR","customer":"{}","payment_method":"{}"}}"#,
+            good.customer, good.card
+        ),
         body(&c, 3000, &good),
     ];
     let event = batch_of(&bodies);
@@ -122,7 +136,14 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
         .find(|l| l["fields"]["outcome"] == "declined")
         .unwrap();
     assert_eq!(declined["fields"]["code"], "card_declined");
-    assert_eq!(declined["fields"]["decline_code"], "generic_decline");
+    // localstripe names no decline code (Stripe does): none is made up.
+    assert_eq!(
+        declined["fields"]["decline_code"]
+            .as_str()
+            .unwrap_or_default(),
+        "",
+        "{declined}"
+    );
     // Never the API key (nor a 4-character piece of its secret part), never a body.
     for window in KEY_SECRET_PART.as_bytes().windows(4) {
         let piece = std::str::from_utf8(window).unwrap();
@@ -137,17 +158,19 @@ async fn every_record_gets_one_log_line_with_its_fields_and_no_secret_or_body() 
             "a raw body was logged:\n{text}"
         );
     }
-    assert!(
-        !text.contains(&good) && !text.contains(&bad),
-        "customer references are not logged"
-    );
+    for reference in [&good.customer, &bad.customer, &good.card, &bad.card] {
+        assert!(
+            !text.contains(reference.as_str()),
+            "customer and payment method references are not logged"
+        );
+    }
 }
 
-/// Runs the real binary with `--store dynamodb` on `table`, provider = the mock.
+/// Runs the real binary with `--store dynamodb` on `table`, provider = localstripe.
 fn charge_once(table: &Table, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_charge-once"));
     command.args(args);
-    harness::servers::cli_on_moto_and_mock(&mut command, &table.name, &api_key())
+    harness::servers::cli_on_moto_and_localstripe(&mut command, &table.name, &api_key())
         .output()
         .unwrap()
 }
@@ -173,6 +196,9 @@ fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
         "--customer",
         order.customer(),
     ];
+    if let Some(method) = order.payment_method() {
+        args.extend(["--payment-method", method]);
+    }
     args.extend_from_slice(extra);
     charge_once(table, &args)
 }
@@ -206,8 +232,8 @@ async fn resolve_refuses_while_a_live_lease_is_held() {
 #[tokio::test]
 async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
     let table = Backend::Moto.fresh_table().await;
-    let customer = stripe::customer("tok_visa").await;
-    let order = Order::new(&unique("res-found"), 1500, "EUR", &customer).unwrap();
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique("res-found"), 1500, &payer);
     abandoned(&table, &order, now() - Duration::from_secs(1)).await;
     // The dead invocation had charged under its key before dying.
     let charged = http_provider()
@@ -230,14 +256,17 @@ async fn resolve_completes_a_stuck_record_with_the_charge_the_provider_holds() {
         json_out(&resolve(&table, &order, &[]))["resolution"],
         "already_done"
     );
-    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
+    assert_eq!(
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn resolve_releases_with_the_next_attempt_when_the_provider_has_no_charge() {
     let table = Backend::Moto.fresh_table().await;
-    let customer = stripe::customer("tok_visa").await;
-    let order = Order::new(&unique("res-none"), 700, "EUR", &customer).unwrap();
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique("res-none"), 700, &payer);
     abandoned(&table, &order, now() - Duration::from_secs(1)).await;
 
     let done = json_out(&resolve(&table, &order, &[]));
@@ -246,14 +275,18 @@ async fn resolve_releases_with_the_next_attempt_when_the_provider_has_no_charge(
     let shown = json_out(&charge_once(&table, &["inspect", order.id()]));
     assert_eq!(shown["record"]["estado"], "libre");
     assert_eq!(shown["record"]["intento"], 2);
-    assert!(stripe::charges_of(&customer).await.is_empty());
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn resolve_refuses_a_legacy_format_record_until_a_human_checked_the_provider() {
     let table = Backend::Moto.fresh_table().await;
-    let customer = stripe::customer("tok_visa").await;
-    let order = Order::new(&unique("res-legacy"), 900, "EUR", &customer).unwrap();
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique("res-legacy"), 900, &payer);
     table
         .put_legacy_item(
             &Key::for_order(&order),
@@ -292,8 +325,8 @@ async fn resolve_refuses_an_order_that_does_not_match_the_record() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("fingerprint"));
 }
 
-/// A provider that takes every request at once but answers `delay` later: a charge
-/// lands at the mock, and the caller times out first. Bounded: it serves `connections`
+/// A provider that takes every request at once but answers `delay` later: a payment
+/// lands at localstripe, and the caller times out first. Bounded: it serves `connections`
 /// connections, then stops.
 async fn slow_provider(
     delay: Duration,
@@ -301,7 +334,7 @@ async fn slow_provider(
 ) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let upstream = harness::servers::stripe_mock_url()
+    let upstream = harness::servers::localstripe_url()
         .trim_start_matches("http://")
         .to_owned();
     let serving = tokio::spawn(async move {
@@ -348,12 +381,13 @@ fn local(db: &std::path::Path, args: &[&str], settings: &[(&str, &str)]) -> Outp
 async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("orders.sqlite3");
-    let customer = stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
+    let customer = payer.customer.clone();
     let id = unique("DC");
     let event = dir.path().join("event.json");
     let message = serde_json::json!({
         "Records": [{
-            "messageId": "m-dc", "receiptHandle": "h", "body": body(&id, 4200, &customer),
+            "messageId": "m-dc", "receiptHandle": "h", "body": body(&id, 4200, &payer),
             "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1"},
             "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
         }]
@@ -379,9 +413,9 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
     tokio::time::sleep(Duration::from_secs(3)).await;
     serving.abort();
     assert_eq!(
-        stripe::charges_of(&customer).await.len(),
+        localstripe::succeeded_of(&customer).await.len(),
         1,
-        "the mock charged"
+        "localstripe charged"
     );
 
     // 2. The runbook's resolve, pasted as printed: no provider is set. It refuses.
@@ -394,6 +428,8 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
         "EUR",
         "--customer",
         &customer,
+        "--payment-method",
+        &payer.card,
     ];
     let out = local(&db, &printed, &[]);
     assert_eq!(
@@ -422,7 +458,8 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
         message
             .to_string()
             .replace(&id, "ord-elsewhere")
-            .replace(&customer, "cus_123"),
+            .replace(&customer, "cus_123")
+            .replace(&payer.card, "pm_card_visa"),
     )
     .unwrap();
     let out = local(
@@ -446,12 +483,13 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
     let mut elsewhere = printed.to_vec();
     elsewhere[1] = "ord-elsewhere";
     elsewhere[7] = "cus_123";
+    elsewhere[9] = "pm_card_visa";
     elsewhere[3] = "4200";
-    let at_mock = [
-        ("PAYMENT_API_URL", harness::servers::stripe_mock_url()),
+    let at_provider = [
+        ("PAYMENT_API_URL", harness::servers::localstripe_url()),
         ("PAYMENT_API_KEY", key.as_str()),
     ];
-    let out = local(&db, &elsewhere, &at_mock);
+    let out = local(&db, &elsewhere, &at_provider);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -460,20 +498,24 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
     );
 
     // 4. With the provider the function uses, resolve finds the charge.
-    let out = local(&db, &printed, &at_mock);
+    let out = local(&db, &printed, &at_provider);
     let done: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(done["resolution"], "completed", "{done}");
-    let charges = stripe::charges_of(&customer).await;
-    assert_eq!(done["receipt"], charges[0]["id"]);
+    let charges = localstripe::succeeded_of(&customer).await;
+    assert_eq!(done["receipt"], charges[0].as_str());
 
     // 5. The next delivery is a duplicate: one charge in all.
-    let out = local(&db, &["invoke", event], &at_mock);
+    let out = local(&db, &["invoke", event], &at_provider);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(harness::failed_ids(&out.stdout).is_empty());
-    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
+    assert_eq!(
+        localstripe::payment_intents_of(&customer).await.len(),
+        1,
+        "one payment in all"
+    );
 }

@@ -1,30 +1,38 @@
-//! The HTTP provider against stripe-stateful-mock (and moto's Secrets Manager), alone
-//! and end to end through the handler: idempotent replays, declines, timeouts, TLS
-//! that refuses an untrusted certificate (the payment client's and the SDK's), a wrong
-//! key that never reaches the logs, a crash between charge and complete, and
-//! reconciliation of keys the provider may have forgotten.
+//! The HTTP provider against localstripe behind its layer (and moto's Secrets
+//! Manager), alone and end to end through the handler: PaymentIntents and their
+//! idempotent replays under the pinned `Stripe-Version`, declines, authentication
+//! required, cancels of open payments, lookups and the audit's listing page by page,
+//! timeouts, TLS that refuses an untrusted certificate (the payment client's and the
+//! SDK's), a wrong key that never reaches the logs, a crash between charge and
+//! complete, reconciliation of keys the provider may have forgotten, and the
+//! provider's advice not to retry.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use charge_once::adapters::api_key;
-use charge_once::adapters::payment_http::HttpProvider;
+use charge_once::adapters::payment_http::{HttpProvider, STRIPE_VERSION};
 use charge_once::config::{Config, Secret};
-use charge_once::contracts::payment::{ChargeListing, ChargePath, FailureKind, PaymentError};
+use charge_once::contracts::payment::{
+    Cancel, ChargeListing, ChargePath, FailureKind, Lookup, PaymentError,
+};
 use charge_once::domain::order::Order;
 use charge_once::domain::{Key, State};
 use harness::lease::Lease;
+use harness::localstripe::{self, Card, Payer, TEST_KEY};
 use harness::logs::Captured;
 use harness::rig::{Harness, Options, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, single_event_with_body};
-use harness::stripe::{self, TEST_KEY};
+use serde_json::Value;
 
 fn http_provider(url: &str, key: &str, timeout: Duration) -> HttpProvider {
     HttpProvider::new(url, &Secret::new(key.to_owned()), timeout, &harness::tls()).unwrap()
 }
 
 fn provider_with_key(key: &str, timeout: Duration) -> HttpProvider {
-    http_provider(harness::servers::stripe_mock_url(), key, timeout)
+    http_provider(harness::servers::localstripe_url(), key, timeout)
 }
 
 /// The HTTP provider with the test key, at `url` (a listener of the test's own).
@@ -40,65 +48,234 @@ fn unique_id() -> String {
     format!("ord-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// An order for a listener of the test's own (no provider holds its customer).
 fn order(id: &str, amount: u64, customer: &str) -> Order {
-    Order::new(id, amount, "eur", customer).unwrap()
+    Order::new(id, amount, "eur", customer)
+        .unwrap()
+        .paid_with("pm_card_visa")
+        .unwrap()
+}
+
+/// An order of `payer`, paid with their card.
+fn order_of(id: &str, amount: u64, payer: &Payer) -> Order {
+    Order::new(id, amount, "eur", &payer.customer)
+        .unwrap()
+        .paid_with(&payer.card)
+        .unwrap()
 }
 
 fn body(order: &Order) -> String {
     serde_json::json!({
-        "id": order.id(), "amount": order.amount(), "currency": order.currency(), "customer": order.customer()
+        "id": order.id(), "amount": order.amount(), "currency": order.currency(),
+        "customer": order.customer(), "payment_method": order.payment_method()
     })
     .to_string()
 }
 
-#[tokio::test]
-async fn a_charge_returns_its_id_and_the_same_key_twice_returns_the_same_id() {
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 5000, &customer);
-    let key = Key::for_order(&order).provider_key(1);
-    let first = provider().charge(&order, &key).await.unwrap();
-    assert!(first.id.starts_with("ch_"), "{first:?}");
-    let again = provider().charge(&order, &key).await.unwrap();
-    assert_eq!(again, first);
-    assert_eq!(
-        stripe::charges_of(&customer).await.len(),
-        1,
-        "the mock holds one charge"
-    );
-    let charge = &stripe::charges_of(&customer).await[0];
-    assert_eq!(charge["amount"], 5000);
-    assert_eq!(charge["currency"], "eur");
-    assert_eq!(charge["metadata"]["order_id"], order.id());
+fn key(order: &Order, attempt: u32) -> String {
+    Key::for_order(order).provider_key(attempt)
+}
+
+fn status(intent: &Value) -> &str {
+    intent["status"].as_str().unwrap_or_default()
+}
+
+fn statuses(intents: &[Value]) -> Vec<&str> {
+    intents.iter().map(status).collect()
 }
 
 #[tokio::test]
-async fn the_declining_customer_is_declined_with_its_code() {
-    let customer = stripe::customer("tok_chargeCustomerFail").await;
-    let order = order(&unique_id(), 700, &customer);
-    match provider()
-        .charge(&order, &Key::for_order(&order).provider_key(1))
-        .await
-    {
-        Err(PaymentError::Declined { code, decline_code }) => {
-            assert_eq!(code, "card_declined");
-            assert_eq!(decline_code.as_deref(), Some("generic_decline"));
+async fn a_payment_and_its_replay_are_one_payment_intent_made_under_the_pinned_version() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 5000, &payer);
+    let key = key(&order, 1);
+    let first = provider().charge(&order, &key).await.unwrap();
+    assert!(first.id.starts_with("pi_"), "{first:?}");
+    assert!(
+        first
+            .charge
+            .as_deref()
+            .is_some_and(|c| c.starts_with("ch_")),
+        "{first:?}"
+    );
+    let again = provider().charge(&order, &key).await.unwrap();
+    assert_eq!(again, first);
+
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(intents.len(), 1, "one PaymentIntent: {intents:?}");
+    let intent = &intents[0];
+    assert_eq!(intent["id"], first.id.as_str());
+    assert_eq!(status(intent), "succeeded");
+    assert_eq!(intent["amount"], 5000);
+    assert_eq!(intent["currency"], "eur");
+    assert_eq!(intent["payment_method"], payer.card.as_str());
+    assert_eq!(intent["metadata"]["order_id"], order.id());
+    assert_eq!(
+        localstripe::versions_sent_under(&key).await,
+        [STRIPE_VERSION, STRIPE_VERSION],
+        "both requests carried the pinned version"
+    );
+}
+
+#[tokio::test]
+async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_open_payment() {
+    let payer = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = order_of(&unique_id(), 700, &payer);
+    let key = key(&order, 1);
+    for _ in 0..2 {
+        match provider().charge(&order, &key).await {
+            Err(PaymentError::Declined { code, decline_code }) => {
+                assert_eq!(code, "card_declined");
+                // localstripe names no decline_code (Stripe does).
+                assert_eq!(decline_code, None);
+            }
+            other => panic!("expected Declined, got {other:?}"),
         }
-        other => panic!("expected Declined, got {other:?}"),
     }
-    assert!(stripe::succeeded_charges_of(&customer).await.is_empty());
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(
+        statuses(&intents),
+        ["requires_payment_method"],
+        "{intents:?}"
+    );
+    assert_eq!(intents[0]["metadata"]["order_id"], order.id());
+    match provider().find_charge(&order).await.unwrap() {
+        Lookup::Open { payment_id, status } => {
+            assert_eq!(payment_id, intents[0]["id"].as_str().unwrap());
+            assert_eq!(status, "requires_payment_method");
+        }
+        other => panic!("expected the declined payment open, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_open() {
+    let payer = localstripe::payer(Card::RequiresAuthentication).await;
+    let order = order_of(&unique_id(), 2500, &payer);
+    let payment_id = match provider().charge(&order, &key(&order, 1)).await {
+        Err(PaymentError::AuthenticationRequired {
+            payment_id: Some(id),
+        }) => id,
+        other => panic!("expected AuthenticationRequired with its id, got {other:?}"),
+    };
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(statuses(&intents), ["requires_action"]);
+    assert_eq!(intents[0]["id"], payment_id.as_str());
+    assert_eq!(
+        provider().find_charge(&order).await.unwrap(),
+        Lookup::Open {
+            payment_id: payment_id.clone(),
+            status: "requires_action".into()
+        }
+    );
+    // The customer confirms it on the shop's page: the lookup finds it paid.
+    localstripe::authenticate(&payment_id).await;
+    match provider().find_charge(&order).await.unwrap() {
+        Lookup::Succeeded(receipt) => assert_eq!(receipt.id, payment_id),
+        other => panic!("expected the authenticated payment, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_open_payment_is_cancelled_once_and_a_succeeded_one_cannot_be() {
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = order_of(&unique_id(), 1100, &declining);
+    let declined = provider().charge(&order, &key(&order, 1)).await;
+    assert!(
+        matches!(declined, Err(PaymentError::Declined { .. })),
+        "{declined:?}"
+    );
+    let Lookup::Open { payment_id, .. } = provider().find_charge(&order).await.unwrap() else {
+        panic!("the declined payment is open")
+    };
+    assert_eq!(
+        provider().cancel(&payment_id).await.unwrap(),
+        Cancel::Cancelled
+    );
+    assert_eq!(
+        statuses(&localstripe::payment_intents_of(&declining.customer).await),
+        ["canceled"]
+    );
+    assert_eq!(
+        provider().find_charge(&order).await.unwrap(),
+        Lookup::NotFound,
+        "a cancelled payment does not count"
+    );
+    assert_eq!(
+        provider().cancel(&payment_id).await.unwrap(),
+        Cancel::NotCancellable,
+        "cancelled already"
+    );
+
+    let paying = localstripe::payer(Card::Visa).await;
+    let paid = order_of(&unique_id(), 1100, &paying);
+    let receipt = provider().charge(&paid, &key(&paid, 1)).await.unwrap();
+    assert_eq!(
+        provider().cancel(&receipt.id).await.unwrap(),
+        Cancel::NotCancellable
+    );
+    assert_eq!(
+        localstripe::succeeded_of(&paying.customer).await,
+        [receipt.id]
+    );
+    // No such payment: the provider names the missing object.
+    let unknown = provider().cancel("pi_never_issued").await;
+    assert!(
+        matches!(
+            unknown,
+            Err(PaymentError::Rejected {
+                status: 404,
+                code: Some(ref code)
+            }) if code == "resource_missing"
+        ),
+        "{unknown:?}"
+    );
+}
+
+/// More than one page of the customer's PaymentIntents (100 a page): the order's
+/// payment is found on the last one, and "not found" is said only after every page.
+#[tokio::test]
+async fn a_lookup_reads_every_page_of_the_customers_payments() {
+    let p = provider();
+    let payer = localstripe::payer(Card::Visa).await;
+    for n in 0..100 {
+        let other = order_of(&unique_id(), 200 + n, &payer);
+        p.charge(&other, &key(&other, 1)).await.unwrap();
+    }
+    let order = order_of(&unique_id(), 4321, &payer);
+    assert_eq!(p.find_charge(&order).await.unwrap(), Lookup::NotFound);
+    let receipt = p.charge(&order, &key(&order, 1)).await.unwrap();
+    assert_eq!(
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        101
+    );
+    match p.find_charge(&order).await.unwrap() {
+        Lookup::Succeeded(found) => assert_eq!(found.id, receipt.id),
+        other => panic!("expected the order's payment on page two, got {other:?}"),
+    }
+    // The same order id with another amount is not this order's payment.
+    let other_amount = order_of(order.id(), 4322, &payer);
+    assert_eq!(
+        p.find_charge(&other_amount).await.unwrap(),
+        Lookup::NotFound
+    );
 }
 
 #[tokio::test]
 async fn a_key_reused_with_other_parameters_needs_reconciliation() {
-    let customer = stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
     let id = unique_id();
     let key = Key::for_order_id(&id).provider_key(1);
     provider()
-        .charge(&order(&id, 100, &customer), &key)
+        .charge(&order_of(&id, 100, &payer), &key)
         .await
         .unwrap();
-    let other = provider().charge(&order(&id, 200, &customer), &key).await;
+    let other = provider().charge(&order_of(&id, 200, &payer), &key).await;
     assert!(matches!(other, Err(PaymentError::KeyReused)), "{other:?}");
+    assert_eq!(
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -271,11 +448,11 @@ async fn a_listener_that_never_answers_fails_within_the_timeout_and_keeps_the_ke
 
 #[tokio::test]
 async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
-    // Answers every request with a 307 to the mock's own charge endpoint: a client that
-    // followed it would POST the charge there again, and the mock would charge.
+    // Answers every request with a 307 to localstripe's own PaymentIntents: a client
+    // that followed it would POST the payment there again, and it would be charged.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let location = format!("{}/v1/charges", harness::servers::stripe_mock_url());
+    let location = format!("{}/v1/payment_intents", harness::servers::localstripe_url());
     let redirecting = tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         for _ in 0..4 {
@@ -290,12 +467,10 @@ async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
             let _ = socket.write_all(answer.as_bytes()).await;
         }
     });
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 4200, &customer);
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 4200, &payer);
     let redirected = provider_at(&url, PAYMENT_TIMEOUT);
-    let result = redirected
-        .charge(&order, &Key::for_order(&order).provider_key(1))
-        .await;
+    let result = redirected.charge(&order, &key(&order, 1)).await;
     assert!(
         matches!(
             result,
@@ -307,44 +482,96 @@ async fn a_redirect_is_not_followed_and_fails_retryably_keeping_the_key() {
         "{result:?}"
     );
     assert!(
-        stripe::charges_of(&customer).await.is_empty(),
-        "the redirect was followed: the mock charged"
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty(),
+        "the redirect was followed: localstripe charged"
     );
     redirecting.abort();
 }
 
-#[tokio::test]
-async fn a_2xx_charge_without_a_status_is_not_a_receipt() {
-    // A provider (or a proxy) that answers 200 with a charge id and no status: the
-    // outcome is unknown, as the lookup and the audit read such a charge.
+/// A loopback listener that answers every request with `answer` (a whole HTTP
+/// response) and counts the requests; bounded in connections.
+async fn answering(answer: String) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let answering = tokio::spawn(async move {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    let task = tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        if let Ok((mut socket, _)) = listener.accept().await {
+        for _ in 0..8 {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                break;
+            };
             let mut request = [0u8; 8192];
             let _ = socket.read(&mut request).await;
-            let body = r#"{"id":"ch_without_status","object":"charge"}"#;
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            counted.fetch_add(1, Ordering::SeqCst);
             let _ = socket.write_all(answer.as_bytes()).await;
         }
     });
+    (url, seen, task)
+}
+
+fn json_answer(status: &str, headers: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_2xx_payment_without_a_status_is_not_a_receipt() {
+    // A provider (or a proxy) that answers 200 with a payment id and no status: the
+    // outcome is unknown, as the lookup and the audit read such a payment.
+    let (url, _, task) = answering(json_answer(
+        "200 OK",
+        "",
+        r#"{"id":"pi_without_status","object":"payment_intent"}"#,
+    ))
+    .await;
     let order = order(&unique_id(), 4200, "cus_any");
     let result = provider_at(&url, PAYMENT_TIMEOUT)
-        .charge(&order, &Key::for_order(&order).provider_key(1))
+        .charge(&order, &key(&order, 1))
         .await;
     assert!(
         matches!(
             &result,
             Err(PaymentError::Pending { charge_id, status })
-                if charge_id == "ch_without_status" && status == "unknown"
+                if charge_id == "pi_without_status" && status == "unknown"
         ),
         "{result:?}"
     );
-    answering.abort();
+    task.abort();
+}
+
+/// Stripe's `Stripe-Should-Retry: false` comes before the status: a 503 that carries
+/// it is not retried within the invocation; the same 503 without it is, once.
+#[tokio::test]
+async fn a_failure_the_provider_advises_not_to_retry_is_not_retried_within_the_invocation() {
+    let error = r#"{"error":{"type":"api_error","message":"try later"}}"#;
+    let mut requests = Vec::new();
+    for advice in ["stripe-should-retry: false\r\n", ""] {
+        let (url, seen, task) =
+            answering(json_answer("503 Service Unavailable", advice, error)).await;
+        let order = order(&unique_id(), 1300, "cus_any");
+        let h = Harness::new(provider_at(&url, PAYMENT_TIMEOUT)).await;
+        let failed = h
+            .invoke_event_with(
+                single_event_with_body(&body(&order)),
+                harness::rig::INVOCATION,
+            )
+            .await;
+        assert_eq!(failed.len(), 1);
+        let record = h.record(order.id()).await.unwrap();
+        assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+        requests.push(seen.load(Ordering::SeqCst));
+        task.abort();
+    }
+    assert_eq!(
+        requests,
+        [1, 2],
+        "advised not to retry: one request; not advised: one retry under the same key"
+    );
 }
 
 #[tokio::test]
@@ -353,8 +580,8 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let logs = Captured::default();
     let _guard = logs.install();
 
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 1500, &customer);
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 1500, &payer);
     let h = Harness::new(provider_with_key(wrong_key, PAYMENT_TIMEOUT)).await;
     let event = single_event_with_body(&body(&order));
     let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
@@ -362,7 +589,11 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Free);
     assert_eq!(record.attempt, Some(1), "a 401 keeps the key");
-    assert!(stripe::charges_of(&customer).await.is_empty());
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
 
     let text = logs.text();
     assert!(text.contains("provider refused the API key"), "{text}");
@@ -423,11 +654,11 @@ async fn charge_then_die(h: &Harness<HttpProvider>, order: &Order) {
 
 #[tokio::test]
 async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_charges_once() {
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 4200, &customer);
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 4200, &payer);
     let h = Harness::new(provider()).await;
     charge_then_die(&h, &order).await;
-    let first = stripe::succeeded_charges_of(&customer).await;
+    let first = localstripe::succeeded_of(&payer.customer).await;
     assert_eq!(first.len(), 1, "charged before the crash");
     assert_eq!(h.record(order.id()).await.unwrap().state, State::InProgress);
 
@@ -445,22 +676,22 @@ async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_c
     assert_eq!(
         record.receipt.as_deref(),
         Some(first[0].as_str()),
-        "the same charge id"
+        "the same PaymentIntent"
     );
     assert_eq!(
-        stripe::charges_of(&customer).await.len(),
+        localstripe::payment_intents_of(&payer.customer).await.len(),
         1,
-        "the mock holds one charge"
+        "localstripe holds one PaymentIntent"
     );
 }
 
 #[tokio::test]
-async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 990, &customer);
+async fn an_old_key_is_reconciled_and_the_payment_found_is_completed() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 990, &payer);
     let h = Harness::new(provider()).await;
     charge_then_die(&h, &order).await;
-    let charged = stripe::succeeded_charges_of(&customer).await;
+    let charged = localstripe::succeeded_of(&payer.customer).await;
     assert_eq!(charged.len(), 1);
 
     // A day later the key is older than PROVIDER_KEY_TTL: look up, do not re-send.
@@ -476,14 +707,22 @@ async fn an_old_key_is_reconciled_and_the_charge_found_is_completed() {
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
     assert_eq!(record.receipt.as_deref(), Some(charged[0].as_str()));
-    assert_eq!(record.attempt, Some(1), "found: no new attempt");
-    assert_eq!(stripe::charges_of(&customer).await.len(), 1);
+    assert!(
+        localstripe::versions_sent_under(&key(&order, 2))
+            .await
+            .is_empty(),
+        "found: nothing sent under the next attempt's key"
+    );
+    assert_eq!(
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
-    let customer = stripe::customer("tok_visa").await;
-    let order = order(&unique_id(), 1234, &customer);
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 1234, &payer);
     let h = Harness::new(provider()).await;
     // A reservation made a day ago whose invocation died before sending anything.
     Lease::of(&order, "died-before-sending", h.clock.now())
@@ -502,16 +741,29 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
-    assert_eq!(record.attempt, Some(2), "not found: the next attempt's key");
-    let charges = stripe::succeeded_charges_of(&customer).await;
+    assert_eq!(
+        localstripe::versions_sent_under(&key(&order, 2)).await,
+        [STRIPE_VERSION],
+        "not found: the payment went under the next attempt's key"
+    );
+    assert!(
+        localstripe::versions_sent_under(&key(&order, 1))
+            .await
+            .is_empty()
+    );
+    let charges = localstripe::succeeded_of(&payer.customer).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(record.receipt.as_deref(), Some(charges[0].as_str()));
 }
 
+/// After a decline, the declined PaymentIntent is cancelled before the order moves to
+/// its next key: nobody can confirm it later, so at most one payment can succeed.
+/// (localstripe cannot confirm a declined PaymentIntent again, and the payment method
+/// is part of the order, so the same order is never paid with another card.)
 #[tokio::test]
-async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
-    let customer = stripe::customer("tok_chargeCustomerFail").await;
-    let order = order(&unique_id(), 3100, &customer);
+async fn a_declined_order_has_its_open_payment_cancelled_before_it_moves_to_attempt_two() {
+    let payer = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = order_of(&unique_id(), 3100, &payer);
     let h = Harness::new(provider()).await;
     let event = single_event_with_body(&body(&order));
     assert_eq!(
@@ -522,26 +774,63 @@ async fn a_declined_order_is_retried_with_attempt_two_and_can_succeed() {
     );
     let record = h.record(order.id()).await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Free, Some(2)));
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(
+        statuses(&intents),
+        ["canceled"],
+        "the declined payment is cancelled: {intents:?}"
+    );
 
-    // The customer fixes their card; SQS redelivers.
-    stripe::replace_card(&customer, "tok_visa").await;
+    // SQS redelivers: attempt two is declined too, and cancelled in turn.
+    h.redeliver_later();
+    assert_eq!(
+        h.invoke_event_with(event, harness::rig::INVOCATION)
+            .await
+            .len(),
+        1
+    );
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(3)));
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(statuses(&intents), ["canceled", "canceled"], "{intents:?}");
+    assert!(localstripe::succeeded_of(&payer.customer).await.is_empty());
+}
+
+/// An order that needs the customer's authentication keeps its key, and no other
+/// payment is made; once the customer has confirmed it, the next delivery finds it
+/// paid and completes with it.
+#[tokio::test]
+async fn an_order_that_needs_authentication_is_completed_once_the_customer_confirms_it() {
+    let payer = localstripe::payer(Card::RequiresAuthentication).await;
+    let order = order_of(&unique_id(), 2700, &payer);
+    let h = Harness::new(provider()).await;
+    let event = single_event_with_body(&body(&order));
+    assert_eq!(
+        h.invoke_event_with(event.clone(), harness::rig::INVOCATION)
+            .await
+            .len(),
+        1
+    );
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    let intents = localstripe::payment_intents_of(&payer.customer).await;
+    assert_eq!(statuses(&intents), ["requires_action"]);
+    let payment_id = intents[0]["id"].as_str().unwrap().to_owned();
+
+    localstripe::authenticate(&payment_id).await;
     h.redeliver_later();
     assert!(
         h.invoke_event_with(event, harness::rig::INVOCATION)
             .await
             .is_empty()
     );
-    let charges = stripe::charges_of(&customer).await;
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt.as_deref(), Some(payment_id.as_str()));
     assert_eq!(
-        charges.len(),
-        2,
-        "one decline under #1, one charge under #2"
-    );
-    let succeeded = stripe::succeeded_charges_of(&customer).await;
-    assert_eq!(succeeded.len(), 1);
-    assert_eq!(
-        h.record(order.id()).await.unwrap().receipt.as_deref(),
-        Some(succeeded[0].as_str())
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        1,
+        "no second payment"
     );
 }
 
@@ -551,7 +840,10 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
     let logs = Captured::default();
     let _guard = logs.install();
     // The provider has no such customer: 404 `resource_missing`, on every retry alike.
-    let order = order(&unique_id(), 800, "cus_nobodyknows");
+    let order = Order::new(&unique_id(), 800, "eur", "cus_nobodyknows")
+        .unwrap()
+        .paid_with("pm_nobodyknows")
+        .unwrap();
     let h = Harness::new(provider()).await;
     let failed = h
         .invoke_event_with(
@@ -574,28 +866,28 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
     assert_eq!(line["fields"]["code"], "resource_missing", "{line}");
     assert_eq!(line["fields"]["status"], 404, "{line}");
     assert!(
-        !text.contains("No such customer"),
-        "provider text is never logged"
+        !text.contains("Not Found"),
+        "provider text is never logged:\n{text}"
     );
 }
 
 #[tokio::test]
 async fn a_404_that_names_no_missing_object_is_a_setting_fault_retried_never_rejected() {
-    // A base URL pasted with its `/v1`: every charge goes to /v1/v1/charges, which the
-    // provider answers 404 without `resource_missing`. Every order would fail alike, so
-    // it is a setting to fix: retried with the key kept, at error level, counted by the
-    // breaker; never `rejected`, which would dead-letter every order.
+    // A base URL pasted with its `/v1`: every payment goes to /v1/v1/payment_intents,
+    // which the provider answers 404 without `resource_missing`. Every order would fail
+    // alike, so it is a setting to fix: retried with the key kept, at error level,
+    // counted by the breaker; never `rejected`, which would dead-letter every order.
     let logs = Captured::default();
     let _guard = logs.install();
-    let url = format!("{}/v1", harness::servers::stripe_mock_url());
+    let url = format!("{}/v1", harness::servers::localstripe_url());
     let options = Options {
         breaker_threshold: Some(2),
         ..Options::default()
     };
     let h = Harness::with(provider_at(&url, PAYMENT_TIMEOUT), options).await;
-    let customer = stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
     let orders: Vec<Order> = (0..3)
-        .map(|_| order(&unique_id(), 900, &customer))
+        .map(|_| order_of(&unique_id(), 900, &payer))
         .collect();
     for order in &orders {
         let event = single_event_with_body(&body(order));
@@ -640,39 +932,97 @@ async fn a_404_that_names_no_missing_object_is_a_setting_fault_retried_never_rej
         h.record(orders[2].id()).await.is_none(),
         "deferred: no write"
     );
-    assert!(stripe::charges_of(&customer).await.is_empty());
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
 }
 
-/// The audit's reads: every page of the listing (more than one page of 100 here), each
-/// charge once with what the audit compares; one charge by id; an unknown id is none.
+/// The audit's reads: `created[gte]`, every page of the listing (more than one page of
+/// 100 here), each PaymentIntent once with what the audit compares, whatever its
+/// status; one by id; an unknown id is none.
 #[tokio::test]
-async fn the_audit_lists_every_page_of_charges_and_finds_one_by_id() {
+async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_one_by_id() {
     let p = provider();
-    let customer = stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
     let since = charge_once::domain::clock::Time::from_ms(charge_once::domain::clock::wall_ms())
         - Duration::from_secs(5);
     let mut made = Vec::new();
     for n in 0..130 {
-        let o = order(&unique_id(), 100 + n, &customer);
-        let receipt = p.charge(&o, &format!("{}#1", o.id())).await.unwrap();
+        let o = order_of(&unique_id(), 100 + n, &payer);
+        let receipt = p.charge(&o, &key(&o, 1)).await.unwrap();
         made.push((receipt.id, o));
     }
+    let declined = order_of(&unique_id(), 555, &declining);
+    assert!(p.charge(&declined, &key(&declined, 1)).await.is_err());
+
     let listed = p.charges_since(since).await.unwrap();
     let mine: Vec<_> = listed
         .iter()
-        .filter(|c| c.customer.as_deref() == Some(customer.as_str()))
+        .filter(|c| c.customer.as_deref() == Some(payer.customer.as_str()))
         .collect();
-    assert_eq!(mine.len(), made.len(), "each charge listed once");
+    assert_eq!(mine.len(), made.len(), "each PaymentIntent listed once");
     for (id, o) in &made {
         let c = mine.iter().find(|c| c.id == *id).expect("listed");
         assert_eq!(c.order_id.as_deref(), Some(o.id()));
         assert_eq!((c.amount, c.currency.as_str()), (o.amount(), "eur"));
+        assert_eq!(c.payment_method.as_deref(), Some(payer.card.as_str()));
         assert!(c.succeeded() && c.created.as_secs() >= since.as_secs());
     }
+    let theirs: Vec<_> = listed
+        .iter()
+        .filter(|c| c.customer.as_deref() == Some(declining.customer.as_str()))
+        .collect();
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(theirs[0].status, "requires_payment_method");
+    assert!(!theirs[0].succeeded());
+    // Nothing was made after a time to come.
+    let later = since + Duration::from_secs(3600);
+    assert!(p.charges_since(later).await.unwrap().is_empty());
+    // The server filters on `created` itself, before the page is cut: a page of 100
+    // says there is more, the next holds the rest, and a time to come lists nothing.
+    let page = |created: i64, after: Option<&str>| {
+        let mut query = vec![
+            ("customer", payer.customer.clone()),
+            ("created[gte]", created.to_string()),
+            ("limit", "100".to_owned()),
+        ];
+        query.extend(after.map(|a| ("starting_after", a.to_owned())));
+        async move {
+            let answer = harness::http_client()
+                .get(format!(
+                    "{}/v1/payment_intents",
+                    harness::servers::localstripe_url()
+                ))
+                .bearer_auth(TEST_KEY)
+                .query(&query)
+                .send()
+                .await
+                .unwrap();
+            assert!(answer.status().is_success(), "{answer:?}");
+            answer.json::<Value>().await.unwrap()
+        }
+    };
+    let first = page(since.as_secs(), None).await;
+    assert_eq!(first["data"].as_array().unwrap().len(), 100);
+    assert_eq!(first["has_more"], true);
+    let last = first["data"][99]["id"].as_str().unwrap();
+    let rest = page(since.as_secs(), Some(last)).await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 30);
+    assert_eq!(rest["has_more"], false);
+    let none = page(later.as_secs(), None).await;
+    assert_eq!(
+        (none["data"].as_array().unwrap().len(), &none["has_more"]),
+        (0, &Value::Bool(false))
+    );
+
     let (id, o) = &made[0];
     let one = p.charge_by_id(id).await.unwrap().expect("found by id");
     assert_eq!(one.order_id.as_deref(), Some(o.id()));
-    assert_eq!(p.charge_by_id("ch_never_issued").await.unwrap(), None);
+    assert!(one.succeeded());
+    assert_eq!(p.charge_by_id("pi_never_issued").await.unwrap(), None);
     // A receipt is whatever the table holds: it stays one path segment.
     assert_eq!(p.charge_by_id("../customers").await.unwrap(), None);
 }

@@ -13,9 +13,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use harness::event_source::{Queues, event_of};
+use harness::localstripe::{self, Card, Payer};
+use harness::log_dir;
 use harness::runtime_api::{ConsumerProcess, Launch, Reply, RuntimeApi, lambda_environment};
-use harness::servers::{Backend, moto_sdk_config, stripe_mock_url};
-use harness::{log_dir, stripe};
+use harness::servers::{Backend, localstripe_url, moto_sdk_config};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
@@ -97,7 +98,7 @@ async fn api_key_secret() -> String {
     client
         .create_secret()
         .name(format!("payment-{}", uuid::Uuid::new_v4().simple()))
-        .secret_string(stripe::TEST_KEY)
+        .secret_string(localstripe::TEST_KEY)
         .send()
         .await
         .unwrap()
@@ -126,15 +127,17 @@ async fn every_call_of_the_function_is_signed_as_moto_with_iam_authentication_ac
     let queues = Queues::create(Duration::from_secs(30), 10).await;
     let secret_arn = api_key_secret().await;
     let (id, secret) = function_user().await;
-    let customer = stripe::customer("tok_visa").await;
-    let declining = stripe::customer("tok_chargeCustomerFail").await;
-    let order = |id: &str, customer: &str| {
-        json!({"id": id, "amount": 900, "currency": "EUR", "customer": customer}).to_string()
+    let paying = localstripe::payer(Card::Visa).await;
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = |id: &str, payer: &Payer| {
+        json!({"id": id, "amount": 900, "currency": "EUR", "customer": payer.customer,
+            "payment_method": payer.card})
+        .to_string()
     };
     let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
     queues
         .send(&[
-            order(&format!("sig-{run}-ok"), &customer),
+            order(&format!("sig-{run}-ok"), &paying),
             r#"{"id":"sig-bad","amount":"nine"}"#.to_owned(),
             order(&format!("sig-{run}-declined"), &declining),
         ])
@@ -158,7 +161,7 @@ async fn every_call_of_the_function_is_signed_as_moto_with_iam_authentication_ac
     let runtime = RuntimeApi::start().await;
     let endpoints = queues.endpoints(
         Backend::Moto.url().to_owned(),
-        stripe_mock_url().to_owned(),
+        localstripe_url().to_owned(),
         table.name.clone(),
     );
     let log = log_dir().join(format!("sigv4-{run}.log"));
@@ -222,7 +225,7 @@ async fn a_wrong_secret_is_refused_and_the_cold_start_stops_with_one_line() {
     let queues = Queues::create(Duration::from_secs(30), 10).await;
     let endpoints = queues.endpoints(
         Backend::Moto.url().to_owned(),
-        stripe_mock_url().to_owned(),
+        localstripe_url().to_owned(),
         table.name.clone(),
     );
     let runtime = RuntimeApi::start().await;

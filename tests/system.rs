@@ -1,27 +1,32 @@
 //! System test: the real binary under a Runtime API emulator, fed by an event source
 //! mapping emulator from moto's SQS, through fault proxies, with consumers SIGKILLed at
-//! random points; then a DLQ redrive; then the invariants: every valid order charged
-//! exactly once, every invalid, conflicting or declined message in the DLQ with its
-//! reason, no live lease left, nothing lost. Prints one summary line. The outage run
+//! random points, paying at localstripe; then the on-session confirmation of the
+//! orders whose card asked for authentication (each in the DLQ as
+//! `authentication_required`, naming its PaymentIntent, which the test confirms as the
+//! customer would) and a DLQ redrive; then the invariants: every valid order charged
+//! exactly once, each authenticated order completed with the PaymentIntent the
+//! customer confirmed, every invalid, conflicting or declined message in the DLQ with
+//! its reason, no live lease left, nothing lost. Prints one summary line. The outage run
 //! takes the provider down for a while and shows the backoff and the breakers at work;
 //! the same outage under SQS's defaults shows what they prevent.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use charge_once::adapters::dynamodb::record_from_item;
-use charge_once::domain::State;
+use charge_once::domain::{Key, State};
 use harness::event_source::{DlqMessage, EsmStats, Queues, drain, poll};
+use harness::localstripe::{self, Card};
 use harness::log_dir;
 use harness::producer::{Plan, charges_by_order, produce};
 use harness::proxy::{Faults, Target, start_proxy};
 use harness::rig::batch_of;
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
-use harness::servers::{Backend, Table, stripe_mock_url};
+use harness::servers::{Backend, Table, localstripe_url};
 use rand::Rng;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
@@ -60,6 +65,8 @@ struct Run {
     charges: BTreeMap<String, Vec<(u64, String)>>,
     dlq: Vec<DlqMessage>,
     redriven: usize,
+    /// Order id → the PaymentIntent its customer confirmed before the redrive.
+    authenticated: BTreeMap<String, String>,
     stats: Arc<EsmStats>,
     faults: Arc<Faults>,
     kills: u64,
@@ -180,17 +187,56 @@ async fn end_outage(
     (calls, None)
 }
 
-/// A redrive after the faults are fixed: the DLQ re-sent as new messages, drained
-/// again. Returns what was redriven and what the DLQ holds after.
-async fn redrive(queues: &Queues, limit: Duration) -> (Vec<DlqMessage>, Vec<DlqMessage>) {
+/// The customers come back on the shop's page: every order in the DLQ as
+/// `authentication_required` names its PaymentIntent, which the customer confirms
+/// (once, whatever the copies). Returns order id → PaymentIntent confirmed.
+async fn authenticate(dead_letters: &[DlqMessage], plan: &Plan) -> BTreeMap<String, String> {
+    let mut confirmed = BTreeMap::new();
+    for m in dead_letters {
+        if m.note_str("outcome") != Some("authentication_required") {
+            continue;
+        }
+        let order: serde_json::Value = serde_json::from_str(&m.body).unwrap();
+        let id = order["id"].as_str().unwrap().to_owned();
+        assert!(
+            plan.authenticating.contains_key(&id),
+            "only an order paid with the authenticating card needs the customer: {m:?}"
+        );
+        let payment = m
+            .note_str("payment")
+            .unwrap_or_else(|| panic!("the note names no PaymentIntent: {m:?}"))
+            .to_owned();
+        let intent = localstripe::payment_intent(&payment).await;
+        assert_eq!(intent["metadata"]["order_id"], id.as_str(), "{intent}");
+        if let Some(seen) = confirmed.get(&id) {
+            assert_eq!(*seen, payment, "two PaymentIntents for {id}");
+            continue;
+        }
+        assert_eq!(intent["status"], "requires_action", "{intent}");
+        let done = localstripe::authenticate(&payment).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        confirmed.insert(id, payment);
+    }
+    confirmed
+}
+
+/// A redrive after the faults are fixed and the customers confirmed their payments:
+/// the DLQ re-sent as new messages, drained again. Returns what was redriven, the
+/// PaymentIntents confirmed, and what the DLQ holds after.
+async fn redrive(
+    queues: &Queues,
+    plan: &Plan,
+    limit: Duration,
+) -> (Vec<DlqMessage>, BTreeMap<String, String>, Vec<DlqMessage>) {
     let redriven = queues.drain_dlq().await;
+    let authenticated = authenticate(&redriven, plan).await;
     let bodies: Vec<String> = redriven.iter().map(|m| m.body.clone()).collect();
     queues.send(&bodies).await;
     assert!(
         drain(queues, limit).await,
         "the redrive did not drain within {limit:?}"
     );
-    (redriven, queues.drain_dlq().await)
+    (redriven, authenticated, queues.drain_dlq().await)
 }
 
 async fn run(scenario: &Scenario) -> Run {
@@ -207,7 +253,7 @@ async fn run(scenario: &Scenario) -> Run {
     });
     let queues = Arc::new(Queues::create(scenario.visibility, scenario.max_receive_count).await);
     let dynamodb = start_proxy(Backend::Moto.url(), Target::DynamoDb, faults.clone()).await;
-    let payment = start_proxy(stripe_mock_url(), Target::Payment, faults.clone()).await;
+    let payment = start_proxy(localstripe_url(), Target::Payment, faults.clone()).await;
     let endpoints = Arc::new(if scenario.queue_calls {
         queues.endpoints(dynamodb, payment, table.name.clone())
     } else {
@@ -247,13 +293,14 @@ async fn run(scenario: &Scenario) -> Run {
         "the queue did not drain within {:?}",
         scenario.drain_limit
     );
-    let (redriven, dlq) = redrive(&queues, scenario.drain_limit).await;
+    let (redriven, authenticated, dlq) = redrive(&queues, &plan, scenario.drain_limit).await;
     let stats = environments.stop().await;
     Run {
         charges: charges_by_order(&run_id).await,
         plan,
         dlq,
         redriven: redriven.len(),
+        authenticated,
         stats,
         faults,
         kills: kills.load(Ordering::Relaxed),
@@ -269,10 +316,12 @@ impl Run {
         self.charges.values().filter(|c| c.len() > 1).count()
     }
 
+    /// Orders that must be charged (the authenticated ones too) and were not.
     fn lost(&self) -> usize {
         self.plan
             .must_charge
             .keys()
+            .chain(self.plan.authenticating.keys())
             .filter(|id| !self.charges.contains_key(*id))
             .count()
     }
@@ -310,7 +359,9 @@ impl Run {
     }
 
     /// Every valid order charged once with its own amount, every declined one never,
-    /// every conflict charged once; no order left in the DLQ; no live lease.
+    /// every conflict charged once, every order that needed authentication completed
+    /// with the one PaymentIntent its customer confirmed; no order left in the DLQ; no
+    /// live lease.
     async fn check(&self) {
         for (id, body) in &self.plan.must_charge {
             let amount = serde_json::from_str::<serde_json::Value>(body).unwrap()["amount"]
@@ -332,6 +383,24 @@ impl Run {
         }
         for id in &self.plan.declined {
             assert!(!self.charges.contains_key(id), "declined {id} was charged");
+        }
+        // Every order that needed authentication went to the DLQ naming its
+        // PaymentIntent, the customer confirmed it, and the redrive completed the order
+        // with it: one succeeded PaymentIntent, no other.
+        let needing: BTreeSet<&String> = self.plan.authenticating.keys().collect();
+        let confirmed: BTreeSet<&String> = self.authenticated.keys().collect();
+        assert_eq!(confirmed, needing, "orders confirmed by their customer");
+        for (id, payment) in &self.authenticated {
+            let paid: Vec<&str> = self
+                .charges
+                .get(id)
+                .map(|c| c.iter().map(|(_, p)| p.as_str()).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                paid,
+                [payment.as_str()],
+                "{id}: one payment, the confirmed one"
+            );
         }
         for id in self.plan.conflicting.keys() {
             assert!(
@@ -369,6 +438,17 @@ impl Run {
             live.is_empty(),
             "records left en-curso with a live lease: {live:?}"
         );
+        for (id, payment) in &self.authenticated {
+            let key = Key::for_order_id(id);
+            let record = scan
+                .items()
+                .iter()
+                .map(|item| record_from_item(item).unwrap())
+                .find(|record| record.pk == key)
+                .unwrap_or_else(|| panic!("{id}: no record"));
+            assert_eq!(record.state, State::Done, "{id}: {record:?}");
+            assert_eq!(record.receipt.as_deref(), Some(payment.as_str()), "{id}");
+        }
     }
 
     /// Every DLQ message came from the consumer with its reason, none from the redrive
@@ -401,11 +481,12 @@ impl Run {
         let mut line = String::new();
         if let Some(outage) = outage {
             line.push_str(&format!(
-                "outage_s={} orders={orders} charged={} double={} lost={} dlq={} poison={} provider_calls_during_outage={} recovered_in_s={} ",
+                "outage_s={} orders={orders} charged={} double={} lost={} authenticated={} dlq={} poison={} provider_calls_during_outage={} recovered_in_s={} ",
                 outage.as_secs(),
                 self.charged(),
                 self.double(),
                 self.lost(),
+                self.authenticated.len(),
                 self.dlq_bodies().len(),
                 self.poison().len(),
                 self.outage_calls,
@@ -414,11 +495,12 @@ impl Run {
             ));
         } else {
             line.push_str(&format!(
-                "orders={orders} messages={} charged={} double={} lost={} dlq={} poison={} ",
+                "orders={orders} messages={} charged={} double={} lost={} authenticated={} dlq={} poison={} ",
                 self.plan.messages.len(),
                 self.charged(),
                 self.double(),
                 self.lost(),
+                self.authenticated.len(),
                 self.dlq_bodies().len(),
                 self.poison().len(),
             ));
@@ -586,7 +668,7 @@ async fn one_process_serving_invocations_at_once_writes_each_its_own_metrics() {
     });
     let endpoints = Endpoints::without_queue(
         start_proxy(Backend::Moto.url(), Target::DynamoDb, slow.clone()).await,
-        start_proxy(stripe_mock_url(), Target::Payment, slow.clone()).await,
+        start_proxy(localstripe_url(), Target::Payment, slow.clone()).await,
         table.name.clone(),
     );
     let runtime = RuntimeApi::start().await;
@@ -601,7 +683,7 @@ async fn one_process_serving_invocations_at_once_writes_each_its_own_metrics() {
             ..Launch::logging_to(log_dir().join(format!("{run_id}-consumer.log")))
         },
     );
-    let customer = harness::stripe::customer("tok_visa").await;
+    let payer = localstripe::payer(Card::Visa).await;
 
     // Invocation n carries n fresh orders.
     let invocations: Vec<(String, usize)> = (1..=4)
@@ -611,7 +693,8 @@ async fn one_process_serving_invocations_at_once_writes_each_its_own_metrics() {
         let bodies: Vec<String> = (0..*n)
             .map(|k| {
                 serde_json::json!({"id": format!("{request_id}-{k}"), "amount": 500 + k,
-                    "currency": "EUR", "customer": customer})
+                    "currency": "EUR", "customer": payer.customer,
+                    "payment_method": payer.card})
                 .to_string()
             })
             .collect();

@@ -336,14 +336,16 @@ pub async fn payment_stub(latency: Duration) -> String {
             .to_string(),
         )
     };
-    let app = Router::new().route("/v1/payment_intents", post(charge)).route(
-        "/v1/payment_intents",
-        get(|| async {
-            json!({"data": [], "has_more": false})
-                .to_string()
-                .into_response()
-        }),
-    );
+    let app = Router::new()
+        .route("/v1/payment_intents", post(charge))
+        .route(
+            "/v1/payment_intents",
+            get(|| async {
+                json!({"data": [], "has_more": false})
+                    .to_string()
+                    .into_response()
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -356,8 +358,7 @@ pub fn event(ids: &[String]) -> String {
     let records: Vec<Value> = ids
         .iter()
         .map(|id| {
-            let body =
-                json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench",
+            let body = json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench",
                        "payment_method": "pm_card_visa"});
             json!({
                 "messageId": uuid::Uuid::new_v4().to_string(),

@@ -5,15 +5,22 @@ localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards
 
 * it has no `Idempotency-Key`: the layer below stores the first answer per key, the way
   Stripe documents it (docs.stripe.com/api/idempotent_requests), and replays it;
-* its `GET /v1/payment_intents` refuses `customer`: the filter is added to its list,
-  as localstripe's own charge list has one;
+* its `GET /v1/payment_intents` refuses `customer` and `created` (`created[gte]` and
+  the other bounds): both filters are added to its list, before the page is cut, as
+  localstripe's own charge list has them;
+* its PaymentIntents refuse `description`: the layer keeps it on the object;
+* its 404 for an object it does not hold names no code: the layer adds Stripe's
+  `resource_missing` (a path that reaches no endpoint keeps its plain 404);
 * it binds every interface: this runs it on 127.0.0.1 only;
 * it writes its whole store to /tmp/localstripe.pickle on every change and reads it
   back at start: here the store lives in memory only, one per process.
 
 Every other answer is localstripe's own. Binds 127.0.0.1 on a free port (or `--port
 N`), prints `PORT=<n>` on stdout, and exits when its stdin closes (the test process
-that started it ended).
+that started it ended). `--detached` (for `make watch`, started in the background)
+does not watch stdin; `--local` adds what `events/` names: Stripe's test
+PaymentMethod ids `pm_card_chargeDeclined` and `pm_card_authenticationRequired`, and
+customers created with a given `id`.
 
 The idempotency layer:
 
@@ -30,6 +37,8 @@ The idempotency layer:
   that also carries `Layer-Hold: <name>` waits, once its key is taken, until `DELETE
   /_layer/holds/<name>` (at most HOLD_SECONDS); `GET /_layer/holds/<name>` answers once
   it waits.
+* `GET /_layer/versions/<idempotency key>` lists the `Stripe-Version` header of every
+  keyed POST that came under that key, in order (`""`: none): what reached the server.
 """
 
 import argparse
@@ -44,6 +53,7 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 from localstripe import resources
+from localstripe.errors import UserError
 from localstripe.resources import PaymentIntent
 from localstripe.server import app, get_api_key
 
@@ -58,18 +68,65 @@ def keep_store_in_memory() -> None:
     resources.Store.try_load_from_disk = lambda self: None
 
 
-def add_customer_filter() -> None:
-    """`customer` on the PaymentIntent list, filtered before the page is cut, so
-    `limit`, `starting_after` and `has_more` count only that customer's."""
+# `created[<op>]=<seconds>` on a list, as Stripe reads it.
+CREATED_BOUNDS = {
+    "gt": lambda created, bound: created > bound,
+    "gte": lambda created, bound: created >= bound,
+    "lt": lambda created, bound: created < bound,
+    "lte": lambda created, bound: created <= bound,
+}
+
+
+def created_bounds(created) -> list:
+    """The `created` filter's bounds: `created=<seconds>` (exactly then) or any of
+    `created[gt|gte|lt|lte]=<seconds>`; anything else is refused as Stripe refuses it."""
+    if created is None:
+        return []
+    if isinstance(created, str):
+        created = {"eq": created}
+    if not isinstance(created, dict) or not created:
+        raise UserError(400, "Invalid created")
+    bounds = []
+    for op, value in created.items():
+        if op != "eq" and op not in CREATED_BOUNDS:
+            raise UserError(400, f"Invalid created[{op}]")
+        try:
+            bound = int(value)
+        except (TypeError, ValueError):
+            raise UserError(400, f"Invalid integer: created[{op}]")
+        bounds.append((CREATED_BOUNDS.get(op, lambda c, b: c == b), bound))
+    return bounds
+
+
+def add_list_filters() -> None:
+    """`customer` and `created` on the PaymentIntent list, filtered before the page is
+    cut, so `limit`, `starting_after` and `has_more` count only what matches.
+    localstripe refuses both; they never reach it."""
     list_all = PaymentIntent._api_list_all.__func__
 
-    def list_with_customer(cls, url, customer=None, **kwargs):
+    def list_filtered(cls, url, customer=None, created=None, **kwargs):
+        bounds = created_bounds(created)
         page = list_all(cls, url, **kwargs)
-        if customer is not None:
-            page._list = [pi for pi in page._list if pi.customer == customer]
+        page._list = [
+            pi for pi in page._list
+            if (customer is None or pi.customer == customer)
+            and all(holds(pi.created, bound) for holds, bound in bounds)
+        ]
         return page
 
-    PaymentIntent._api_list_all = classmethod(list_with_customer)
+    PaymentIntent._api_list_all = classmethod(list_filtered)
+
+
+def add_description() -> None:
+    """`description` on a PaymentIntent, which Stripe takes and localstripe refuses:
+    kept on the object as sent."""
+    init = PaymentIntent.__init__
+
+    def init_with_description(self, description=None, **kwargs):
+        init(self, **kwargs)
+        self.description = description
+
+    PaymentIntent.__init__ = init_with_description
 
 
 @dataclass
@@ -79,6 +136,23 @@ class Stored:
     status: int | None = None  # None while the first request is in flight
     body: bytes = b""
     content_type: str = "application/json"
+
+
+async def missing_object_named(handler, request: web.Request) -> web.StreamResponse:
+    """localstripe's answer, with Stripe's `code: resource_missing` on the 404 of an
+    object it does not hold (localstripe's 404 names no code). A path that reaches no
+    endpoint stays aiohttp's plain-text 404, with no code, as at Stripe."""
+    response = await handler(request)
+    body = getattr(response, "body", None)
+    if response.status != 404 or not isinstance(body, bytes):
+        return response
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return response
+    if not isinstance(error, dict) or "code" in error:
+        return response
+    return stripe_error(404, {**error, "code": "resource_missing"})
 
 
 def stripe_error(status: int, error: dict) -> web.Response:
@@ -101,6 +175,9 @@ class Layer:
         self.stored: dict[tuple[str, str], Stored] = {}
         self.waiting: dict[str, asyncio.Event] = {}
         self.released: dict[str, asyncio.Event] = {}
+        # The `Stripe-Version` header of every keyed POST, per idempotency key
+        # (empty string: none sent), so a test can see what reached the server.
+        self.versions: dict[str, list[str]] = {}
 
     def hold(self, name: str) -> tuple[asyncio.Event, asyncio.Event]:
         return (
@@ -124,9 +201,13 @@ class Layer:
         if request.path.startswith("/_layer/holds/"):
             name = request.path.removeprefix("/_layer/holds/")
             return await self.holds(request, name)
+        if request.path.startswith("/_layer/versions/"):
+            name = request.path.removeprefix("/_layer/versions/")
+            return web.json_response(self.versions.get(name, []))
         key = request.headers.get("Idempotency-Key")
         if request.method != "POST" or key is None:
-            return await handler(request)
+            return await missing_object_named(handler, request)
+        self.versions.setdefault(key, []).append(request.headers.get("Stripe-Version", ""))
         api_key = get_api_key(request)
         if api_key is None:  # localstripe refuses it with a 401
             return await handler(request)
@@ -151,7 +232,7 @@ class Layer:
                     await asyncio.wait_for(released.wait(), HOLD_SECONDS)
                 except asyncio.TimeoutError:
                     pass
-            response = await handler(request)
+            response = await missing_object_named(handler, request)
         except BaseException:
             del self.stored[scope]
             raise
@@ -200,9 +281,54 @@ class Layer:
         )
 
 
-async def serve(port: int) -> None:
+# Stripe's test PaymentMethod ids that `events/` names, as the cards localstripe knows
+# that behave the same off-session (docs.stripe.com/testing): 0341 declines on charge,
+# 3184 always asks for authentication.
+TEST_PAYMENT_METHODS = {
+    "pm_card_chargeDeclined": "4000000000000341",
+    "pm_card_authenticationRequired": "4000002760003184",
+}
+
+
+def add_local_fixtures() -> None:
+    """For `make watch` (`--local`): Stripe's test PaymentMethod ids of `events/`
+    beside the ones localstripe knows, and `POST /v1/customers` with the `id` the
+    events name (`cus_123`, ...), as stripe-stateful-mock takes it."""
+    from localstripe.resources import Customer, PaymentMethod, store
+
+    canonical = PaymentMethod._try_get_canonical_test_article.__func__
+
+    def with_test_ids(cls, id):
+        number = TEST_PAYMENT_METHODS.get(id)
+        if number is None:
+            return canonical(cls, id)
+        card = dict(number=number, exp_month="12", exp_year="2034", cvc="123")
+        return PaymentMethod(type="card", card=card)
+
+    PaymentMethod._try_get_canonical_test_article = classmethod(with_test_ids)
+
+    create = Customer._api_create.__func__
+
+    def create_with_id(cls, id=None, **data):
+        if id is None:
+            return create(cls, **data)
+        if store.get(f"customer:{id}") is not None:
+            raise UserError(400, f"Customer already exists: {id}")
+        customer = create(cls, **data)
+        del store[f"customer:{customer.id}"]
+        customer.id = id
+        store[f"customer:{id}"] = customer
+        return customer
+
+    Customer._api_create = classmethod(create_with_id)
+
+
+async def serve(port: int, local: bool) -> None:
     keep_store_in_memory()
-    add_customer_filter()
+    add_list_filters()
+    add_description()
+    if local:
+        add_local_fixtures()
     app.middlewares.insert(0, Layer().middleware)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -216,14 +342,17 @@ async def serve(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--detached", action="store_true")
+    parser.add_argument("--local", action="store_true")
     args = parser.parse_args()
 
     def exit_when_parent_ends() -> None:
         sys.stdin.read()
         os._exit(0)
 
-    threading.Thread(target=exit_when_parent_ends, daemon=True).start()
-    asyncio.run(serve(args.port))
+    if not args.detached:
+        threading.Thread(target=exit_when_parent_ends, daemon=True).start()
+    asyncio.run(serve(args.port, args.local))
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@
 //! | [`clock`] | a clock the test moves by hand |
 //! | [`rig`] | the real `Consumer` on a fresh table, with injectable store faults |
 //! | [`provider`] | an in-process payment provider that behaves like a real one |
-//! | [`stripe`] | customers and charges at stripe-stateful-mock |
+//! | [`stripe`] | stripe-stateful-mock's test key and customers, the layer's reference |
 //! | [`localstripe`] | customers, test cards, PaymentIntents and authentication at localstripe |
 //! | [`runtime_api`] | the Lambda Runtime API emulator and the real binary under it |
 //! | [`proxy`] | fault and latency proxies |
 //! | [`lease`] | leases taken outside the consumer under test (another invocation, one that died) |
 //! | [`event_source`] | the SQS event source mapping emulator |
-//! | [`producer`] | the system test's producers and the charges to check against |
+//! | [`producer`] | the system test's producers and the PaymentIntents to check against |
 //! | [`logs`] | captured log lines |
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design

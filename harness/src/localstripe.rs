@@ -1,6 +1,6 @@
 //! Helpers for localstripe behind its layer (`servers::localstripe_url`): customers,
 //! PaymentMethods made from Stripe's test card numbers, a customer's PaymentIntents,
-//! and the customer's on-session authentication.
+//! the customer's on-session authentication, and what the layer saw.
 
 use serde_json::Value;
 
@@ -133,4 +133,50 @@ pub async fn authenticate(payment_intent: &str) -> Value {
         &[("client_secret", secret), ("success", "true")],
     )
     .await
+}
+
+/// A customer and the PaymentMethod an order of theirs is paid with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payer {
+    pub customer: String,
+    pub card: String,
+}
+
+/// A new customer with `card` attached: what an order names as `customer` and
+/// `payment_method`.
+pub async fn payer(card: Card) -> Payer {
+    let customer = customer().await;
+    let card = self::card(&customer, card).await;
+    Payer { customer, card }
+}
+
+/// One PaymentIntent, as localstripe holds it now.
+pub async fn payment_intent(id: &str) -> Value {
+    get(&format!("/v1/payment_intents/{id}"), &[]).await
+}
+
+/// The ids of `customer`'s PaymentIntents that took money.
+pub async fn succeeded_of(customer: &str) -> Vec<String> {
+    payment_intents_of(customer)
+        .await
+        .iter()
+        .filter(|pi| pi["status"] == "succeeded")
+        .map(id)
+        .collect()
+}
+
+/// The `Stripe-Version` header of every keyed POST that reached the layer under
+/// `idempotency_key`, in order (`""`: none sent).
+pub async fn versions_sent_under(idempotency_key: &str) -> Vec<String> {
+    // A key holds `#`: it is one escaped path segment.
+    let mut address = reqwest::Url::parse(&url("/_layer/versions")).unwrap();
+    address.path_segments_mut().unwrap().push(idempotency_key);
+    let request = crate::http_client().get(address);
+    let versions = send(request, "GET /_layer/versions").await;
+    versions
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|v| v.as_str().expect("a version").to_owned())
+        .collect()
 }

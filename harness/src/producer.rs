@@ -1,5 +1,6 @@
-//! Producers that duplicate, fan out, conflict and decline, and the provider's side of
-//! the invariant check: succeeded charges per order.
+//! Producers that duplicate, fan out, conflict, decline and need the customer's
+//! authentication, and the provider's side of the invariant check: succeeded
+//! PaymentIntents per order, at localstripe.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::{Value, json};
 
-use crate::stripe;
+use crate::localstripe::{self, Card, Payer};
 
 use std::collections::BTreeSet;
 
@@ -16,8 +17,12 @@ use std::collections::BTreeSet;
 pub struct Plan {
     /// Order id → the body that must be charged (once).
     pub must_charge: BTreeMap<String, String>,
-    /// Orders whose customer declines: never charged, in the DLQ.
+    /// Orders whose card declines: never charged, in the DLQ.
     pub declined: BTreeSet<String>,
+    /// Order id → its body, paid with a card that always asks for authentication: in
+    /// the DLQ (`authentication_required`) until the customer confirms it on-session,
+    /// then charged once on the redrive.
+    pub authenticating: BTreeMap<String, String>,
     /// Bodies that must end in the DLQ (invalid).
     pub invalid: Vec<String>,
     /// Order id → its two conflicting bodies: one charged, the other in the DLQ.
@@ -26,8 +31,10 @@ pub struct Plan {
     pub messages: Vec<String>,
 }
 
-fn order_body(id: &str, amount: u64, customer: &str) -> String {
-    json!({"id": id, "amount": amount, "currency": "EUR", "customer": customer, "sent_by": "system-test"}).to_string()
+fn order_body(id: &str, amount: u64, payer: &Payer) -> String {
+    json!({"id": id, "amount": amount, "currency": "EUR", "customer": payer.customer,
+        "payment_method": payer.card, "sent_by": "system-test"})
+    .to_string()
 }
 
 fn sns(body: &str) -> String {
@@ -36,21 +43,22 @@ fn sns(body: &str) -> String {
 }
 
 /// `orders` orders from several producers: plain, retried (same body twice), fanned
-/// out (raw + SNS copy), declining, invalid, conflicting.
+/// out (raw + SNS copy), declining, needing authentication, invalid, conflicting.
 pub async fn produce(run: &str, orders: usize) -> Plan {
     let good = [
-        stripe::customer("tok_visa").await,
-        stripe::customer("tok_visa").await,
-        stripe::customer("tok_visa").await,
+        localstripe::payer(Card::Visa).await,
+        localstripe::payer(Card::Visa).await,
+        localstripe::payer(Card::Visa).await,
     ];
-    let declining = stripe::customer("tok_chargeCustomerFail").await;
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
+    let authenticating = localstripe::payer(Card::RequiresAuthentication).await;
     let mut rng = rand::rng();
     let mut plan = Plan::default();
     for n in 0..orders {
         let id = format!("{run}-{n}");
         let amount = rng.random_range(100..100_000);
-        let customer = good.choose(&mut rng).unwrap();
-        let body = order_body(&id, amount, customer);
+        let payer = good.choose(&mut rng).unwrap();
+        let body = order_body(&id, amount, payer);
         match rng.random_range(0..100) {
             0..5 => {
                 let bad = order_body(&id, amount, &declining);
@@ -58,17 +66,24 @@ pub async fn produce(run: &str, orders: usize) -> Plan {
                 plan.messages.push(bad);
             }
             5..10 => {
-                let invalid = json!({"id": id, "amount": amount as f64 + 0.5, "currency": "EUR", "customer": customer}).to_string();
+                let invalid = json!({"id": id, "amount": amount as f64 + 0.5, "currency": "EUR",
+                    "customer": payer.customer, "payment_method": payer.card})
+                .to_string();
                 plan.invalid.push(invalid.clone());
                 plan.messages.push(invalid);
             }
             10..15 => {
-                let other = order_body(&id, amount + 1, customer);
+                let other = order_body(&id, amount + 1, payer);
                 plan.conflicting.insert(id, (body.clone(), other.clone()));
                 plan.messages.push(body);
                 plan.messages.push(other);
             }
-            15..35 => {
+            15..19 => {
+                let needs = order_body(&id, amount, &authenticating);
+                plan.authenticating.insert(id, needs.clone());
+                plan.messages.push(needs);
+            }
+            19..35 => {
                 plan.must_charge.insert(id, body.clone());
                 plan.messages.push(body.clone());
                 plan.messages.push(body);
@@ -90,7 +105,7 @@ pub async fn produce(run: &str, orders: usize) -> Plan {
     plan
 }
 
-/// Succeeded charges in the mock per order id of this run.
+/// Succeeded PaymentIntents at localstripe per order id of this run: (amount, id).
 pub async fn charges_by_order(run: &str) -> BTreeMap<String, Vec<(u64, String)>> {
     let client = crate::http_client();
     let mut by_order: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
@@ -101,8 +116,11 @@ pub async fn charges_by_order(run: &str) -> BTreeMap<String, Vec<(u64, String)>>
             query.push(("starting_after", a.clone()));
         }
         let page: Value = client
-            .get(format!("{}/v1/charges", crate::servers::stripe_mock_url()))
-            .bearer_auth(stripe::TEST_KEY)
+            .get(format!(
+                "{}/v1/payment_intents",
+                crate::servers::localstripe_url()
+            ))
+            .bearer_auth(localstripe::TEST_KEY)
             .query(&query)
             .send()
             .await
@@ -111,12 +129,12 @@ pub async fn charges_by_order(run: &str) -> BTreeMap<String, Vec<(u64, String)>>
             .await
             .unwrap();
         let data = page["data"].as_array().unwrap();
-        for charge in data {
-            let order = charge["metadata"]["order_id"].as_str().unwrap_or_default();
-            if order.starts_with(run) && charge["status"] == "succeeded" {
+        for intent in data {
+            let order = intent["metadata"]["order_id"].as_str().unwrap_or_default();
+            if order.starts_with(run) && intent["status"] == "succeeded" {
                 by_order.entry(order.to_owned()).or_default().push((
-                    charge["amount"].as_u64().unwrap(),
-                    charge["id"].as_str().unwrap().to_owned(),
+                    intent["amount"].as_u64().unwrap(),
+                    intent["id"].as_str().unwrap().to_owned(),
                 ));
             }
         }

@@ -17,8 +17,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::stripe;
-
 /// What an invocation ended with.
 #[derive(Debug)]
 pub enum Reply {
@@ -265,7 +263,7 @@ pub fn lambda_environment<'a>(
         .env("DEAD_LETTER_QUEUE_URL", &endpoints.dead_letter_queue)
         .env("IDEMPOTENCY_TABLE", &endpoints.table)
         .env("PAYMENT_API_URL", &endpoints.payment)
-        .env("PAYMENT_API_KEY", stripe::TEST_KEY)
+        .env("PAYMENT_API_KEY", crate::localstripe::TEST_KEY)
         .env("PAYMENT_TIMEOUT", "1s")
         .env("MAX_CONCURRENCY", "10")
 }

@@ -230,7 +230,8 @@ fn start_stripe_mock() -> Server {
     )
 }
 
-/// The stripe-stateful-mock base URL (started on first use).
+/// The stripe-stateful-mock base URL (started on first use): only the reference that
+/// localstripe's layer is held against.
 pub fn stripe_mock_url() -> &'static str {
     &STRIPE_MOCK.get_or_init(start_stripe_mock).url
 }
@@ -267,9 +268,9 @@ pub fn test_account(command: &mut Command) -> &mut Command {
         .env("AWS_SECRET_ACCESS_KEY", "test")
 }
 
-/// A CLI command of the real binary on moto's `table` (`--store dynamodb`) and the
-/// mock (`api_key`), outside Lambda.
-pub fn cli_on_moto_and_mock<'a>(
+/// A CLI command of the real binary on moto's `table` (`--store dynamodb`) and
+/// localstripe (`api_key`), outside Lambda.
+pub fn cli_on_moto_and_localstripe<'a>(
     command: &'a mut Command,
     table: &str,
     api_key: &str,
@@ -280,7 +281,7 @@ pub fn cli_on_moto_and_mock<'a>(
         .env_remove("AWS_PROFILE")
         .env("AWS_ENDPOINT_URL", Backend::Moto.url())
         .env("IDEMPOTENCY_TABLE", table)
-        .env("PAYMENT_API_URL", stripe_mock_url())
+        .env("PAYMENT_API_URL", localstripe_url())
         .env("PAYMENT_API_KEY", api_key)
 }
 

@@ -679,10 +679,7 @@ mod tests {
         let (a, b) = (body(r#","ts":1"#), body(r#","ts":2,"note":"x""#));
         assert_eq!(charge_form(&a), charge_form(&b));
         let body = charge_form(&a);
-        let form: Vec<(&str, &str)> = body
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect();
+        let form: Vec<(&str, &str)> = body.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             form,
             [
