@@ -24,6 +24,11 @@
 //! Also measured: what one reservation costs dynalite itself per request shape, which
 //! explains the batch latencies on it (see README "Performance").
 //!
+//! The whole bill (`whole.rs`): every part of what a million orders cost on AWS for
+//! each contender (DynamoDB units, the record's bytes kept for the retention, SQS
+//! requests, log bytes, Lambda from the bill), at one dated table of list prices, with
+//! the floor and the goals; `bench/results/<stem>-whole.svg`.
+//!
 //! Instructions: the release binary under callgrind (valgrind), batch 1 and 10 of fresh
 //! orders, per invocation and per record (`BENCH_INSTRUCTIONS=0` skips them).
 //!
@@ -40,6 +45,7 @@ mod report;
 mod rig;
 mod scenarios;
 mod statistics;
+mod whole;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -139,6 +145,15 @@ async fn main() {
         })
     };
 
+    // The whole bill: every part, for every contender (BENCH_WHOLE=0 leaves it out).
+    let whole = if std::env::var("BENCH_WHOLE").is_ok_and(|v| v == "0") {
+        None
+    } else {
+        let whole = whole::Whole::run().await;
+        eprintln!("bench: whole bill done ({:.0?})", started.elapsed());
+        Some(whole)
+    };
+
     let mut command = "make bench".to_owned();
     if full {
         command.push_str(" FULL=1");
@@ -173,6 +188,13 @@ async fn main() {
     };
     let mut markdown = report.markdown(&date);
     let mut json = report.json(&date);
+    if let Some(whole) = &whole {
+        markdown.push_str("\n\n");
+        markdown.push_str(&whole.markdown(bill.as_ref()));
+        markdown.push('\n');
+        json["whole_bill"] = whole.json(bill.as_ref());
+        whole.chart(&dir.join(format!("{stem}-whole.svg")), bill.as_ref());
+    }
     if let Some(bill) = &bill {
         markdown.push_str("\n\n");
         markdown.push_str(&bill.markdown());
