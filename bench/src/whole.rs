@@ -1064,8 +1064,8 @@ impl Whole {
             days(self.ttl_lag),
         ));
         md.push(String::new());
-        md.push("| retention | storage + PITR + audit scan $/M | whole bill $/M (template's defaults otherwise) | outlives queue + DLQ + redrive | the template allows it (≥ 30 d) |".to_owned());
-        md.push("| --- | --- | --- | --- | --- |".to_owned());
+        md.push("| retention | storage + PITR + audit scan $/M | whole bill $/M (template's defaults otherwise) | its floor at that retention | × floor | outlives queue + DLQ + redrive | the template allows it (≥ 30 d) |".to_owned());
+        md.push("| --- | --- | --- | --- | --- | --- | --- |".to_owned());
         let co = Contender::ChargeOnce;
         let m = &self.measured[&co];
         for retention in &self.retentions {
@@ -1074,11 +1074,17 @@ impl Whole {
                 ..self.defaults(co, bill)
             };
             let parts = price(m, &c, p, self.ttl_lag);
+            let total: f64 = parts.iter().sum();
+            let at = Template {
+                retention: *retention,
+                ..t.clone()
+            };
+            let floor = self::floor(m, &at, p, self.ttl_lag).unwrap_or(f64::NAN);
             md.push(format!(
-                "| {} | {:.3} | {:.3} | {} | {} |",
+                "| {} | {:.3} | {total:.3} | {floor:.3} | {:.2} | {} | {} |",
                 days(*retention),
                 parts[2] + parts[3] + parts[4],
-                parts.iter().sum::<f64>(),
+                total / floor,
                 if *retention > t.message_life() {
                     "yes"
                 } else {
@@ -1134,7 +1140,63 @@ impl Whole {
                 if met { "yes" } else { "**no**" }
             ));
         }
+        md.push(String::new());
+        md.extend(self.gaps(bill));
         md.join("\n")
+    }
+
+    /// Where charge-once's bill at its defaults stands above its floor, and above each
+    /// peer's cheapest at equal retention, part by part: what a goal needs cut.
+    fn gaps(&self, bill: Option<&Bill>) -> Vec<String> {
+        let co = Contender::ChargeOnce;
+        let m = &self.measured[&co];
+        let defaults = self.defaults(co, bill);
+        let ours = price(m, &defaults, &self.prices, self.ttl_lag);
+        let describe = |theirs: [f64; 8]| -> String {
+            let mut parts: Vec<(usize, f64)> = (0..PARTS.len())
+                .map(|k| (k, ours[k] - theirs[k]))
+                .filter(|(_, d)| d.abs() >= 0.0005)
+                .collect();
+            parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+            parts
+                .iter()
+                .map(|(k, d)| format!("{} {d:+.3}", PARTS[*k]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = Vec::new();
+        if let Some(floor) = floor_parts(m, &self.template, &self.prices, self.ttl_lag) {
+            let total: f64 = ours.iter().sum();
+            let goal = 1.2 * floor.iter().sum::<f64>();
+            out.push(format!(
+                "Above the floor, part by part ($ per million orders; the record is {:.0} bytes stored against the smallest's {}, the log {:.0} bytes per order): {}. The goal needs ${:.3} cut.",
+                m.record_bytes(),
+                m.smallest.unwrap_or(0),
+                m.fresh.log_bytes_per_order(),
+                describe(floor),
+                (total - goal).max(0.0),
+            ));
+        }
+        let mut equal = defaults.clone();
+        equal.retention = self.equal_retention;
+        let ours_equal = price(m, &equal, &self.prices, self.ttl_lag);
+        for peer in PEERS {
+            let (c, _) = self.cheapest(peer, self.equal_retention, bill);
+            let theirs = price(&self.measured[&peer], &c, &self.prices, self.ttl_lag);
+            let diff: Vec<String> = (0..PARTS.len())
+                .map(|k| (k, ours_equal[k] - theirs[k]))
+                .filter(|(_, d)| d.abs() >= 0.0005)
+                .map(|(k, d)| format!("{} {d:+.3}", PARTS[k]))
+                .collect();
+            out.push(String::new());
+            out.push(format!(
+                "Against {}'s cheapest at {}, part by part: {}.",
+                peer.name(),
+                days(self.equal_retention),
+                diff.join(", ")
+            ));
+        }
+        out
     }
 
     /// The rows of the table and the chart: each contender at its defaults, at its
