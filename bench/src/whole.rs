@@ -3,7 +3,8 @@
 //! list prices.
 //!
 //! Each contender charges fresh orders, then the same orders again (duplicates), then
-//! orders the payment stub refuses, at the template's batch size, on dynalite behind
+//! orders the payment stub refuses, then orders no retry can fix (an invalid id), at
+//! the template's batch size, on dynalite behind
 //! the counting proxy, which asks the store for `ReturnConsumedCapacity` on every call
 //! and adds the units up (a refused conditional write reports none: it is computed
 //! from the largest record by DynamoDB's item-size rules, `harness::capacity`, which
@@ -314,6 +315,9 @@ pub struct Measured {
     pub fresh: Phase,
     pub duplicate: Phase,
     pub failed: Phase,
+    /// Orders no retry can fix (an id the rules refuse): charge-once sends each to the
+    /// DLQ itself; the peers fail them back to the queue.
+    pub invalid: Phase,
     /// Stored bytes (size + 100) of every record left after the fresh orders.
     pub records: Vec<u64>,
     /// One record of the median size: each attribute and its bytes (name + value).
@@ -415,6 +419,11 @@ async fn measure_one(contender: Contender, batch: usize, orders: usize, payment:
         "{}: refused orders did not fail",
         contender.name()
     );
+    // An id with a space breaks the rules every contender applies.
+    let invalid: Vec<String> = (0..orders.min(20))
+        .map(|i| format!("{tag} {run} invalid {i}"))
+        .collect();
+    let invalid = phase(&lane, &rig, &sqs, &log, &invalid, batch).await;
     let mut records: Vec<u64> = items.iter().map(stored_size).collect();
     records.sort_unstable();
     let median = records.get(records.len() / 2).copied();
@@ -447,6 +456,7 @@ async fn measure_one(contender: Contender, batch: usize, orders: usize, payment:
         fresh: fresh_phase,
         duplicate,
         failed,
+        invalid,
         records,
         sample,
         smallest,
@@ -937,25 +947,26 @@ impl Whole {
             "## The whole bill".to_owned(),
             String::new(),
             format!(
-                "What a million orders cost on AWS, every part, per contender. Measured: {} fresh orders, the same orders again, and {} orders the payment stub refuses, per contender, at the template's batch size ({}), on dynalite behind a proxy that asks for `ReturnConsumedCapacity`; the table read back after the fresh orders. dynalite ignores `ReturnValuesOnConditionCheckFailure`, so a duplicate costs every contender a read here that DynamoDB spares it. **Modelled, not measured:** the producer's send (one request per order) and the event source's receives and deletes (one each per {SQS_BATCH} records of a batch); Lambda's START and REPORT lines ({:.0} bytes per invocation, JSON format, when SystemLogLevel is INFO; none at the template's WARN). Storage is the steady state: retention + {} for TTL to delete (BENCH_TTL_LAG_HOURS; the pattern card's trap 2). Logs are priced by the bytes printed (stdout and stderr, metrics documents included). Lambda comes from the bill below (p50 billed duration).",
+                "What a million orders cost on AWS, every part, per contender. Measured, per contender, at the template's batch size ({}): {} fresh orders, the same orders again (duplicates), {} orders the payment stub refuses, and {} orders no retry can fix (an invalid id), on dynalite behind a proxy that asks for `ReturnConsumedCapacity` (dynalite reports units by item size; moto reports a fixed number per operation, so it is not used here); the table read back after the fresh orders. dynalite ignores `ReturnValuesOnConditionCheckFailure`, so a duplicate costs every contender a read here that DynamoDB spares it. **Modelled, not measured:** the producer's send (one request per order) and the event source's receives and deletes (one each per {SQS_BATCH} records of a batch); Lambda's START and REPORT lines ({:.0} bytes per invocation, JSON format, when SystemLogLevel is INFO; none at the template's WARN). Storage is the steady state: retention + {} for TTL to delete (BENCH_TTL_LAG_HOURS; the pattern card's trap 2). Logs are priced by the bytes printed (stdout and stderr, metrics documents included). Lambda comes from the bill below (p50 billed duration).",
+                t.batch,
                 self.measured[&Contender::ChargeOnce].fresh.orders,
                 self.measured[&Contender::ChargeOnce].failed.orders,
-                t.batch,
+                self.measured[&Contender::ChargeOnce].invalid.orders,
                 platform_bytes_per_invocation(),
                 days(self.ttl_lag),
             ),
             String::new(),
             "### What each contender leaves and makes, per order".to_owned(),
             String::new(),
-            "| contender | write units | read units (computed calls) | record bytes (stored, mean) | SQS requests by the function | log bytes (lines) | duplicate: write / read units, log bytes | refused: write / read units, SQS requests, log bytes |".to_owned(),
-            "| --- | --- | --- | --- | --- | --- | --- | --- |".to_owned(),
+            "| contender | write units | read units (computed calls) | record bytes (stored, mean) | SQS requests by the function | log bytes (lines) | duplicate: write / read units, log bytes | refused: write / read units, SQS requests, log bytes | invalid: SQS requests, failed back, log bytes |".to_owned(),
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |".to_owned(),
         ];
         for (contender, m) in &self.measured {
             let (w, r) = m.units();
             let (dw, dr) = m.duplicate.units_per_order(m.largest());
             let (fw, fr) = m.failed.units_per_order(m.largest());
             md.push(format!(
-                "| {} | {w:.2} | {r:.2} ({}) | {:.0} | {:.2} | {:.0} ({:.2}) | {dw:.2} / {dr:.2}, {:.0} | {fw:.2} / {fr:.2}, {:.2}, {:.0} |",
+                "| {} | {w:.2} | {r:.2} ({}) | {:.0} | {:.2} | {:.0} ({:.2}) | {dw:.2} / {dr:.2}, {:.0} | {fw:.2} / {fr:.2}, {:.2}, {:.0} | {:.2}, {}/{}, {:.0} |",
                 contender.name(),
                 m.fresh.computed_calls(),
                 m.record_bytes(),
@@ -965,6 +976,10 @@ impl Whole {
                 m.duplicate.log_bytes_per_order(),
                 m.failed.sqs_per_order(),
                 m.failed.log_bytes_per_order(),
+                m.invalid.sqs_per_order(),
+                m.invalid.failures,
+                m.invalid.orders,
+                m.invalid.log_bytes_per_order(),
             ));
         }
         md.push(String::new());
@@ -1257,6 +1272,7 @@ impl Whole {
                         "fresh": phase(&m.fresh),
                         "duplicate": phase(&m.duplicate),
                         "refused": phase(&m.failed),
+                        "invalid": phase(&m.invalid),
                     }),
                 )
             })
