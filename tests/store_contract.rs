@@ -864,3 +864,129 @@ contract_suite!(
     created_since_reads_every_page_and_only_records_from_then_on,
     twenty_concurrent_reservations_have_exactly_one_winner,
 );
+
+// --- Consumed capacity: the item-size rules `make bench` prices by -----------------
+
+/// An item holding every kind of value the rules size differently, padded so that its
+/// size (by `harness::capacity`) is exactly `size` bytes.
+fn sized_item(
+    pk: &str,
+    size: u64,
+) -> std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue> {
+    use aws_sdk_dynamodb::primitives::Blob;
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    use harness::capacity::item_size;
+    let mut item: std::collections::HashMap<String, A> = [
+        ("pk", A::S(pk.to_owned())),
+        ("expira", A::N("1764460800".to_owned())),
+        ("round", A::N("1000".to_owned())),
+        ("neg", A::N("-12.5".to_owned())),
+        ("small", A::N("0.05".to_owned())),
+        ("odd", A::N("123456789012345".to_owned())),
+        ("huella", A::B(Blob::new(vec![7u8; 32]))),
+        ("ok", A::Bool(true)),
+        ("nada", A::Null(true)),
+        (
+            "m",
+            A::M(
+                [("a".to_owned(), A::S("xy".to_owned()))]
+                    .into_iter()
+                    .collect(),
+            ),
+        ),
+        ("l", A::L(vec![A::N("5".to_owned()), A::S("z".to_owned())])),
+        ("pad", A::S(String::new())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let unpadded = item_size(&item);
+    assert!(unpadded < size, "{unpadded} bytes before padding");
+    item.insert(
+        "pad".to_owned(),
+        A::S("p".repeat(usize::try_from(size - unpadded).unwrap())),
+    );
+    assert_eq!(item_size(&item), size);
+    item
+}
+
+/// The units dynalite reports through the bench's counting proxy (the client asks for
+/// none) equal the units computed from the item's size, on both sides of the 1 KB
+/// write boundary and the 4 KB read boundary, for puts, updates (the larger of the
+/// item before and after) and reads of both consistencies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_item_size_rules_agree_with_the_capacity_dynalite_reports() {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    use harness::capacity::{read_units, write_units};
+    use harness::proxy::{Faults, Target, start_proxy};
+    use std::sync::atomic::Ordering;
+    let table = Backend::Dynalite.fresh_table().await;
+    let faults = Arc::new(Faults::default());
+    faults.ask_capacity.store(true, Ordering::Relaxed);
+    let url = start_proxy(Backend::Dynalite.url(), Target::DynamoDb, faults.clone()).await;
+    let client = Backend::client_at(&url);
+    let counted = |operation: &str| {
+        let c = faults
+            .capacity()
+            .get(operation)
+            .copied()
+            .unwrap_or_default();
+        assert_eq!(c.unreported, 0, "{operation}: a call without units");
+        c.units
+    };
+    let mut expected_writes = 0.0;
+    let mut expected_reads = 0.0;
+    for (n, size) in [300u64, 1024, 1025, 4096, 4097, 9000]
+        .into_iter()
+        .enumerate()
+    {
+        let pk = format!("size-{n}");
+        client
+            .put_item()
+            .table_name(&table.name)
+            .set_item(Some(sized_item(&pk, size)))
+            .send()
+            .await
+            .unwrap();
+        expected_writes += write_units(size);
+        assert_eq!(counted("PutItem"), expected_writes, "put of {size} bytes");
+        for consistent in [true, false] {
+            client
+                .get_item()
+                .table_name(&table.name)
+                .key("pk", A::S(pk.clone()))
+                .consistent_read(consistent)
+                .send()
+                .await
+                .unwrap();
+            expected_reads += read_units(size, consistent);
+            assert_eq!(
+                counted("GetItem"),
+                expected_reads,
+                "read of {size} bytes, consistent {consistent}"
+            );
+        }
+    }
+    // An update that shrinks a 1025-byte item to 9 bytes costs what the larger costs.
+    let before = counted("UpdateItem");
+    client
+        .update_item()
+        .table_name(&table.name)
+        .key("pk", A::S("size-2".to_owned()))
+        .update_expression("REMOVE #pad")
+        .expression_attribute_names("#pad", "pad")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(counted("UpdateItem") - before, write_units(1025));
+    // The client gets its item intact (and the units the proxy asked for, unused).
+    let got = client
+        .get_item()
+        .table_name(&table.name)
+        .key("pk", A::S("size-0".to_owned()))
+        .send()
+        .await
+        .unwrap();
+    assert!(got.consumed_capacity().is_some());
+    assert_eq!(got.item().map(harness::capacity::item_size), Some(300));
+}

@@ -341,7 +341,11 @@ pub struct Bill {
 }
 
 /// A contender's cheapest configuration: (cost per million at arm64, the cell).
-fn cheapest(bill: &Bill, contender: Contender, batch: Option<usize>) -> Option<(f64, BillCell)> {
+pub fn cheapest(
+    bill: &Bill,
+    contender: Contender,
+    batch: Option<usize>,
+) -> Option<(f64, BillCell)> {
     bill.measured
         .iter()
         .filter(|((cell, c), _)| *c == contender && batch.is_none_or(|b| cell.batch == b))

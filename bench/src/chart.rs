@@ -1,4 +1,5 @@
-//! The SVG bar chart of a run.
+//! The SVG charts of a run: grouped bars per contender, and stacked bars of the
+//! whole bill's parts.
 
 use std::path::Path;
 
@@ -78,6 +79,75 @@ pub fn draw_bars(path: &Path, panels: &[Panel]) {
                 }))
                 .unwrap()
                 .label(contender.name())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
+        }
+        draw_legend(&mut chart);
+    }
+    root.present().unwrap();
+}
+
+/// One color per part of the whole bill, in `whole::PARTS` order.
+pub const PART_COLORS: [plotters::style::RGBColor; 8] = [
+    plotters::style::RGBColor(31, 119, 180),
+    plotters::style::RGBColor(174, 199, 232),
+    plotters::style::RGBColor(255, 127, 14),
+    plotters::style::RGBColor(255, 187, 120),
+    plotters::style::RGBColor(148, 103, 189),
+    plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(214, 39, 40),
+    plotters::style::RGBColor(127, 127, 127),
+];
+
+/// A panel of stacked bars: its title, and per bar its name and one value per part.
+pub type StackedPanel = (String, Vec<(String, Vec<f64>)>);
+
+/// Writes an SVG of panels of stacked bars, one block per part (`parts` names them).
+pub fn draw_stacked(path: &Path, panels: &[StackedPanel], parts: &[&str]) {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1100, 380 * u32::try_from(panels.len()).unwrap()))
+        .into_drawing_area();
+    root.fill(&WHITE).unwrap();
+    let areas = root.split_evenly((panels.len(), 1));
+    for (area, (title, bars)) in areas.iter().zip(panels) {
+        let n = bars.len();
+        let top = bars
+            .iter()
+            .map(|(_, v)| v.iter().sum::<f64>())
+            .fold(0.0, f64::max)
+            * 1.7; // room for the legend above the bars
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..n as f64, 0.0..top.max(1e-9))
+            .unwrap();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(2 * n + 1)
+            .x_label_formatter(&|x| {
+                let i = x.floor() as usize;
+                if (x - x.floor() - 0.5).abs() < 0.01 && i < n {
+                    bars[i].0.clone()
+                } else {
+                    String::new()
+                }
+            })
+            .draw()
+            .unwrap();
+        for (k, name) in parts.iter().enumerate() {
+            let color = PART_COLORS[k % PART_COLORS.len()];
+            chart
+                .draw_series(bars.iter().enumerate().map(|(i, (_, values))| {
+                    let below: f64 = values[..k].iter().sum();
+                    let x0 = i as f64 + 0.2;
+                    Rectangle::new([(x0, below), (x0 + 0.6, below + values[k])], color.filled())
+                }))
+                .unwrap()
+                .label(*name)
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
                 });

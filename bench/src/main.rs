@@ -24,6 +24,11 @@
 //! Also measured: what one reservation costs dynalite itself per request shape, which
 //! explains the batch latencies on it (see README "Performance").
 //!
+//! The whole bill (`whole.rs`): every part of what a million orders cost on AWS for
+//! each contender (DynamoDB units, the record's bytes kept for the retention, SQS
+//! requests, log bytes, Lambda from the bill), at one dated table of list prices, with
+//! the floor and the goals; `bench/results/<stem>-whole.svg`.
+//!
 //! Instructions: the release binary under callgrind (valgrind), batch 1 and 10 of fresh
 //! orders, per invocation and per record (`BENCH_INSTRUCTIONS=0` skips them).
 //!
@@ -40,6 +45,7 @@ mod report;
 mod rig;
 mod scenarios;
 mod statistics;
+mod whole;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -124,6 +130,15 @@ async fn main() {
         })
     };
 
+    // The whole bill: every part, for every contender (BENCH_WHOLE=0 leaves it out).
+    let whole = if std::env::var("BENCH_WHOLE").is_ok_and(|v| v == "0") {
+        None
+    } else {
+        let whole = whole::Whole::run().await;
+        eprintln!("bench: whole bill done ({:.0?})", started.elapsed());
+        Some(whole)
+    };
+
     let command = command_line(full, &only, rounds, records);
     let report = Report {
         command,
@@ -136,7 +151,7 @@ async fn main() {
         instructions,
         elapsed: started.elapsed(),
     };
-    write_results(&report, bill.as_ref(), &only, full);
+    write_results(&report, bill.as_ref(), whole.as_ref(), &only, full);
 }
 
 /// The cells to run: the default or full matrix, or the cells `BENCH_CELLS=<slug>,…`
@@ -178,7 +193,13 @@ fn command_line(full: bool, only: &[String], rounds: usize, records: usize) -> S
 
 /// Writes `bench/results/<stem>.{json,md,svg}` (and the bill's chart) and prints the
 /// report; a full or partial run never overwrites the default run's files of the day.
-fn write_results(report: &Report, bill: Option<&bill::Bill>, only: &[String], full: bool) {
+fn write_results(
+    report: &Report,
+    bill: Option<&bill::Bill>,
+    whole: Option<&whole::Whole>,
+    only: &[String],
+    full: bool,
+) {
     let dir = root().join("bench/results");
     std::fs::create_dir_all(&dir).unwrap();
     let date = today();
@@ -191,6 +212,13 @@ fn write_results(report: &Report, bill: Option<&bill::Bill>, only: &[String], fu
     };
     let mut markdown = report.markdown(&date);
     let mut json = report.json(&date);
+    if let Some(whole) = whole {
+        markdown.push_str("\n\n");
+        markdown.push_str(&whole.markdown(bill));
+        markdown.push('\n');
+        json["whole_bill"] = whole.json(bill);
+        whole.chart(&dir.join(format!("{stem}-whole.svg")), bill);
+    }
     if let Some(bill) = bill {
         markdown.push_str("\n\n");
         markdown.push_str(&bill.markdown());

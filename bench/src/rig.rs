@@ -142,12 +142,25 @@ impl Lane {
     /// [`Self::spawn`] with the command that starts the contender (under valgrind, say).
     pub fn spawn_command(
         contender: Contender,
-        mut command: Command,
+        command: Command,
         rig: &Rig,
         payment_url: &str,
         runtime: RuntimeApi,
     ) -> Self {
         let log = log_dir().join(format!("bench-{}.log", contender.name()));
+        Self::spawn_logged(contender, command, rig, payment_url, runtime, log)
+    }
+
+    /// [`Self::spawn_command`] with every line the process prints (stdout and
+    /// stderr) appended to `log`.
+    pub fn spawn_logged(
+        contender: Contender,
+        mut command: Command,
+        rig: &Rig,
+        payment_url: &str,
+        runtime: RuntimeApi,
+        log: PathBuf,
+    ) -> Self {
         let output = || {
             std::fs::OpenOptions::new()
                 .create(true)

@@ -3,6 +3,7 @@
 //!
 //! | module | part |
 //! | --- | --- |
+//! | [`capacity`] | DynamoDB's item-size rules: item size, write and read units, storage |
 //! | [`servers`] | moto (behind a one-lock wrapper), dynalite, stripe-stateful-mock, localstripe (behind its layer); a fresh table |
 //! | [`clock`] | a clock the test moves by hand |
 //! | [`rig`] | the real `Consumer` on a fresh table, with injectable store faults |
@@ -18,6 +19,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
 
+pub mod capacity;
 pub mod clock;
 pub mod event_source;
 pub mod lease;

@@ -1,5 +1,6 @@
-//! Fault proxies in front of DynamoDB and the payment API: fault rates, added latency
-//! and a count of calls per operation.
+//! Fault proxies in front of DynamoDB, SQS and the payment API: fault rates, added
+//! latency, a count of calls per operation and, on request, the capacity DynamoDB
+//! reports for each call.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +19,32 @@ use serde_json::json;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     DynamoDb,
+    /// Counted only: no faults are injected in front of SQS.
+    Sqs,
     Payment,
+}
+
+/// The DynamoDB operations that take `ReturnConsumedCapacity`.
+const CAPACITY_OPERATIONS: &[&str] = &[
+    "GetItem",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "BatchGetItem",
+    "BatchWriteItem",
+    "TransactGetItems",
+    "TransactWriteItems",
+];
+
+/// The capacity of one operation's calls: the units the store reported, and the calls
+/// it reported none for (an error, such as a refused conditional write).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Consumed {
+    pub units: f64,
+    pub reported: u64,
+    pub unreported: u64,
 }
 
 /// What a proxy does besides forwarding: fault rates (per request) and the switch
@@ -32,6 +58,10 @@ pub struct Faults {
     pub payment_delay: Duration,
     pub latency: Duration,
     pub calls: Mutex<BTreeMap<String, u64>>,
+    /// When set, every DynamoDB call that takes it asks for `ReturnConsumedCapacity:
+    /// TOTAL`, and the units in each answer are added up per operation in `capacity`.
+    pub ask_capacity: AtomicBool,
+    pub capacity: Mutex<BTreeMap<String, Consumed>>,
     /// An outage of the payment API: while set, every request is refused with a 503,
     /// half of them only after hanging for `outage_hang`; counted in `outage_calls`.
     pub outage: AtomicBool,
@@ -44,8 +74,14 @@ impl Faults {
         self.calls.lock().unwrap().clone()
     }
 
+    pub fn capacity(&self) -> BTreeMap<String, Consumed> {
+        self.capacity.lock().unwrap().clone()
+    }
+
+    /// Forgets the calls and the capacity counted so far.
     pub fn reset_calls(&self) {
         self.calls.lock().unwrap().clear();
+        self.capacity.lock().unwrap().clear();
     }
 }
 
@@ -99,7 +135,7 @@ async fn proxy(
         .calls
         .lock()
         .unwrap()
-        .entry(operation)
+        .entry(operation.clone())
         .or_default() += 1;
     if !state.faults.latency.is_zero() {
         tokio::time::sleep(state.faults.latency).await;
@@ -134,6 +170,10 @@ async fn proxy(
             _ => {} // forwarded, then the answer is lost or late (below)
         }
     }
+    let counted = state.target == Target::DynamoDb
+        && state.faults.ask_capacity.load(Ordering::Relaxed)
+        && CAPACITY_OPERATIONS.contains(&operation.as_str());
+    let body = if counted { asking_capacity(body) } else { body };
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let mut request = state
         .client
@@ -156,6 +196,18 @@ async fn proxy(
         }
     }
     let bytes = upstream.bytes().await.unwrap_or_default();
+    if counted {
+        let units = reported_units(&bytes);
+        let mut capacity = state.faults.capacity.lock().unwrap();
+        let entry = capacity.entry(operation).or_default();
+        match units {
+            Some(units) => {
+                entry.units += units;
+                entry.reported += 1;
+            }
+            None => entry.unreported += 1,
+        }
+    }
     if fault {
         if state.target == Target::Payment && kind == 1 {
             // The charge was made; the answer comes after the client gave up.
@@ -165,6 +217,32 @@ async fn proxy(
         }
     }
     (status, out_headers, bytes).into_response()
+}
+
+/// The request with `ReturnConsumedCapacity: TOTAL` (the stores do not check the
+/// signature over the body).
+fn asking_capacity(body: Bytes) -> Bytes {
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(serde_json::Value::Object(mut request)) => {
+            request.insert("ReturnConsumedCapacity".to_owned(), json!("TOTAL"));
+            Bytes::from(serde_json::Value::Object(request).to_string())
+        }
+        _ => body,
+    }
+}
+
+/// The capacity units an answer reports (one `ConsumedCapacity`, or a list of them
+/// for batch and transaction calls); `None` when it reports none.
+fn reported_units(body: &[u8]) -> Option<f64> {
+    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    match answer.get("ConsumedCapacity")? {
+        serde_json::Value::Array(list) => Some(
+            list.iter()
+                .filter_map(|c| c["CapacityUnits"].as_f64())
+                .sum(),
+        ),
+        one => one["CapacityUnits"].as_f64(),
+    }
 }
 
 /// Starts a fault-injecting HTTP proxy to `upstream` on 127.0.0.1; returns its URL.

@@ -1,6 +1,7 @@
 //! The rules of the consumer's template: event source, queue and DLQ, retention,
 //! TTL, logs, IAM limited to the table's item actions, pollers, dashboard, the batch
-//! bound, the DLQ alarm; each shown failing on a template broken on purpose.
+//! bound, the DLQ alarm, the table class as a parameter; each shown failing on a
+//! template broken on purpose.
 
 use std::time::Duration;
 
@@ -182,6 +183,7 @@ pub fn violations(t: &Value) -> Vec<String> {
         );
     }
     out.extend(retention_violations(t, env));
+    out.extend(table_class_violations(t, table));
 
     // IAM: DynamoDB only through the item actions the code uses, only on the table.
     let allowed = ["dynamodb:UpdateItem", "dynamodb:GetItem"];
@@ -219,6 +221,41 @@ pub fn violations(t: &Value) -> Vec<String> {
                 out.push("DynamoDB actions are not limited to the idempotency table".to_owned());
             }
         }
+    }
+    out
+}
+
+/// The table's class is a parameter that offers both classes (Standard, and
+/// Standard-IA: cheaper storage, dearer writes) and defaults to one of them.
+pub fn table_class_violations(t: &Value, table: &Value) -> Vec<String> {
+    const CLASSES: [&str; 2] = ["STANDARD", "STANDARD_INFREQUENT_ACCESS"];
+    let Value::Tagged(tagged) = &table["TableClass"] else {
+        return vec!["the table's TableClass is not a parameter (!Ref)".to_owned()];
+    };
+    let Some(name) = tagged.value.as_str().filter(|_| tagged.tag == "Ref") else {
+        return vec!["the table's TableClass is not a parameter (!Ref)".to_owned()];
+    };
+    let param = get(t, &["Parameters", name]);
+    let allowed: Vec<&str> = param["AllowedValues"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut out = Vec::new();
+    if param["Type"] != "String"
+        || allowed.len() != 2
+        || !CLASSES.iter().all(|c| allowed.contains(c))
+    {
+        out.push(format!(
+            "parameter {name} (the table class) must be a String allowing exactly {CLASSES:?}"
+        ));
+    }
+    if !param["Default"]
+        .as_str()
+        .is_some_and(|d| CLASSES.contains(&d))
+    {
+        out.push(format!("parameter {name} has no default table class"));
     }
     out
 }
@@ -504,6 +541,39 @@ fn a_retention_parameter_that_allows_less_than_thirty_days_is_caught() {
         ),
         Value::from("7d"),
         "below 30 days",
+    );
+}
+
+#[test]
+fn a_fixed_or_unknown_table_class_is_caught() {
+    broken(
+        &["Resources", "IdempotencyTable", "Properties", "TableClass"],
+        Value::from("STANDARD"),
+        "not a parameter",
+    );
+    broken(
+        &["Parameters", "TableClass", "AllowedValues"],
+        serde_norway::from_str("[STANDARD, GLACIER]").unwrap(),
+        "allowing exactly",
+    );
+    broken(
+        &["Parameters", "TableClass", "Default"],
+        Value::from("STANDARD_IA"),
+        "no default table class",
+    );
+}
+
+/// CloudFormation receives the class as the parameter, with both values allowed.
+#[test]
+fn the_table_class_reaches_cloudformation_as_the_parameter() {
+    let out = transformed(&template());
+    assert_eq!(
+        out["Resources"]["IdempotencyTable"]["Properties"]["TableClass"],
+        serde_json::json!({"Ref": "TableClass"})
+    );
+    assert_eq!(
+        out["Parameters"]["TableClass"]["AllowedValues"],
+        serde_json::json!(["STANDARD", "STANDARD_INFREQUENT_ACCESS"])
     );
 }
 
