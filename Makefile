@@ -196,7 +196,7 @@ deploy: tools ## a guided deploy of the last make build, for the architecture it
 	@arch=$$(python3 scripts/built_architecture.py check $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP) \
 	    $(if $(filter command line environment,$(origin ARCH)),$(ARCH))) && \
 	  echo "deploying the $$arch build" && \
-	  $(TOOLS_PATH) $(VENV)/bin/sam deploy --guided --parameter-overrides Architecture=$$arch
+	  $(SAM) deploy --guided --parameter-overrides Architecture=$$arch
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -17,7 +17,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 
 // mimalloc rather than glibc's malloc: an invocation allocates and frees thousands of
 // small buffers (the SDK's requests, headers, JSON), and a record's CPU is mostly user
-// time spent with cold caches. Measured in `make bench` (README, Performance).
+// time spent with cold caches. Measured in `make bench` (docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -447,6 +447,40 @@ fn a_broken_link_a_missing_anchor_target_or_variable_fails_the_check() {
 }
 
 #[test]
+fn every_page_under_docs_is_checked_and_its_links_resolve_from_its_own_folder() {
+    let docs = the_docs();
+    for page in ["deploy.md", "operate.md", "guarantees.md", "performance.md"] {
+        let path = root().join("docs").join(page);
+        assert!(
+            docs.iter().any(|(p, _)| *p == path),
+            "docs/{page} is not checked"
+        );
+    }
+    let repo = Repository::read();
+    let mut docs = docs;
+    let operate = root().join("docs/operate.md");
+    let broken = "\n\nSee [the rules](../ARCHITECTURE.md#no-such-rule), \
+                  [the deploy](deploy.md#nowhere) and [a page](../nowhere.md).\n";
+    docs.iter_mut()
+        .find(|(p, _)| *p == operate)
+        .unwrap()
+        .1
+        .push_str(broken);
+    let found = problems(&docs, &repo);
+    for expected in [
+        "docs/operate.md: link `../ARCHITECTURE.md#no-such-rule` names no heading of its page",
+        "docs/operate.md: link `deploy.md#nowhere` names no heading of its page",
+        "docs/operate.md: link `../nowhere.md` points to no file",
+    ] {
+        assert!(
+            found.iter().any(|f| f == expected),
+            "{expected}\nfound:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
+#[test]
 fn a_settings_table_must_list_exactly_what_config_reads() {
     let repo = Repository::read();
     let page = "| variable | default |\n| --- | --- |\n| `PAYMENT_API_URL` | — |\n| `PAYMENT_API_SECRET` | — |\n";

@@ -642,7 +642,7 @@ async fn an_outage_of_the_provider_ends_with_every_order_charged_once_and_only_p
 
 /// The same outage with SQS's defaults (no backoff, no dead letters sent by the
 /// consumer, no breaker): the outage's orders end in the DLQ, waiting for a person.
-/// README quotes its line. Not in CI (it shows the old behaviour, asserts only that).
+/// docs/guarantees.md quotes its line. Not in CI (it shows the old behaviour, asserts only that).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "comparison: cargo test --test system the_same_outage -- --ignored --nocapture"]
 async fn the_same_outage_under_sqs_defaults_leaves_orders_in_the_dlq() {

@@ -1,4 +1,4 @@
-//! The bill (README, "Performance"): what a Lambda user pays for each contender, with
+//! The bill (docs/performance.md, "The bill"): what a Lambda user pays for each contender, with
 //! Lambda's CPU share emulated. Each contender process (and its children) runs in a
 //! cgroup v1 whose CFS quota is `memory_mb / 1769` of one CPU and whose memory limit is
 //! the size itself; the servers, proxies and the payment stub stay unthrottled. Billed

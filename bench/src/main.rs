@@ -1,6 +1,6 @@
 //! `make bench`: charge-once against Powertools for AWS Lambda (Python and TypeScript),
-//! side by side, doing the same work on the same backend (README,
-//! "Performance": the figures to beat). Its own binary, not a test: `make bench` builds the release
+//! side by side, doing the same work on the same backend (docs/performance.md:
+//! the figures to beat). Its own binary, not a test: `make bench` builds the release
 //! binary and runs this. It asserts nothing about speed; it asserts only that every
 //! contender did the work (no unexpected item failures), so a broken peer cannot pass
 //! for a fast one.
@@ -22,7 +22,7 @@
 //! `bench/results/<date>.{json,md,svg}`.
 //!
 //! Also measured: what one reservation costs dynalite itself per request shape, which
-//! explains the batch latencies on it (see README "Performance").
+//! explains the batch latencies on it (see docs/performance.md).
 //!
 //! The whole bill (`whole.rs`): every part of what a million orders cost on AWS for
 //! each contender (DynamoDB units, the record's bytes kept for the retention, SQS

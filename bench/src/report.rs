@@ -88,7 +88,7 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
-/// A target of README's Performance section: what it asks, what was measured, and whether it holds.
+/// A target of the bench (docs/performance.md): what it asks, what was measured, and whether it holds.
 pub struct Verdict {
     pub target: &'static str,
     pub goal: String,

@@ -3,7 +3,7 @@
 //!
 //! The SDK's own HTTPS client (`aws-smithy-http-client`) can only trust roots it
 //! decodes from PEM itself, the system's bundle or bytes handed to it, and does so
-//! at every client it builds: about 18 M instructions, most of a cold start. This
+//! at every client it builds, which was most of a cold start's instructions. This
 //! adapter gives the SDK what its `HttpClient` contract asks for (connect and read
 //! timeouts per connector settings, a connection pool, errors classified as timeout,
 //! I/O or other, which is what the SDK's retry policy reads) and nothing else: the

@@ -5,8 +5,8 @@
 //! * rustls on *ring*. The SDK's own `default-https-client` would bring aws-lc, whose C
 //!   build costs minutes of every fresh build, for nothing these clients need.
 //! * Mozilla's root certificates, compiled in (`webpki-roots`): a cold start reads and
-//!   decodes no certificate file. Reading the system's PEM bundle was most of a cold
-//!   start: about 18 M instructions per client, of 41 M in all.
+//!   decodes no certificate file. Reading the system's PEM bundle, once per client,
+//!   was most of a cold start's instructions.
 //! * Plus the roots in `AWS_CA_BUNDLE` (a PEM file, the variable the AWS CLI reads),
 //!   for a TLS-inspecting proxy or a private CA. A file that cannot be read, or holds
 //!   no certificate, stops the start with a line naming the variable.

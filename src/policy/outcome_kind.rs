@@ -3,8 +3,9 @@
 //! the message (acknowledged, dead-lettered, retried). The state machine's
 //! [`crate::policy::outcome::Outcome`] and the batch's own endings map onto these kinds;
 //! every derived answer (`is_ack`, the level, the name) reads this table. The
-//! dashboard in `template.yaml` and README's tables are checked against it
-//! (`tests/template/rules.rs`; README by the tests below).
+//! dashboard in `template.yaml`, ARCHITECTURE.md's table of outcomes and the metrics
+//! listed in docs/operate.md are checked against it (`tests/template/rules.rs`; the
+//! docs by the tests below).
 
 use Handling::{Ack, DeadLetter, Retry};
 use Level::{Error, Info, Warn};
@@ -148,8 +149,10 @@ mod tests {
         assert_eq!(OutcomeKind::DeclineLimit.handling(), DeadLetter);
     }
 
-    /// The names README lists between `start` and the next `end`, backticked.
+    /// The names a page lists between `start` and the next `end`, backticked; line
+    /// breaks read as spaces.
     fn listed(text: &str, start: &str, end: &str) -> Vec<String> {
+        let text = text.replace('\n', " ");
         let from = text.find(start).expect(start) + start.len();
         let to = from + text[from..].find(end).expect(end);
         text[from..to]
@@ -167,19 +170,19 @@ mod tests {
     }
 
     #[test]
-    fn readmes_metrics_list_every_declared_outcome_and_no_other() {
-        let readme = include_str!("../../README.md");
-        let mut listed = listed(readme, "a count per outcome\n(", ")");
+    fn the_operators_metrics_list_every_declared_outcome_and_no_other() {
+        let page = include_str!("../../docs/operate.md");
+        let mut listed = listed(page, "a count per outcome (", ")");
         listed.sort();
         assert_eq!(listed, declared_names());
     }
 
     #[test]
-    fn readmes_table_of_failures_has_rows_for_exactly_the_declared_outcomes() {
-        let readme = include_str!("../../README.md");
+    fn the_architectures_table_of_outcomes_has_rows_for_exactly_the_declared_outcomes() {
+        let page = include_str!("../../ARCHITECTURE.md");
         let table = "| outcome (log `outcome`) | message | table | provider key next time |";
-        let from = readme.find(table).expect("the table of outcomes") + table.len();
-        let mut named: Vec<String> = readme[from..]
+        let from = page.find(table).expect("the table of outcomes") + table.len();
+        let mut named: Vec<String> = page[from..]
             .lines()
             .skip(2)
             .take_while(|line| line.starts_with('|'))
