@@ -177,7 +177,7 @@ validate: tools ## cfn-lint and sam validate --lint (offline); the rules linters
 	$(VENV)/bin/cfn-lint template.yaml
 	$(SAM) validate --lint --region us-east-1
 
-local-up: deps tools ## start moto + stripe-stateful-mock on fixed ports, create table and customers
+local-up: deps tools ## start moto + localstripe on fixed ports, create table and customers
 	scripts/local.sh up
 
 local-down: ## stop them

@@ -1,4 +1,4 @@
-//! The whole bill (README, "Performance"): what a million orders cost on AWS for each
+//! The whole bill (docs/performance.md): what a million orders cost on AWS for each
 //! contender, every part of it, measured in one run and priced at one dated table of
 //! list prices.
 //!
