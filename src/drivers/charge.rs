@@ -1,4 +1,4 @@
-//! The driver of one record: performs each step the state machine (`policy/machine.rs`) asks for
+//! The driver of one record: performs each step the state machine (`policy/machine/`) asks for
 //! with the real store and provider, and feeds the answer back. It owns what the machine
 //! must not touch: the clock, the owner token, timeouts, metrics and log lines.
 //!

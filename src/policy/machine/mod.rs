@@ -7,6 +7,10 @@
 //! both. What each write requires and leaves is the table's contract (`policy/table.rs`);
 //! each rule can be switched off through [`Rules`], for the mutants only.
 
+mod payments;
+
+use payments::Looking;
+
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ReserveRequest, StoreError, Write, WriteOutcome,
 };
@@ -16,7 +20,7 @@ use crate::policy::rules::Rules;
 use crate::policy::table::{Reservation, judge};
 use std::time::Duration;
 
-use crate::contracts::payment::{AWAITS_CUSTOMER, Cancel, Lookup, PaymentError, Receipt};
+use crate::contracts::payment::{Cancel, Lookup, PaymentError, Receipt};
 use crate::domain::clock::Time;
 
 /// Why a call gave no answer (a store or provider call of the driver).
@@ -80,23 +84,6 @@ impl Input {
         }
     }
 }
-
-/// Why the machine looks the order's payments up, which decides what each answer
-/// means (ARCHITECTURE.md, "One success per order").
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Looking {
-    /// Before reusing an old key, or after a replayed 5xx: is the order paid?
-    Reconcile,
-    /// After a decline, before the next attempt's key: the declined payment (and any
-    /// other open one) is cancelled first, so nobody can confirm it later.
-    AfterDecline(Outcome),
-    /// After `authentication_required`: has the customer confirmed it since?
-    AfterAuthentication(Option<String>),
-}
-
-/// How many open payments one attempt cancels before it gives up for now: an order
-/// has one per attempt at most, and a later delivery goes on.
-const MAX_CANCELS: u8 = 3;
 
 /// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -321,124 +308,6 @@ impl Machine {
             Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation { cause },
         };
         Step::Done(outcome)
-    }
-
-    /// A lookup's answer, read by why it was made: succeeded → complete with it (the
-    /// order is paid, whoever confirmed it); in flight → release, keep the key; open →
-    /// cancel it first, or wait for the customer; none → the next attempt's key (after
-    /// a decline: the decline's release), or, after `authentication_required`, the DLQ
-    /// until a person settles it.
-    fn on_looked(&mut self, why: Looking, answer: Result<Lookup, NoAnswer<PaymentError>>) -> Step {
-        let attempt = Some(self.attempt);
-        let found = match answer {
-            Ok(found) => found,
-            Err(NoAnswer::NoTime) => {
-                return Step::Done(Outcome::Deadline {
-                    before: Call::Lookup,
-                    attempt,
-                });
-            }
-            Err(NoAnswer::TimedOut) => {
-                let outcome = Outcome::retryable(RetryCause::LookupTimedOut, attempt);
-                return self.release(ReleaseKind::KeepKey, outcome);
-            }
-            Err(NoAnswer::Failed(e)) => {
-                let outcome = Outcome::retryable(RetryCause::Lookup(Shared::new(e)), attempt);
-                return self.release(ReleaseKind::KeepKey, outcome);
-            }
-        };
-        match found {
-            Lookup::Succeeded(receipt) => {
-                let success = Outcome::Reconciled {
-                    receipt: receipt.id.clone(),
-                    charge: receipt.charge.clone(),
-                    attempt: self.attempt,
-                };
-                self.complete(receipt, success)
-            }
-            // A live payment may still succeed: a new key now could charge twice.
-            Lookup::Pending { charge_id, status } if self.rules.pending_is_live => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::NeedsReconciliation {
-                    cause: ReconcileCause::PendingAtProvider { charge_id, status },
-                },
-            ),
-            Lookup::Open { payment_id, status } if self.rules.close_open_payments => {
-                self.on_open(why, payment_id, &status)
-            }
-            Lookup::NotFound | Lookup::Pending { .. } | Lookup::Open { .. } => {
-                self.nothing_open(why)
-            }
-        }
-    }
-
-    /// An open payment: the customer may still confirm one that awaits them; any
-    /// other is cancelled before the order moves on.
-    fn on_open(&mut self, why: Looking, payment_id: String, status: &str) -> Step {
-        match why {
-            Looking::AfterAuthentication(_) => self.await_customer(Some(payment_id)),
-            Looking::Reconcile if status == AWAITS_CUSTOMER => {
-                self.await_customer(Some(payment_id))
-            }
-            why => {
-                self.phase = Phase::Cancelling(why);
-                Step::Cancel { payment_id }
-            }
-        }
-    }
-
-    /// Nothing open at the provider: the order may move on.
-    fn nothing_open(&mut self, why: Looking) -> Step {
-        match why {
-            Looking::Reconcile => {
-                self.phase = Phase::MovingKey;
-                Step::Write(WriteKind::NextAttempt)
-            }
-            Looking::AfterDecline(declined) => self.release(ReleaseKind::Declined, declined),
-            Looking::AfterAuthentication(payment_id) => self.await_customer(payment_id),
-        }
-    }
-
-    /// The customer must authenticate `payment_id`: keep the key (no other payment is
-    /// made while it may succeed) and send the message to the DLQ.
-    fn await_customer(&mut self, payment_id: Option<String>) -> Step {
-        let outcome = Outcome::AuthenticationRequired {
-            payment_id,
-            attempt: self.attempt,
-        };
-        self.release(ReleaseKind::KeepKey, outcome)
-    }
-
-    /// A cancel's answer: look again (it may have succeeded meanwhile); bounded.
-    fn on_cancelled(
-        &mut self,
-        why: Looking,
-        answer: Result<Cancel, NoAnswer<PaymentError>>,
-    ) -> Step {
-        let attempt = Some(self.attempt);
-        match answer {
-            Ok(Cancel::Cancelled | Cancel::NotCancellable) if self.cancels + 1 < MAX_CANCELS => {
-                self.cancels += 1;
-                self.phase = Phase::Looking(why);
-                Step::Lookup
-            }
-            Ok(_) => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::OpenPaymentsLeft(MAX_CANCELS), attempt),
-            ),
-            Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
-                before: Call::Cancel,
-                attempt,
-            }),
-            Err(NoAnswer::TimedOut) => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::CancelTimedOut, attempt),
-            ),
-            Err(NoAnswer::Failed(e)) => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::retryable(RetryCause::Cancel(Shared::new(e)), attempt),
-            ),
-        }
     }
 
     /// The move to the next attempt's key, after reconciliation found nothing.

@@ -19,12 +19,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Client, Response, StatusCode};
-use serde::Deserialize;
+
+mod answers;
+
+use answers::{ErrorBody, Intent, IntentList, better, pick, settle};
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    AWAITS_CUSTOMER, Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup,
-    PaymentError, Receipt,
+    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -178,178 +180,6 @@ pub fn charge_form(order: &Order) -> [(&'static str, String); 8] {
         ("description", format!("order {}", order.id())),
         ("metadata[order_id]", order.id().to_owned()),
     ]
-}
-
-/// A PaymentIntent as the pinned version shapes it; only what is read.
-#[derive(Deserialize)]
-struct Intent {
-    id: String,
-    #[serde(default)]
-    amount: Option<u64>,
-    #[serde(default)]
-    currency: Option<String>,
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    metadata: Option<std::collections::HashMap<String, String>>,
-    #[serde(default)]
-    customer: Option<String>,
-    #[serde(default)]
-    payment_method: Option<String>,
-    /// The charge it made: an id, or the Charge itself when expanded (some servers
-    /// answer with the object).
-    #[serde(default)]
-    latest_charge: Option<serde_json::Value>,
-    /// Seconds since the epoch.
-    #[serde(default)]
-    created: Option<i64>,
-}
-
-/// How an answer's status reads (ARCHITECTURE.md, "The payment provider").
-#[derive(Debug, PartialEq, Eq)]
-enum Standing {
-    Succeeded,
-    /// In flight; settles by itself (`processing`, `requires_capture`, unknown).
-    InFlight,
-    /// Someone may still confirm it.
-    Open,
-    Canceled,
-}
-
-fn standing(status: Option<&str>) -> Standing {
-    match status {
-        Some("succeeded") => Standing::Succeeded,
-        Some("requires_payment_method" | "requires_confirmation" | AWAITS_CUSTOMER) => {
-            Standing::Open
-        }
-        Some("canceled") => Standing::Canceled,
-        _ => Standing::InFlight,
-    }
-}
-
-impl Intent {
-    fn status(&self) -> String {
-        self.status.clone().unwrap_or_else(|| "unknown".to_owned())
-    }
-
-    fn latest_charge(&self) -> Option<String> {
-        match &self.latest_charge {
-            Some(serde_json::Value::String(id)) => Some(id.clone()),
-            Some(serde_json::Value::Object(charge)) => charge
-                .get("id")
-                .and_then(|id| id.as_str())
-                .map(str::to_owned),
-            _ => None,
-        }
-    }
-
-    fn receipt(&self) -> Receipt {
-        Receipt {
-            id: self.id.clone(),
-            charge: self.latest_charge(),
-        }
-    }
-
-    fn listed(self) -> ListedCharge {
-        ListedCharge {
-            order_id: self.metadata.and_then(|mut m| m.remove("order_id")),
-            amount: self.amount.unwrap_or(0),
-            currency: self.currency.unwrap_or_default(),
-            customer: self.customer,
-            payment_method: self.payment_method,
-            status: self.status.unwrap_or_else(|| "unknown".to_owned()),
-            created: Time::from_secs(self.created.unwrap_or(0)),
-            id: self.id,
-        }
-    }
-
-    fn is_for(&self, order: &Order) -> bool {
-        self.amount == Some(order.amount())
-            && self
-                .currency
-                .as_deref()
-                .is_some_and(|c| c.eq_ignore_ascii_case(order.currency()))
-            && self
-                .metadata
-                .as_ref()
-                .and_then(|m| m.get("order_id"))
-                .is_some_and(|id| id == order.id())
-    }
-}
-
-/// The order's payment on one page: a succeeded one wins, then one in flight, then an
-/// open one; cancelled ones do not count.
-fn pick(intents: &[Intent], order: &Order) -> Lookup {
-    let mine = |wanted: Standing| {
-        intents
-            .iter()
-            .filter(|i| i.is_for(order))
-            .find(move |i| standing(i.status.as_deref()) == wanted)
-    };
-    if let Some(paid) = mine(Standing::Succeeded) {
-        return Lookup::Succeeded(paid.receipt());
-    }
-    if let Some(live) = mine(Standing::InFlight) {
-        return Lookup::Pending {
-            charge_id: live.id.clone(),
-            status: live.status(),
-        };
-    }
-    match mine(Standing::Open) {
-        Some(open) => Lookup::Open {
-            payment_id: open.id.clone(),
-            status: open.status(),
-        },
-        None => Lookup::NotFound,
-    }
-}
-
-/// Where a lookup stands after some pages: the best answer so far (a succeeded one
-/// ends the walk).
-fn better(so_far: Option<Lookup>, found: Lookup) -> Option<Lookup> {
-    let rank = |l: &Lookup| match l {
-        Lookup::Succeeded(_) => 3,
-        Lookup::Pending { .. } => 2,
-        Lookup::Open { .. } => 1,
-        Lookup::NotFound => 0,
-    };
-    match so_far {
-        Some(old) if rank(&old) >= rank(&found) => Some(old),
-        _ if found == Lookup::NotFound => None,
-        _ => Some(found),
-    }
-}
-
-#[derive(Deserialize)]
-struct IntentList {
-    data: Vec<Intent>,
-    #[serde(default)]
-    has_more: bool,
-}
-
-#[derive(Deserialize, Default)]
-struct ErrorBody {
-    #[serde(default)]
-    error: ErrorDetail,
-}
-
-/// Only the machine-readable parts of a provider error; never its `message`.
-#[derive(Deserialize, Default)]
-struct ErrorDetail {
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    code: Option<String>,
-    #[serde(default)]
-    decline_code: Option<String>,
-    /// The PaymentIntent a card error left behind (Stripe names it).
-    #[serde(default)]
-    payment_intent: Option<IntentRef>,
-}
-
-#[derive(Deserialize)]
-struct IntentRef {
-    id: String,
 }
 
 fn send_error(e: reqwest::Error) -> PaymentError {
@@ -520,34 +350,6 @@ impl ChargePath for HttpProvider {
             PaymentError::Rejected { status: 400, .. } => Ok(Cancel::NotCancellable),
             other => Err(other),
         }
-    }
-}
-
-/// A 2xx PaymentIntent as an outcome: only `succeeded` is a receipt.
-fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
-    match intent.status.as_deref() {
-        Some("succeeded") => Ok(intent.receipt()),
-        // The bank asks the customer to authenticate: an off-session confirm that
-        // answers 2xx instead of Stripe's 402 `authentication_required`.
-        Some(AWAITS_CUSTOMER) => Err(PaymentError::AuthenticationRequired {
-            payment_id: Some(intent.id),
-        }),
-        // In flight (bank debits, some wallets), or no status at all: it may still
-        // fail, and an acknowledged order must be paid. When in doubt, the record
-        // fails, the key is kept, and the retry reconciles.
-        Some("processing") | None => Err(PaymentError::Pending {
-            charge_id: intent.id,
-            status: intent.status.unwrap_or_else(|| "unknown".to_owned()),
-        }),
-        // `requires_payment_method` with a 2xx is a decline answered as a payment.
-        Some("requires_payment_method") => Err(PaymentError::Declined {
-            code: "card_declined".to_owned(),
-            decline_code: None,
-        }),
-        Some(status) => Err(PaymentError::UnexpectedStatus {
-            status: status.to_owned(),
-            payment_id: intent.id,
-        }),
     }
 }
 

@@ -1,0 +1,209 @@
+//! The provider's answers as the pinned `Stripe-Version` shapes them: a
+//! PaymentIntent and what its status means, the best payment of an order in a
+//! listing, and the machine-readable parts of an error.
+
+use serde::Deserialize;
+
+use crate::contracts::payment::{AWAITS_CUSTOMER, ListedCharge, Lookup, PaymentError, Receipt};
+use crate::domain::clock::Time;
+use crate::domain::order::Order;
+
+/// A PaymentIntent as the pinned version shapes it; only what is read.
+#[derive(Deserialize)]
+pub(super) struct Intent {
+    pub(super) id: String,
+    #[serde(default)]
+    pub(super) amount: Option<u64>,
+    #[serde(default)]
+    pub(super) currency: Option<String>,
+    #[serde(default)]
+    pub(super) status: Option<String>,
+    #[serde(default)]
+    pub(super) metadata: Option<std::collections::HashMap<String, String>>,
+    #[serde(default)]
+    pub(super) customer: Option<String>,
+    #[serde(default)]
+    pub(super) payment_method: Option<String>,
+    /// The charge it made: an id, or the Charge itself when expanded (some servers
+    /// answer with the object).
+    #[serde(default)]
+    pub(super) latest_charge: Option<serde_json::Value>,
+    /// Seconds since the epoch.
+    #[serde(default)]
+    pub(super) created: Option<i64>,
+}
+
+/// How an answer's status reads (ARCHITECTURE.md, "The payment provider").
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Standing {
+    Succeeded,
+    /// In flight; settles by itself (`processing`, `requires_capture`, unknown).
+    InFlight,
+    /// Someone may still confirm it.
+    Open,
+    Canceled,
+}
+
+pub(super) fn standing(status: Option<&str>) -> Standing {
+    match status {
+        Some("succeeded") => Standing::Succeeded,
+        Some("requires_payment_method" | "requires_confirmation" | AWAITS_CUSTOMER) => {
+            Standing::Open
+        }
+        Some("canceled") => Standing::Canceled,
+        _ => Standing::InFlight,
+    }
+}
+
+impl Intent {
+    pub(super) fn status(&self) -> String {
+        self.status.clone().unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    pub(super) fn latest_charge(&self) -> Option<String> {
+        match &self.latest_charge {
+            Some(serde_json::Value::String(id)) => Some(id.clone()),
+            Some(serde_json::Value::Object(charge)) => charge
+                .get("id")
+                .and_then(|id| id.as_str())
+                .map(str::to_owned),
+            _ => None,
+        }
+    }
+
+    pub(super) fn receipt(&self) -> Receipt {
+        Receipt {
+            id: self.id.clone(),
+            charge: self.latest_charge(),
+        }
+    }
+
+    pub(super) fn listed(self) -> ListedCharge {
+        ListedCharge {
+            order_id: self.metadata.and_then(|mut m| m.remove("order_id")),
+            amount: self.amount.unwrap_or(0),
+            currency: self.currency.unwrap_or_default(),
+            customer: self.customer,
+            payment_method: self.payment_method,
+            status: self.status.unwrap_or_else(|| "unknown".to_owned()),
+            created: Time::from_secs(self.created.unwrap_or(0)),
+            id: self.id,
+        }
+    }
+
+    pub(super) fn is_for(&self, order: &Order) -> bool {
+        self.amount == Some(order.amount())
+            && self
+                .currency
+                .as_deref()
+                .is_some_and(|c| c.eq_ignore_ascii_case(order.currency()))
+            && self
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("order_id"))
+                .is_some_and(|id| id == order.id())
+    }
+}
+
+/// The order's payment on one page: a succeeded one wins, then one in flight, then an
+/// open one; cancelled ones do not count.
+pub(super) fn pick(intents: &[Intent], order: &Order) -> Lookup {
+    let mine = |wanted: Standing| {
+        intents
+            .iter()
+            .filter(|i| i.is_for(order))
+            .find(move |i| standing(i.status.as_deref()) == wanted)
+    };
+    if let Some(paid) = mine(Standing::Succeeded) {
+        return Lookup::Succeeded(paid.receipt());
+    }
+    if let Some(live) = mine(Standing::InFlight) {
+        return Lookup::Pending {
+            charge_id: live.id.clone(),
+            status: live.status(),
+        };
+    }
+    match mine(Standing::Open) {
+        Some(open) => Lookup::Open {
+            payment_id: open.id.clone(),
+            status: open.status(),
+        },
+        None => Lookup::NotFound,
+    }
+}
+
+/// Where a lookup stands after some pages: the best answer so far (a succeeded one
+/// ends the walk).
+pub(super) fn better(so_far: Option<Lookup>, found: Lookup) -> Option<Lookup> {
+    let rank = |l: &Lookup| match l {
+        Lookup::Succeeded(_) => 3,
+        Lookup::Pending { .. } => 2,
+        Lookup::Open { .. } => 1,
+        Lookup::NotFound => 0,
+    };
+    match so_far {
+        Some(old) if rank(&old) >= rank(&found) => Some(old),
+        _ if found == Lookup::NotFound => None,
+        _ => Some(found),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct IntentList {
+    pub(super) data: Vec<Intent>,
+    #[serde(default)]
+    pub(super) has_more: bool,
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct ErrorBody {
+    #[serde(default)]
+    pub(super) error: ErrorDetail,
+}
+
+/// Only the machine-readable parts of a provider error; never its `message`.
+#[derive(Deserialize, Default)]
+pub(super) struct ErrorDetail {
+    #[serde(default, rename = "type")]
+    pub(super) kind: Option<String>,
+    #[serde(default)]
+    pub(super) code: Option<String>,
+    #[serde(default)]
+    pub(super) decline_code: Option<String>,
+    /// The PaymentIntent a card error left behind (Stripe names it).
+    #[serde(default)]
+    pub(super) payment_intent: Option<IntentRef>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct IntentRef {
+    pub(super) id: String,
+}
+
+/// A 2xx PaymentIntent as an outcome: only `succeeded` is a receipt.
+pub(super) fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
+    match intent.status.as_deref() {
+        Some("succeeded") => Ok(intent.receipt()),
+        // The bank asks the customer to authenticate: an off-session confirm that
+        // answers 2xx instead of Stripe's 402 `authentication_required`.
+        Some(AWAITS_CUSTOMER) => Err(PaymentError::AuthenticationRequired {
+            payment_id: Some(intent.id),
+        }),
+        // In flight (bank debits, some wallets), or no status at all: it may still
+        // fail, and an acknowledged order must be paid. When in doubt, the record
+        // fails, the key is kept, and the retry reconciles.
+        Some("processing") | None => Err(PaymentError::Pending {
+            charge_id: intent.id,
+            status: intent.status.unwrap_or_else(|| "unknown".to_owned()),
+        }),
+        // `requires_payment_method` with a 2xx is a decline answered as a payment.
+        Some("requires_payment_method") => Err(PaymentError::Declined {
+            code: "card_declined".to_owned(),
+            decline_code: None,
+        }),
+        Some(status) => Err(PaymentError::UnexpectedStatus {
+            status: status.to_owned(),
+            payment_id: intent.id,
+        }),
+    }
+}
