@@ -46,6 +46,23 @@ pub enum OpenError {
     },
 }
 
+/// What opening `path` needs first: its directory made ([`OpenMode::Create`]), or the
+/// file there already ([`OpenMode::Existing`]: nothing is created).
+fn prepare(path: &Path, mode: OpenMode) -> Result<(), OpenError> {
+    let shown = || path.display().to_string();
+    match mode {
+        OpenMode::Create => match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
+                path: shown(),
+                source,
+            }),
+            None => Ok(()),
+        },
+        OpenMode::Existing if !path.is_file() => Err(OpenError::Missing { path: shown() }),
+        OpenMode::Existing => Ok(()),
+    }
+}
+
 /// Why a call on a [`SharedConnection`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -71,20 +88,7 @@ impl SharedConnection {
         mode: OpenMode,
     ) -> Result<Self, OpenError> {
         let shown = || path.display().to_string();
-        match mode {
-            OpenMode::Create => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|source| OpenError::Dir {
-                        path: shown(),
-                        source,
-                    })?;
-                }
-            }
-            OpenMode::Existing if !path.is_file() => {
-                return Err(OpenError::Missing { path: shown() });
-            }
-            OpenMode::Existing => {}
-        }
+        prepare(path, mode)?;
         // Without SQLITE_OPEN_CREATE, SQLite itself refuses a file that vanished since.
         let flags = match mode {
             OpenMode::Create => rusqlite::OpenFlags::default(),
@@ -110,23 +114,19 @@ impl SharedConnection {
             table,
             source,
         };
-        match mode {
-            OpenMode::Create => conn.execute_batch(schema).map_err(schema_error)?,
-            OpenMode::Existing => {
-                let exists: bool = conn
-                    .query_row(
-                        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-                        [table],
-                        |row| row.get(0),
-                    )
-                    .map_err(schema_error)?;
-                if !exists {
-                    return Err(OpenError::NoTable {
-                        path: shown(),
-                        table,
-                    });
-                }
-            }
+        let has_table = match mode {
+            OpenMode::Create => conn.execute_batch(schema).map(|()| true),
+            OpenMode::Existing => conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                [table],
+                |row| row.get(0),
+            ),
+        };
+        if !has_table.map_err(schema_error)? {
+            return Err(OpenError::NoTable {
+                path: shown(),
+                table,
+            });
         }
         Ok(Self(Arc::new(Mutex::new(conn))))
     }

@@ -275,24 +275,8 @@ fn charge_blocking(
         }
         None => {
             let (status, answer) = first_answer(order);
-            let payment_id = format!("pi_sim_{}", uuid::Uuid::new_v4().simple());
+            let payment_id = new_payment(&tx, order, status)?;
             let charged = matches!(status, "succeeded" | "succeeded_response_lost");
-            let intent_status = if charged {
-                "succeeded"
-            } else {
-                "requires_payment_method"
-            };
-            tx.execute(
-                "INSERT INTO payment_intents (id, order_id, amount, currency, customer,
-                     payment_method, status, created_ms)
-                 VALUES (:id, :order, :amount, :currency, :customer, :method, :status, :at)",
-                named_params! {
-                    ":id": payment_id, ":order": order.id(), ":amount": amount_of(order),
-                    ":currency": order.currency(), ":customer": order.customer(),
-                    ":method": order.payment_method(), ":status": intent_status,
-                    ":at": crate::domain::clock::wall_ms(),
-                },
-            )?;
             insert(status, Some(&payment_id), charged)?;
             answer
                 .map(|()| receipt(payment_id.clone()))
@@ -308,6 +292,32 @@ fn charge_blocking(
     };
     tx.commit()?;
     Ok(outcome)
+}
+
+/// The payment a new key makes: succeeded, or left open (`requires_payment_method`)
+/// after a decline or an authentication request. Its id.
+fn new_payment(
+    tx: &rusqlite::Transaction<'_>,
+    order: &Order,
+    status: &str,
+) -> rusqlite::Result<String> {
+    let payment_id = format!("pi_sim_{}", uuid::Uuid::new_v4().simple());
+    let intent_status = match status {
+        "succeeded" | "succeeded_response_lost" => "succeeded",
+        _ => "requires_payment_method",
+    };
+    tx.execute(
+        "INSERT INTO payment_intents (id, order_id, amount, currency, customer,
+             payment_method, status, created_ms)
+         VALUES (:id, :order, :amount, :currency, :customer, :method, :status, :at)",
+        named_params! {
+            ":id": payment_id, ":order": order.id(), ":amount": amount_of(order),
+            ":currency": order.currency(), ":customer": order.customer(),
+            ":method": order.payment_method(), ":status": intent_status,
+            ":at": crate::domain::clock::wall_ms(),
+        },
+    )?;
+    Ok(payment_id)
 }
 
 /// A new key's answer, by the test payment method (and the one test customer).

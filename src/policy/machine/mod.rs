@@ -448,33 +448,14 @@ impl Machine {
         let attempt = self.attempt;
         match e {
             PaymentError::Declined { code, decline_code } => {
-                let declined = Outcome::Declined {
+                self.after_decline(Outcome::Declined {
                     code,
                     decline_code,
                     attempt,
-                };
-                if !self.rules.close_open_payments {
-                    return self.release(ReleaseKind::Declined, declined);
-                }
-                // The declined payment stays open: someone could still confirm it, so
-                // it is cancelled before the next attempt's key may make another.
-                self.phase = Phase::Looking(Looking::AfterDecline(declined));
-                Step::Lookup
+                })
             }
             PaymentError::AuthenticationRequired { payment_id } => {
-                if !self.rules.close_open_payments {
-                    // The mutant: as a decline, on to a new key and a new payment.
-                    let declined = Outcome::Declined {
-                        code: "authentication_required".to_owned(),
-                        decline_code: None,
-                        attempt,
-                    };
-                    return self.release(ReleaseKind::Declined, declined);
-                }
-                // A replay answers as the first time, even once the customer has
-                // confirmed it: what it is now is the provider's current word.
-                self.phase = Phase::Looking(Looking::AfterAuthentication(payment_id));
-                Step::Lookup
+                self.after_authentication_request(payment_id)
             }
             PaymentError::UnexpectedStatus { payment_id, status } => self.release(
                 ReleaseKind::KeepKey,
@@ -507,6 +488,33 @@ impl Machine {
             ),
             other => self.after_uncertain_charge(RetryCause::Charge(Shared::new(other))),
         }
+    }
+
+    /// The declined payment stays open: someone could still confirm it, so it is
+    /// cancelled before the next attempt's key may make another.
+    fn after_decline(&mut self, declined: Outcome) -> Step {
+        if !self.rules.close_open_payments {
+            return self.release(ReleaseKind::Declined, declined);
+        }
+        self.phase = Phase::Looking(Looking::AfterDecline(declined));
+        Step::Lookup
+    }
+
+    /// Only the customer can confirm the payment now. A replay answers as the first
+    /// time, even once the customer has confirmed it: what it is now is the
+    /// provider's current word, so look it up.
+    fn after_authentication_request(&mut self, payment_id: Option<String>) -> Step {
+        if !self.rules.close_open_payments {
+            // The mutant: as a decline, on to a new key and a new payment.
+            let declined = Outcome::Declined {
+                code: "authentication_required".to_owned(),
+                decline_code: None,
+                attempt: self.attempt,
+            };
+            return self.release(ReleaseKind::Declined, declined);
+        }
+        self.phase = Phase::Looking(Looking::AfterAuthentication(payment_id));
+        Step::Lookup
     }
 
     /// Uncertain: the provider may hold a charge under this key, so the next attempt
