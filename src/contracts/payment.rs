@@ -4,8 +4,9 @@
 //! ([`ChargeListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
 //! builds it (ARCHITECTURE.md, "The state machine").
 //!
-//! [`http::HttpProvider`] is the production implementation; [`api_key`] reads its key;
-//! [`simulated::SimulatedProvider`] is the local stand-in for runs without a provider.
+//! [`crate::adapters::payment_http::HttpProvider`] is the production implementation;
+//! [`crate::adapters::api_key`] reads its key; [`crate::adapters::simulated::SimulatedProvider`]
+//! is the local stand-in for runs without a provider.
 
 use async_trait::async_trait;
 

@@ -1,6 +1,6 @@
 //! The queue contract (ARCHITECTURE.md, "Retries"): what the batch asks of SQS besides
 //! the partial batch response. Set how long each failed record stays invisible, and
-//! send the records no retry can fix to the dead-letter queue. [`sqs::SqsQueue`] is the
+//! send the records no retry can fix to the dead-letter queue. [`crate::adapters::sqs::SqsQueue`] is the
 //! adapter; the batch decides what to ask (`policy/retry/mod.rs`), the adapter only asks.
 
 use std::sync::Arc;

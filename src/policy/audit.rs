@@ -1,5 +1,5 @@
 //! The audit: the table's records held against the provider's charges, every
-//! disagreement named. This module only judges (no I/O); [`run`] reads both sides.
+//! disagreement named. This module only judges (no I/O); [`crate::drivers::audit`] reads both sides.
 //!
 //! What counts as a finding (a `Free` record after declines is not one):
 //! * `double_charge`: more than one succeeded charge for one order;

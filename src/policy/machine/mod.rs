@@ -8,8 +8,10 @@
 //! each rule can be switched off through [`Rules`], for the mutants only.
 
 mod payments;
+mod steps;
 
 use payments::Looking;
+pub use steps::{Input, NoAnswer, Step, WriteKind};
 
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ReserveRequest, StoreError, Write, WriteOutcome,
@@ -20,70 +22,8 @@ use crate::policy::rules::Rules;
 use crate::policy::table::{Reservation, judge};
 use std::time::Duration;
 
-use crate::contracts::payment::{Cancel, Lookup, PaymentError, Receipt};
+use crate::contracts::payment::{PaymentError, Receipt};
 use crate::domain::clock::Time;
-
-/// Why a call gave no answer (a store or provider call of the driver).
-#[derive(Debug)]
-pub enum NoAnswer<E> {
-    /// Too little time left before the deadline: not started.
-    NoTime,
-    /// Started, and its timeout ended first: the outcome is unknown.
-    TimedOut,
-    /// It answered with an error.
-    Failed(E),
-}
-
-/// The kinds of write the machine asks for; [`Machine::write`] builds the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WriteKind {
-    Reserve,
-    Complete,
-    CompleteAttempt,
-    Release(ReleaseKind),
-    NextAttempt,
-}
-
-/// What the driver does next.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Step {
-    /// Perform [`Machine::write`] for this kind; answer with [`Input::Written`].
-    Write(WriteKind),
-    /// Charge the order under this provider key (`None`: only under a mutant);
-    /// answer with [`Input::Charged`].
-    Charge { key: Option<String> },
-    /// Look the order's payment up; answer with [`Input::Looked`].
-    Lookup,
-    /// Cancel the order's open payment `payment_id`; answer with [`Input::Cancelled`].
-    Cancel { payment_id: String },
-    /// Read the record (strongly consistent), for an order that names no payment
-    /// method; answer with [`Input::Read`].
-    Read,
-    /// The record's end.
-    Done(Outcome),
-}
-
-/// The answer to the last step.
-#[derive(Debug)]
-pub enum Input {
-    Written(Result<WriteOutcome, NoAnswer<StoreError>>),
-    Charged(Result<Receipt, NoAnswer<PaymentError>>),
-    Looked(Result<Lookup, NoAnswer<PaymentError>>),
-    Cancelled(Result<Cancel, NoAnswer<PaymentError>>),
-    Read(Result<Option<Record>, NoAnswer<StoreError>>),
-}
-
-impl Input {
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Written(_) => "written",
-            Self::Charged(_) => "charged",
-            Self::Looked(_) => "looked up",
-            Self::Cancelled(_) => "cancelled",
-            Self::Read(_) => "read",
-        }
-    }
-}
 
 /// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
