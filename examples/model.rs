@@ -13,7 +13,8 @@
 //!   stores a 5xx, creates a `pending` charge that settles later as succeeded or
 //!   failed, and forgets keys; a declined payment stays open, and someone (the shop's
 //!   on-session page, a person in the Dashboard) may confirm it later, until it is
-//!   cancelled;
+//!   cancelled; a payment may need the customer's authentication, and they may
+//!   confirm it later;
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
 //!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
@@ -31,7 +32,8 @@
 //! changes; every message ends acknowledged or in the DLQ; and, so the model is not
 //! vacuous, a takeover after a crash, reconciliation finding a charge and finding
 //! none, a decline followed by success under a later key, a declined payment
-//! confirmed by someone else and completed, a refused conflicting payload, and that
+//! confirmed by someone else and completed, a payment that needed the customer's
+//! authentication confirmed by them and completed, a refused conflicting payload, and that
 //! payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
@@ -274,6 +276,8 @@ enum Status {
     Failed,
     /// Declined, and still confirmable by someone until cancelled.
     Open,
+    /// Awaiting the customer's authentication: only they confirm it.
+    AwaitsCustomer,
     Canceled,
 }
 
@@ -285,6 +289,8 @@ enum Stored {
     ChargedPending(usize),
     /// Declined: the payment stays open.
     Declined(usize),
+    /// Authentication required: the payment awaits the customer.
+    AuthRequired(usize),
     ServerError,
 }
 
@@ -325,6 +331,7 @@ enum Env {
     StoreError,
     // A charge under a new key.
     Decline,
+    AuthRequired,
     ChargedAnswerLost,
     PendingAnswerLost,
     StoredServerError,
@@ -485,7 +492,7 @@ impl ChargeModel {
     /// One step of consumer `c` in environment `env`: the machine's answer to its last
     /// step; `None` when it has none to take.
     fn step(&self, s: &mut State, c: usize, env: Env) -> Option<()> {
-        if env != Env::Normal && env != Env::Decline {
+        if !matches!(env, Env::Normal | Env::Decline | Env::AuthRequired) {
             s.faults -= 1;
         }
         let step = s.consumers[c].step.clone();
@@ -563,6 +570,11 @@ impl ChargeModel {
                 store(s, Stored::Declined(i));
                 Err(NoAnswer::Failed(declined()))
             }
+            Env::AuthRequired => {
+                let i = new_charge(s, Status::AwaitsCustomer);
+                store(s, Stored::AuthRequired(i));
+                Err(NoAnswer::Failed(authentication_required(i)))
+            }
             Env::ChargedAnswerLost => {
                 let i = new_charge(s, Status::Succeeded);
                 store(s, Stored::Charged(i));
@@ -603,7 +615,7 @@ impl ChargeModel {
         let found = (
             mine(Status::Succeeded),
             mine(Status::Pending),
-            mine(Status::Open),
+            mine(Status::Open).or(mine(Status::AwaitsCustomer)),
         );
         Ok(match found {
             (Some(i), _, _) => Lookup::Succeeded(Receipt::new(format!("ch{i}"))),
@@ -614,6 +626,7 @@ impl ChargeModel {
             (None, None, Some(i)) => Lookup::Open {
                 payment_id: format!("ch{i}"),
                 status: "requires_payment_method".to_owned(),
+                awaits_customer: s.charges[i].1 == Status::AwaitsCustomer,
             },
             (None, None, None) => Lookup::NotFound,
         })
@@ -635,7 +648,7 @@ impl ChargeModel {
         }
         let open = receipt_index(payment_id)
             .and_then(|i| s.charges.get_mut(i))
-            .filter(|(_, status)| *status == Status::Open);
+            .filter(|(_, status)| matches!(status, Status::Open | Status::AwaitsCustomer));
         Ok(match open {
             Some(charge) => {
                 charge.1 = Status::Canceled;
@@ -712,6 +725,12 @@ impl ChargeModel {
     }
 }
 
+fn authentication_required(i: usize) -> PaymentError {
+    PaymentError::AuthenticationRequired {
+        payment_id: Some(format!("ch{i}")),
+    }
+}
+
 fn declined() -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
@@ -785,7 +804,7 @@ impl Model for ChargeModel {
                 actions.push(Action::Settle(i, true));
                 actions.push(Action::Settle(i, false));
             }
-            if *status == Status::Open && s.confirms > 0 {
+            if matches!(status, Status::Open | Status::AwaitsCustomer) && s.confirms > 0 {
                 actions.push(Action::Confirm(i));
             }
         }
@@ -935,6 +954,22 @@ impl Model for ChargeModel {
                 },
             ),
             Property::sometimes(
+                "reached: a payment that needed authentication, confirmed by the customer, completed",
+                |_: &ChargeModel, s: &State| {
+                    s.table.as_ref().is_some_and(|r| {
+                        r.state == RecordState::Done
+                            && r.receipt
+                                .as_deref()
+                                .and_then(receipt_index)
+                                .is_some_and(|i| {
+                                    s.keys.iter().any(
+                                        |k| matches!(k.stored, Stored::AuthRequired(j) if j == i),
+                                    )
+                                })
+                    })
+                },
+            ),
+            Property::sometimes(
                 "reached: a conflicting payload refused",
                 |_: &ChargeModel, s: &State| {
                     s.msgs.iter().any(|m| {
@@ -1059,6 +1094,7 @@ fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<Paymen
             status: "pending".to_owned(),
         })),
         Stored::Declined(_) => Err(NoAnswer::Failed(declined())),
+        Stored::AuthRequired(i) => Err(NoAnswer::Failed(authentication_required(i))),
         Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
             status: 500,
         })),
@@ -1083,6 +1119,9 @@ fn envs(s: &State, consumer: &Consumer) -> Vec<Env> {
             let known = key.as_deref().is_some_and(|k| s.key_entry(k).is_some());
             if !known {
                 envs.push(Env::Decline);
+                if s.confirms > 0 {
+                    envs.push(Env::AuthRequired);
+                }
                 if faulty {
                     envs.extend([
                         Env::ChargedAnswerLost,

@@ -116,6 +116,10 @@ pub enum Command {
         /// For records written by the legacy consumer: you checked the provider by hand.
         #[arg(long)]
         legacy_format_checked: bool,
+        /// For a record whose key was sent to the Charges API before the move to
+        /// PaymentIntents: you checked the provider's charges for the order by hand.
+        #[arg(long)]
+        charges_api_checked: bool,
         /// The customer fixed their card: reset the order's decline count (MAX_DECLINES)
         /// so the next delivery may try the card again.
         #[arg(long)]
@@ -185,6 +189,7 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
             customer,
             payment_method,
             legacy_format_checked,
+            charges_api_checked,
             retry_declined,
             backing,
         } => {
@@ -196,6 +201,7 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
             let confirmed = Confirmed {
                 legacy_format_checked,
                 retry_declined,
+                charges_api_checked,
             };
             resolve(config, &order, confirmed, &backing)
                 .await

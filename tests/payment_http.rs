@@ -140,7 +140,9 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
     );
     assert_eq!(intents[0]["metadata"]["order_id"], order.id());
     match provider().find_charge(&order).await.unwrap() {
-        Lookup::Open { payment_id, status } => {
+        Lookup::Open {
+            payment_id, status, ..
+        } => {
             assert_eq!(payment_id, intents[0]["id"].as_str().unwrap());
             assert_eq!(status, "requires_payment_method");
         }
@@ -165,7 +167,8 @@ async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_
         provider().find_charge(&order).await.unwrap(),
         Lookup::Open {
             payment_id: payment_id.clone(),
-            status: "requires_action".into()
+            status: "requires_action".into(),
+            awaits_customer: true,
         }
     );
     // The customer confirms it on the shop's page: the lookup finds it paid.

@@ -14,6 +14,7 @@ use charge_once::contracts::store::{
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
+use charge_once::policy::outcome::ReconcileCause;
 use charge_once::policy::table::{Reservation, judge};
 use harness::servers::{Backend, Table, legacy_item};
 use std::sync::Arc;
@@ -237,7 +238,9 @@ async fn an_unfinished_item_past_its_expiry_counts_as_absent(t: Fixture) {
 
 /// A record from before `payment_method` existed holds the four-field fingerprint: an
 /// order naming a payment method is the same order under its earlier one, and the
-/// record takes the new one when reserved; a third payload is still a conflict.
+/// record takes the new one when reserved; a third payload is still a conflict. Only
+/// when no key of it was sent: a key sent to the Charges API is a charge a
+/// PaymentIntents lookup cannot see, so such a record goes to a person.
 async fn a_record_with_the_earlier_fingerprint_is_the_same_order(t: Fixture) {
     let pk = key();
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
@@ -251,6 +254,21 @@ async fn a_record_with_the_earlier_fingerprint_is_the_same_order(t: Fixture) {
         earlier_fingerprint: Some(fp(earlier)),
         ..req(&pk, H3, owner, now)
     };
+    // Released keeping its key (a timeout, say): the key was sent.
+    assert!(matches!(
+        judged(t.store.as_ref(), &with_method("x", H1, T + ms(1))).await,
+        Reservation::NeedsReconciliation {
+            cause: ReconcileCause::SentBeforePaymentIntents
+        }
+    ));
+    // Released after a decline: nothing was charged under a key still held.
+    won(t.store.as_ref(), &req(&pk, H1, "y", T + ms(1))).await;
+    applied(
+        t.store
+            .write(&Write::Release(release(&pk, "y", true)))
+            .await
+            .unwrap(),
+    );
     assert!(matches!(
         judged(t.store.as_ref(), &with_method("b", H2, T + ms(1))).await,
         Reservation::Conflict { .. }

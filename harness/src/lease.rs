@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use charge_once::contracts::store::{IdempotencyStore, ReserveRequest, Write};
+use charge_once::contracts::store::{
+    IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest, Write,
+};
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Fingerprint, Identity, Key, Owner};
@@ -77,5 +79,15 @@ impl Lease {
         let request = self.request();
         let answer = store.write(&Write::Reserve(request.clone())).await.unwrap();
         judge(answer, &request)
+    }
+
+    /// Releases it after a decline, as its holder would: the next attempt's key.
+    pub async fn release_declined(&self, store: &dyn IdempotencyStore) {
+        let release = Write::Release(ReleaseRequest {
+            pk: &self.pk,
+            owner: &self.owner,
+            kind: ReleaseKind::Declined,
+        });
+        store.write(&release).await.unwrap();
     }
 }

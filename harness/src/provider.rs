@@ -62,6 +62,8 @@ struct State {
     charges: Vec<(String, u64, String)>,
     /// Payments someone may still confirm: (order id, amount, id, status).
     open: Vec<(String, u64, String, &'static str)>,
+    /// Open payments ever made: their ids never repeat.
+    opened: usize,
     cancels: Vec<String>,
     calls: Vec<Call>,
     lookups: Vec<String>,
@@ -292,6 +294,7 @@ impl ChargePath for TestProvider {
             Some((_, _, id, status)) => Lookup::Open {
                 payment_id: id.clone(),
                 status: (*status).to_owned(),
+                awaits_customer: *status == charge_once::contracts::payment::AWAITS_CUSTOMER,
             },
             None => Lookup::NotFound,
         })
@@ -343,7 +346,8 @@ impl TestProvider {
     /// A payment of `order` someone may still confirm; its id.
     fn open_payment(&self, order: &Order, status: &'static str) -> String {
         let mut state = self.state.lock().unwrap();
-        let id = format!("pi_open_{}", state.open.len() + state.cancels.len() + 1);
+        state.opened += 1;
+        let id = format!("pi_open_{}", state.opened);
         state
             .open
             .push((order.id().to_owned(), order.amount(), id.clone(), status));

@@ -54,7 +54,7 @@ const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
 /// `hecho` is never matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
-     OR ((#huella = :huella OR #huella = :huella_antes) \
+     OR ((#huella = :huella OR (#huella = :huella_antes AND attribute_not_exists(#enviado))) \
          AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
          AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
 const FENCE: &str = "#estado = :en_curso AND #titular = :titular";

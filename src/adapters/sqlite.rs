@@ -45,7 +45,8 @@ const RESERVE: &str = "INSERT INTO idempotency
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
     WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
-       OR (huella IN (:huella, :huella_antes) AND (rechazos IS NULL OR rechazos < :max_rechazos)
+       OR ((huella = :huella OR (huella = :huella_antes AND enviado IS NULL))
+           AND (rechazos IS NULL OR rechazos < :max_rechazos)
            AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency

@@ -48,8 +48,16 @@ pub enum Lookup {
     /// A payment someone may still confirm (`requires_payment_method` after a
     /// decline, `requires_confirmation`, `requires_action` while the customer is asked
     /// to authenticate): it can succeed later, so no new key while it is open. It is
-    /// cancelled first, or waited for (`requires_action`).
-    Open { payment_id: String, status: String },
+    /// cancelled first, or waited for when it awaits the customer.
+    Open {
+        payment_id: String,
+        status: String,
+        /// The customer is asked to authenticate it: `requires_action`, or
+        /// `requires_payment_method` after an off-session `authentication_required`
+        /// (Stripe's `last_payment_error`). Only they can confirm it; it is never
+        /// cancelled by the machine.
+        awaits_customer: bool,
+    },
     /// No live payment: a new key cannot charge twice.
     NotFound,
 }
@@ -67,6 +75,9 @@ pub enum Cancel {
 /// The status `requires_action` of an open payment: the customer is asked to
 /// authenticate, and only they can confirm it.
 pub const AWAITS_CUSTOMER: &str = "requires_action";
+/// The error code (`code`, or a decline's `decline_code`) of a payment the customer's
+/// bank wants authenticated.
+pub const AUTHENTICATION_REQUIRED: &str = "authentication_required";
 
 /// Whether a provider received an order's idempotency keys, as far as it can tell.
 /// `resolve` moves an order to a new key only on a "not found" from the provider that

@@ -26,8 +26,9 @@ const QUEUE_STEP: Duration = Duration::from_millis(750);
 pub const QUEUE_RESERVE: Duration = Duration::from_millis(1500);
 /// A queue step is not started with less than this left.
 const MIN_QUEUE_STEP: Duration = Duration::from_millis(100);
-/// The lease `resolve` takes, in provider timeouts: a lookup, a write, and room.
-const RESOLVE_LEASE_CALLS: u32 = 3;
+/// The lease `resolve` takes, in provider timeouts: a lookup, a cancel of an open
+/// payment, a second lookup, the key history, and room for the writes.
+const RESOLVE_LEASE_CALLS: u32 = 5;
 /// 2001-09-09 in ms: any real invocation deadline is far later. Smaller values come
 /// from emulators that send a duration instead of an epoch (`cargo lambda watch`
 /// sends 600000).

@@ -206,6 +206,14 @@ pub enum ReconcileCause {
     PendingAnswer { charge_id: String, status: String },
     #[error("provider says key {provider_key} was used with other parameters")]
     KeyReused { provider_key: String },
+    /// A record from before `payment_method` whose key was sent to the Charges API.
+    #[error(
+        "this order's key was sent to the Charges API before payments moved to \
+         PaymentIntents, and a PaymentIntents lookup cannot see that charge: look for a \
+         charge with its metadata[order_id] at the provider, then `resolve \
+         --charges-api-checked`"
+    )]
+    SentBeforePaymentIntents,
     /// The payment answered in a status this consumer does not settle by itself.
     #[error(
         "the provider answered with payment {payment_id} in status `{status}`: settle it at \

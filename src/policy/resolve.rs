@@ -18,7 +18,7 @@ use crate::contracts::store::{
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
-use crate::policy::table::same_order;
+use crate::policy::table::{same_order, sent_before_payment_intents};
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +64,13 @@ pub enum ResolveError {
     )]
     NotTheKeyHolder,
     #[error(
+        "this order's key was sent to the Charges API before payments moved to \
+         PaymentIntents, and a PaymentIntents lookup cannot see that charge: look for a \
+         charge with its metadata[order_id] at the provider by hand, then pass \
+         --charges-api-checked"
+    )]
+    SentBeforePaymentIntents,
+    #[error(
         "payment {payment_id} of this order is still open after it was cancelled: settle it \
          at the provider, then run resolve again"
     )]
@@ -84,6 +91,9 @@ pub struct Confirmed {
     /// The customer fixed their card: reset the order's decline count, so the next
     /// delivery may try the card again.
     pub retry_declined: bool,
+    /// A record whose key was sent to the Charges API (before PaymentIntents): a
+    /// person checked the provider's charges for the order by hand.
+    pub charges_api_checked: bool,
 }
 
 /// What the resolve machine asks for next.
@@ -287,6 +297,11 @@ impl Resolver {
         );
         if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
+        }
+        if sent_before_payment_intents(&record, &self.fingerprint)
+            && !self.confirmed.charges_api_checked
+        {
+            return ResolveStep::Done(Err(ResolveError::SentBeforePaymentIntents));
         }
         self.phase = Phase::Leasing;
         ResolveStep::Write(ResolveWrite::Lease)

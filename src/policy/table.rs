@@ -25,7 +25,11 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
-            let same_payload = same_order(r, req.fingerprint, req.earlier_fingerprint);
+            // A record from before `payment_method` is taken over only when no key of
+            // it was sent: a charge made through the Charges API is one a PaymentIntents
+            // lookup cannot see (`classify_lost` sends the others to a person).
+            let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint)
+                || (same_order(r, req.fingerprint, req.earlier_fingerprint) && r.sent.is_none());
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
             let free = r.state == State::Free
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
@@ -50,6 +54,13 @@ pub fn same_order(r: &Record, fingerprint: &Fingerprint, earlier: Option<&Finger
     r.fingerprint
         .as_ref()
         .is_some_and(|h| h == fingerprint || Some(h) == earlier)
+}
+
+/// A record from before `payment_method` (its earlier fingerprint) whose current key
+/// was sent: to the Charges API, whose charges a PaymentIntents lookup cannot see. Such
+/// an order never moves on by itself.
+pub fn sent_before_payment_intents(r: &Record, fingerprint: &Fingerprint) -> bool {
+    r.state != State::Done && r.sent.is_some() && r.fingerprint.as_ref() != Some(fingerprint)
 }
 
 /// The item `write` leaves when its condition holds on `stored`.
@@ -171,6 +182,11 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         State::InProgress if lease_live => Reservation::InProgress {
             until: old.lease_until,
         },
+        _ if sent_before_payment_intents(&old, req.fingerprint) => {
+            Reservation::NeedsReconciliation {
+                cause: ReconcileCause::SentBeforePaymentIntents,
+            }
+        }
         State::InProgress | State::Free if old.declines() >= req.max_declines => {
             Reservation::DeclineLimit {
                 declines: old.declines(),

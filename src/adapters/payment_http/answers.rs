@@ -4,7 +4,9 @@
 
 use serde::Deserialize;
 
-use crate::contracts::payment::{AWAITS_CUSTOMER, ListedCharge, Lookup, PaymentError, Receipt};
+use crate::contracts::payment::{
+    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, ListedCharge, Lookup, PaymentError, Receipt,
+};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
@@ -31,6 +33,17 @@ pub(super) struct Intent {
     /// Seconds since the epoch.
     #[serde(default)]
     pub(super) created: Option<i64>,
+    /// Why its last attempt failed: `authentication_required` leaves an off-session
+    /// payment `requires_payment_method`, awaiting the customer.
+    #[serde(default)]
+    pub(super) last_payment_error: Option<LastError>,
+}
+
+/// The code of a PaymentIntent's last error; nothing else of it is read.
+#[derive(Deserialize)]
+pub(super) struct LastError {
+    #[serde(default)]
+    pub(super) code: Option<String>,
 }
 
 /// How an answer's status reads (ARCHITECTURE.md, "The payment provider").
@@ -56,6 +69,16 @@ pub(super) fn standing(status: Option<&str>) -> Standing {
 }
 
 impl Intent {
+    /// The customer is asked to authenticate it: only they can confirm it now.
+    pub(super) fn awaits_customer(&self) -> bool {
+        self.status.as_deref() == Some(AWAITS_CUSTOMER)
+            || self
+                .last_payment_error
+                .as_ref()
+                .and_then(|e| e.code.as_deref())
+                == Some(AUTHENTICATION_REQUIRED)
+    }
+
     pub(super) fn status(&self) -> String {
         self.status.clone().unwrap_or_else(|| "unknown".to_owned())
     }
@@ -127,6 +150,7 @@ pub(super) fn pick(intents: &[Intent], order: &Order) -> Lookup {
         Some(open) => Lookup::Open {
             payment_id: open.id.clone(),
             status: open.status(),
+            awaits_customer: open.awaits_customer(),
         },
         None => Lookup::NotFound,
     }

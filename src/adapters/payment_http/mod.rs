@@ -26,7 +26,8 @@ use answers::{ErrorBody, Intent, IntentList, better, pick, settle};
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    AUTHENTICATION_REQUIRED, Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup,
+    PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -38,6 +39,8 @@ use crate::domain::order::Order;
 pub const STRIPE_VERSION: &str = "2025-12-15.clover";
 /// The PaymentIntents endpoint.
 const PAYMENT_INTENTS: &str = "/v1/payment_intents";
+/// Where the receipts of orders charged before PaymentIntents are read.
+const CHARGES: &str = "/v1/charges";
 
 /// Page size of a listing, and how many pages reconciliation reads at most.
 const PAGE_SIZE: usize = 100;
@@ -111,7 +114,17 @@ impl HttpProvider {
 
     /// `…/payment_intents/<id><rest>`, the id escaped as one path segment.
     fn intent_url(&self, id: &str, rest: &[&str]) -> Result<reqwest::Url, PaymentError> {
-        let mut url = reqwest::Url::parse(&self.url(PAYMENT_INTENTS))
+        self.object_url(PAYMENT_INTENTS, id, rest)
+    }
+
+    /// `<collection>/<id><rest>`, the id escaped as one path segment.
+    fn object_url(
+        &self,
+        collection: &str,
+        id: &str,
+        rest: &[&str],
+    ) -> Result<reqwest::Url, PaymentError> {
+        let mut url = reqwest::Url::parse(&self.url(collection))
             .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?;
         url.path_segments_mut()
             .map_err(|_| unexpected("PAYMENT_API_URL is not a base URL"))?
@@ -246,7 +259,9 @@ async fn classify_body(response: Response) -> PaymentError {
     let detail = body.error;
     match status.as_u16() {
         // Only the customer, back on the shop's page, can complete this payment.
-        402 if detail.code.as_deref() == Some("authentication_required") => {
+        402 if detail.code.as_deref() == Some(AUTHENTICATION_REQUIRED)
+            || detail.decline_code.as_deref() == Some(AUTHENTICATION_REQUIRED) =>
+        {
             PaymentError::AuthenticationRequired {
                 payment_id: detail.payment_intent.map(|pi| pi.id),
             }
@@ -379,8 +394,13 @@ impl ChargeListing for HttpProvider {
     }
 
     async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
-        // A receipt is whatever the table holds: one path segment, escaped.
-        let url = self.intent_url(id, &[])?;
+        // A receipt is whatever the table holds: one path segment, escaped. Orders
+        // charged before payments moved to PaymentIntents hold a charge (`ch_…`), read
+        // where it lives (the Charges API still reads them).
+        let url = match id.strip_prefix("ch_") {
+            Some(_) => self.object_url(CHARGES, id, &[])?,
+            None => self.intent_url(id, &[])?,
+        };
         let response = self.client.get(url).send().await.map_err(send_error)?;
         if response.status() == StatusCode::NOT_FOUND {
             // No such charge only when the provider says so; any other 404 is an
@@ -508,6 +528,7 @@ mod tests {
             payment_method: Some("pm_1".to_owned()),
             latest_charge: None,
             created: Some(1_700_000_000),
+            last_payment_error: None,
         }
     }
 
@@ -520,9 +541,30 @@ mod tests {
             pick(&[one("canceled"), one("requires_payment_method")], &order),
             Lookup::Open {
                 payment_id: "pi_requires_payment_method".into(),
-                status: "requires_payment_method".into()
+                status: "requires_payment_method".into(),
+                awaits_customer: false,
             }
         );
+        // Off-session, Stripe leaves a payment that needs authentication
+        // `requires_payment_method` with `last_payment_error.code`: it awaits the customer.
+        let mut asked = one("requires_payment_method");
+        asked.last_payment_error = Some(answers::LastError {
+            code: Some("authentication_required".into()),
+        });
+        assert!(matches!(
+            pick(&[asked], &order),
+            Lookup::Open {
+                awaits_customer: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            pick(&[one("requires_action")], &order),
+            Lookup::Open {
+                awaits_customer: true,
+                ..
+            }
+        ));
         assert_eq!(
             pick(&[one("requires_action"), one("processing")], &order),
             Lookup::Pending {

@@ -144,7 +144,7 @@ impl SimulatedProvider {
         self.conn.call_here(|conn| {
             let changed = conn.execute(
                 "UPDATE payment_intents SET status = 'succeeded'
-                     WHERE id = :id AND status = 'requires_payment_method'",
+                     WHERE id = :id AND status IN ('requires_payment_method', 'requires_action')",
                 named_params! {":id": payment_id},
             )?;
             if changed == 1 {
@@ -302,8 +302,12 @@ fn new_payment(
     status: &str,
 ) -> rusqlite::Result<String> {
     let payment_id = format!("pi_sim_{}", uuid::Uuid::new_v4().simple());
+    // As localstripe answers an off-session payment that needs authentication:
+    // `requires_action` (Stripe leaves it `requires_payment_method` with the error
+    // code; both read as awaiting the customer).
     let intent_status = match status {
         "succeeded" | "succeeded_response_lost" => "succeeded",
+        "authentication_required" => "requires_action",
         _ => "requires_payment_method",
     };
     tx.execute(
@@ -352,7 +356,11 @@ fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlit
     .optional()
     .map(|found| match found {
         Some((id, status)) if status == "succeeded" => Lookup::Succeeded(receipt(id)),
-        Some((payment_id, status)) => Lookup::Open { payment_id, status },
+        Some((payment_id, status)) => Lookup::Open {
+            awaits_customer: status == crate::contracts::payment::AWAITS_CUSTOMER,
+            payment_id,
+            status,
+        },
         None => Lookup::NotFound,
     })
 }
@@ -360,7 +368,7 @@ fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlit
 fn cancel_blocking(conn: &mut Connection, payment_id: &str) -> Result<Cancel, rusqlite::Error> {
     let changed = conn.execute(
         "UPDATE payment_intents SET status = 'canceled'
-             WHERE id = :id AND status = 'requires_payment_method'",
+             WHERE id = :id AND status IN ('requires_payment_method', 'requires_action')",
         named_params! {":id": payment_id},
     )?;
     if changed == 0 {
@@ -540,7 +548,12 @@ mod tests {
                 "{result:?}"
             );
         }
-        let Lookup::Open { payment_id, status } = p.find_charge(&declining).await.unwrap() else {
+        let Lookup::Open {
+            payment_id,
+            status,
+            awaits_customer: false,
+        } = p.find_charge(&declining).await.unwrap()
+        else {
             panic!("the declined payment is open");
         };
         assert_eq!(status, "requires_payment_method");

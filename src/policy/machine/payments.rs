@@ -3,7 +3,7 @@
 //! the cancel of an open payment before the order may move to a new key.
 
 use super::{Machine, NoAnswer, Phase, Step, WriteKind};
-use crate::contracts::payment::{AWAITS_CUSTOMER, Cancel, Lookup, PaymentError};
+use crate::contracts::payment::{Cancel, Lookup, PaymentError};
 use crate::contracts::store::ReleaseKind;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 
@@ -69,9 +69,11 @@ impl Machine {
                     cause: ReconcileCause::PendingAtProvider { charge_id, status },
                 },
             ),
-            Lookup::Open { payment_id, status } if self.rules.close_open_payments => {
-                self.on_open(why, payment_id, &status)
-            }
+            Lookup::Open {
+                payment_id,
+                awaits_customer,
+                ..
+            } if self.rules.close_open_payments => self.on_open(why, payment_id, awaits_customer),
             Lookup::NotFound | Lookup::Pending { .. } | Lookup::Open { .. } => {
                 self.nothing_open(why)
             }
@@ -80,12 +82,10 @@ impl Machine {
 
     /// An open payment: the customer may still confirm one that awaits them; any
     /// other is cancelled before the order moves on.
-    fn on_open(&mut self, why: Looking, payment_id: String, status: &str) -> Step {
+    fn on_open(&mut self, why: Looking, payment_id: String, awaits_customer: bool) -> Step {
         match why {
             Looking::AfterAuthentication(_) => self.await_customer(Some(payment_id)),
-            Looking::Reconcile if status == AWAITS_CUSTOMER => {
-                self.await_customer(Some(payment_id))
-            }
+            Looking::Reconcile if awaits_customer => self.await_customer(Some(payment_id)),
             why => {
                 self.phase = Phase::Cancelling(why);
                 Step::Cancel { payment_id }
