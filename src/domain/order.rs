@@ -184,21 +184,30 @@ impl Order {
     /// of the first four alone for an order without a payment method (ARCHITECTURE.md,
     /// "The key and the fingerprint").
     pub fn fingerprint(&self) -> String {
-        let mut fields = self.four_fields();
-        if let Some(payment_method) = &self.payment_method {
-            fields.update(b"\n");
-            fields.update(payment_method.as_bytes());
-        }
-        hex(fields)
+        self.fingerprints().0
     }
 
     /// The fingerprint as records written before `payment_method` existed hold it
     /// (the first four fields), when this order names a payment method: such a
     /// record's redelivery is the same order, never a conflict.
     pub fn earlier_fingerprint(&self) -> Option<String> {
-        self.payment_method
-            .as_ref()
-            .map(|_| hex(self.four_fields()))
+        self.fingerprints().1
+    }
+
+    /// [`Self::fingerprint`] and [`Self::earlier_fingerprint`] from one pass over
+    /// the four fields: every record needs both.
+    pub fn fingerprints(&self) -> (String, Option<String>) {
+        let four = self.four_fields();
+        match &self.payment_method {
+            None => (hex(four), None),
+            Some(payment_method) => {
+                let earlier = hex(four.clone());
+                let mut fields = four;
+                fields.update(b"\n");
+                fields.update(payment_method.as_bytes());
+                (hex(fields), Some(earlier))
+            }
+        }
     }
 
     fn four_fields(&self) -> Sha256 {

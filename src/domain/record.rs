@@ -36,10 +36,11 @@ pub struct Identity {
 
 impl Identity {
     pub fn of(order: &Order) -> Self {
+        let (fingerprint, earlier) = order.fingerprints();
         Self {
             key: Key::for_order(order),
-            fingerprint: Fingerprint::of(order),
-            earlier: order.earlier_fingerprint().map(Fingerprint),
+            fingerprint: Fingerprint(fingerprint),
+            earlier: earlier.map(Fingerprint),
         }
     }
 }
