@@ -318,25 +318,33 @@ fn the_simulator_never_meets_a_dynamodb_table_nor_runs_inside_lambda() {
         &["inspect", "ord-1001"][..],
         &["audit"][..],
     ];
+    // (extra arguments, environment, the refusal's words)
+    let refusals = [
+        (
+            &["--store", "dynamodb", "--provider", "simulator"][..],
+            ("IDEMPOTENCY_TABLE", "orders-idempotency"),
+            "never a DynamoDB table",
+        ),
+        (
+            &["--provider", "simulator"][..],
+            ("AWS_LAMBDA_FUNCTION_NAME", "charge-once"),
+            "cannot run inside Lambda",
+        ),
+        (
+            &["--provider", "simulator"][..],
+            ("PAYMENT_API_URL", "https://api.stripe.com"),
+            "both set",
+        ),
+    ];
     for args in commands {
-        let out = bare(&db, args)
-            .args(["--store", "dynamodb", "--provider", "simulator"])
-            .env("IDEMPOTENCY_TABLE", "orders-idempotency")
-            .output()
-            .unwrap();
-        assert_refused(&out, "never a DynamoDB table", &format!("{args:?}"));
-        let out = bare(&db, args)
-            .args(["--provider", "simulator"])
-            .env("AWS_LAMBDA_FUNCTION_NAME", "charge-once")
-            .output()
-            .unwrap();
-        assert_refused(&out, "cannot run inside Lambda", &format!("{args:?}"));
-        let out = bare(&db, args)
-            .args(["--provider", "simulator"])
-            .env("PAYMENT_API_URL", "https://api.stripe.com")
-            .output()
-            .unwrap();
-        assert_refused(&out, "both set", &format!("{args:?}"));
+        for (extra, (name, value), words) in refusals {
+            let out = bare(&db, args)
+                .args(extra)
+                .env(name, value)
+                .output()
+                .unwrap();
+            assert_refused(&out, words, &format!("{args:?} {extra:?}"));
+        }
     }
     assert!(!db.exists(), "nothing was created");
 }
