@@ -64,6 +64,15 @@ fn order_of(id: &str, amount: u64, payer: &Payer) -> Order {
         .unwrap()
 }
 
+/// One delivery of `order`, with a whole invocation's time: the ids that failed.
+async fn invoke_order<P: ChargePath + 'static>(h: &Harness<P>, order: &Order) -> Vec<String> {
+    h.invoke_event_with(
+        single_event_with_body(&body(order)),
+        harness::rig::INVOCATION,
+    )
+    .await
+}
+
 fn body(order: &Order) -> String {
     serde_json::json!({
         "id": order.id(), "amount": order.amount(), "currency": order.currency(),
@@ -558,12 +567,7 @@ async fn a_failure_the_provider_advises_not_to_retry_is_not_retried_within_the_i
             answering(json_answer("503 Service Unavailable", advice, error)).await;
         let order = order(&unique_id(), 1300, "cus_any");
         let h = Harness::new(provider_at(&url, PAYMENT_TIMEOUT)).await;
-        let failed = h
-            .invoke_event_with(
-                single_event_with_body(&body(&order)),
-                harness::rig::INVOCATION,
-            )
-            .await;
+        let failed = invoke_order(&h, &order).await;
         assert_eq!(failed.len(), 1);
         let record = h.record(order.id()).await.unwrap();
         assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
@@ -586,8 +590,7 @@ async fn a_wrong_key_fails_the_record_and_no_fragment_of_it_reaches_the_logs() {
     let payer = localstripe::payer(Card::Visa).await;
     let order = order_of(&unique_id(), 1500, &payer);
     let h = Harness::new(provider_with_key(wrong_key, PAYMENT_TIMEOUT)).await;
-    let event = single_event_with_body(&body(&order));
-    let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
+    let failed = invoke_order(&h, &order).await;
     assert_eq!(failed.len(), 1);
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Free);
@@ -667,12 +670,7 @@ async fn a_crash_between_charge_and_complete_is_replayed_by_the_next_owner_and_c
 
     // After the lease expires, a second invocation takes over and replays the key.
     h.redeliver_later();
-    let failed = h
-        .invoke_event_with(
-            single_event_with_body(&body(&order)),
-            harness::rig::INVOCATION,
-        )
-        .await;
+    let failed = invoke_order(&h, &order).await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
@@ -700,12 +698,7 @@ async fn an_old_key_is_reconciled_and_the_payment_found_is_completed() {
     // A day later the key is older than PROVIDER_KEY_TTL: look up, do not re-send.
     h.clock
         .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
-    let failed = h
-        .invoke_event_with(
-            single_event_with_body(&body(&order)),
-            harness::rig::INVOCATION,
-        )
-        .await;
+    let failed = invoke_order(&h, &order).await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
@@ -735,12 +728,7 @@ async fn an_old_key_not_found_moves_to_the_next_attempt_and_charges_once() {
     h.clock
         .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
 
-    let failed = h
-        .invoke_event_with(
-            single_event_with_body(&body(&order)),
-            harness::rig::INVOCATION,
-        )
-        .await;
+    let failed = invoke_order(&h, &order).await;
     assert!(failed.is_empty(), "{failed:?}");
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
@@ -848,12 +836,7 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
         .paid_with("pm_nobodyknows")
         .unwrap();
     let h = Harness::new(provider()).await;
-    let failed = h
-        .invoke_event_with(
-            single_event_with_body(&body(&order)),
-            harness::rig::INVOCATION,
-        )
-        .await;
+    let failed = invoke_order(&h, &order).await;
     assert_eq!(failed.len(), 1);
     let record = h.record(order.id()).await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
@@ -893,8 +876,7 @@ async fn a_404_that_names_no_missing_object_is_a_setting_fault_retried_never_rej
         .map(|_| order_of(&unique_id(), 900, &payer))
         .collect();
     for order in &orders {
-        let event = single_event_with_body(&body(order));
-        let failed = h.invoke_event_with(event, harness::rig::INVOCATION).await;
+        let failed = invoke_order(&h, order).await;
         assert_eq!(failed.len(), 1);
     }
     let lines: Vec<serde_json::Value> = logs
