@@ -735,6 +735,7 @@ fn declined() -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
         decline_code: None,
+        payment_id: None,
     }
 }
 

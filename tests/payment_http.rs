@@ -19,6 +19,7 @@ use charge_once::config::{Config, Secret};
 use charge_once::contracts::payment::{
     Cancel, ChargeListing, ChargePath, FailureKind, Lookup, PaymentError,
 };
+use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Key, State};
 use harness::lease::Lease;
@@ -133,7 +134,9 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
     let key = key(&order, 1);
     for _ in 0..2 {
         match provider().charge(&order, &key).await {
-            Err(PaymentError::Declined { code, decline_code }) => {
+            Err(PaymentError::Declined {
+                code, decline_code, ..
+            }) => {
                 assert_eq!(code, "card_declined");
                 // localstripe names no decline_code (Stripe does).
                 assert_eq!(decline_code, None);
@@ -148,7 +151,11 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
         "{intents:?}"
     );
     assert_eq!(intents[0]["metadata"]["order_id"], order.id());
-    match provider().find_charge(&order).await.unwrap() {
+    match provider()
+        .find_charge(&order, Time::from_ms(0))
+        .await
+        .unwrap()
+    {
         Lookup::Open {
             payment_id, status, ..
         } => {
@@ -173,7 +180,10 @@ async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_
     assert_eq!(statuses(&intents), ["requires_action"]);
     assert_eq!(intents[0]["id"], payment_id.as_str());
     assert_eq!(
-        provider().find_charge(&order).await.unwrap(),
+        provider()
+            .find_charge(&order, Time::from_ms(0))
+            .await
+            .unwrap(),
         Lookup::Open {
             payment_id: payment_id.clone(),
             status: "requires_action".into(),
@@ -182,7 +192,11 @@ async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_
     );
     // The customer confirms it on the shop's page: the lookup finds it paid.
     localstripe::authenticate(&payment_id).await;
-    match provider().find_charge(&order).await.unwrap() {
+    match provider()
+        .find_charge(&order, Time::from_ms(0))
+        .await
+        .unwrap()
+    {
         Lookup::Succeeded(receipt) => assert_eq!(receipt.id, payment_id),
         other => panic!("expected the authenticated payment, got {other:?}"),
     }
@@ -197,7 +211,11 @@ async fn an_open_payment_is_cancelled_once_and_a_succeeded_one_cannot_be() {
         matches!(declined, Err(PaymentError::Declined { .. })),
         "{declined:?}"
     );
-    let Lookup::Open { payment_id, .. } = provider().find_charge(&order).await.unwrap() else {
+    let Lookup::Open { payment_id, .. } = provider()
+        .find_charge(&order, Time::from_ms(0))
+        .await
+        .unwrap()
+    else {
         panic!("the declined payment is open")
     };
     assert_eq!(
@@ -209,7 +227,10 @@ async fn an_open_payment_is_cancelled_once_and_a_succeeded_one_cannot_be() {
         ["canceled"]
     );
     assert_eq!(
-        provider().find_charge(&order).await.unwrap(),
+        provider()
+            .find_charge(&order, Time::from_ms(0))
+            .await
+            .unwrap(),
         Lookup::NotFound,
         "a cancelled payment does not count"
     );
@@ -255,20 +276,25 @@ async fn a_lookup_reads_every_page_of_the_customers_payments() {
         p.charge(&other, &key(&other, 1)).await.unwrap();
     }
     let order = order_of(&unique_id(), 4321, &payer);
-    assert_eq!(p.find_charge(&order).await.unwrap(), Lookup::NotFound);
+    assert_eq!(
+        p.find_charge(&order, Time::from_ms(0)).await.unwrap(),
+        Lookup::NotFound
+    );
     let receipt = p.charge(&order, &key(&order, 1)).await.unwrap();
     assert_eq!(
         localstripe::payment_intents_of(&payer.customer).await.len(),
         101
     );
-    match p.find_charge(&order).await.unwrap() {
+    match p.find_charge(&order, Time::from_ms(0)).await.unwrap() {
         Lookup::Succeeded(found) => assert_eq!(found.id, receipt.id),
         other => panic!("expected the order's payment on page two, got {other:?}"),
     }
     // The same order id with another amount is not this order's payment.
     let other_amount = order_of(order.id(), 4322, &payer);
     assert_eq!(
-        p.find_charge(&other_amount).await.unwrap(),
+        p.find_charge(&other_amount, Time::from_ms(0))
+            .await
+            .unwrap(),
         Lookup::NotFound
     );
 }

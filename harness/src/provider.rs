@@ -164,6 +164,7 @@ fn declined() -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
         decline_code: Some("generic_decline".to_owned()),
+        payment_id: None,
     }
 }
 
@@ -267,7 +268,7 @@ impl ChargePath for TestProvider {
         }
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
+    async fn find_charge(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
         let delay = {
             let mut state = self.state.lock().unwrap();
             state.lookups.push(order.id().to_owned());

@@ -128,6 +128,9 @@ pub enum PaymentError {
     Declined {
         code: String,
         decline_code: Option<String>,
+        /// The PaymentIntent the decline left open (Stripe names it in
+        /// `error.payment_intent`): the one to cancel before the next key.
+        payment_id: Option<String>,
     },
     /// The customer's bank asks for authentication (strong customer authentication):
     /// a 402 `authentication_required`, or a payment left `requires_action`. Only the
@@ -175,7 +178,14 @@ pub enum FailureKind {
     Timeout,
     Connection,
     Server(u16),
-    RateLimited,
+    /// A 429 from one of the provider's rate limiters (`code: rate_limit`, or any 429
+    /// with `Stripe-Rate-Limited-Reason`): the account sends too fast. Backpressure:
+    /// nothing was stored under the key (the limiter runs first), and it says nothing
+    /// about the provider being down.
+    RateLimited(Limiter),
+    /// A 429 `lock_timeout`: another request held the object (the customer) too long.
+    /// Contention, not load: retried after a short pause.
+    Lock,
     Conflict,
     Unauthorized,
     Client(u16),
@@ -190,13 +200,65 @@ pub enum FailureKind {
     NoEndpoint,
 }
 
+/// Which of the provider's limiters refused a request, as `Stripe-Rate-Limited-Reason`
+/// names it (docs.stripe.com/rate-limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limiter {
+    GlobalRate,
+    GlobalConcurrency,
+    EndpointRate,
+    EndpointConcurrency,
+    ResourceSpecific,
+    /// A 429 `rate_limit` without the header, or a value not known here.
+    Unnamed,
+}
+
+impl Limiter {
+    /// The header's value (`Unnamed`: `rate_limit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::GlobalRate => "global-rate",
+            Self::GlobalConcurrency => "global-concurrency",
+            Self::EndpointRate => "endpoint-rate",
+            Self::EndpointConcurrency => "endpoint-concurrency",
+            Self::ResourceSpecific => "resource-specific",
+            Self::Unnamed => "rate_limit",
+        }
+    }
+
+    /// The limiter a `Stripe-Rate-Limited-Reason` value names.
+    pub fn from_header(value: &str) -> Self {
+        [
+            Self::GlobalRate,
+            Self::GlobalConcurrency,
+            Self::EndpointRate,
+            Self::EndpointConcurrency,
+            Self::ResourceSpecific,
+        ]
+        .into_iter()
+        .find(|l| l.name().eq_ignore_ascii_case(value.trim()))
+        .unwrap_or(Self::Unnamed)
+    }
+}
+
+/// A refusal that is backpressure, not a failure (ARCHITECTURE.md, "The payment
+/// provider"): paced, never counted by the breaker, the key kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Throttle {
+    RateLimited(Limiter),
+    Lock,
+}
+
 impl std::fmt::Display for FailureKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Timeout => f.write_str("provider timed out"),
             Self::Connection => f.write_str("provider connection failed"),
             Self::Server(s) => write!(f, "provider server error (status {s})"),
-            Self::RateLimited => f.write_str("provider rate limited (status 429)"),
+            Self::RateLimited(limiter) => {
+                write!(f, "provider rate limited (status 429, {})", limiter.name())
+            }
+            Self::Lock => f.write_str("provider lock timeout on the customer (status 429)"),
             Self::Conflict => f.write_str("provider conflict (status 409)"),
             Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
             Self::Client(s) => write!(f, "provider refused the request (status {s})"),
@@ -234,6 +296,21 @@ impl PaymentError {
         )
     }
 
+    /// A rate limit or a lock: backpressure, not a failure of the provider.
+    pub fn throttle(&self) -> Option<Throttle> {
+        match self {
+            Self::Retryable {
+                kind: FailureKind::RateLimited(limiter),
+                ..
+            } => Some(Throttle::RateLimited(*limiter)),
+            Self::Retryable {
+                kind: FailureKind::Lock,
+                ..
+            } => Some(Throttle::Lock),
+            _ => None,
+        }
+    }
+
     /// The answer blames a setting (no endpoint at PAYMENT_API_URL), not the order:
     /// retried, counted by the provider's breaker, logged at error level.
     pub fn is_setting_fault(&self) -> bool {
@@ -254,9 +331,12 @@ pub trait ChargePath: Send + Sync {
     /// the order's fingerprinted fields, so a replay is byte-identical.
     async fn charge(&self, order: &Order, idempotency_key: &str) -> Result<Receipt, PaymentError>;
 
-    /// Looks up the order's live payment: same `metadata[order_id]`, amount and
-    /// currency, not cancelled. "Not found" must be certain (every page read).
-    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError>;
+    /// Looks up the order's live payment among the customer's payments created at or
+    /// after `since` (the record's creation less a margin for clocks: the lookup reads
+    /// the order's own time, never the customer's whole history): same
+    /// `metadata[order_id]`, amount and currency, not cancelled. "Not found" must be
+    /// certain (every page read).
+    async fn find_charge(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError>;
 
     /// Cancels the open payment `payment_id`, so that nobody can confirm it any more
     /// (ARCHITECTURE.md, "One success per order").

@@ -164,7 +164,10 @@ impl Charger<'_> {
                 }
                 Step::Lookup => {
                     let answer = self
-                        .provider_call(deadline, self.provider.find_charge(order))
+                        .provider_call(
+                            deadline,
+                            self.provider.find_charge(order, machine.lookup_since()),
+                        )
                         .await;
                     calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Looked(answer))
@@ -247,7 +250,8 @@ impl Charger<'_> {
             Err(NoAnswer::Failed(e @ PaymentError::Retryable {
                 kind: FailureKind::Connection
                     | FailureKind::Server(_)
-                    | FailureKind::RateLimited
+                    | FailureKind::RateLimited(_)
+                    | FailureKind::Lock
                     | FailureKind::Conflict,
                 ..
             })) if !e.advised_not_to_retry()
@@ -335,7 +339,7 @@ pub async fn resolve(
                 resolver.on(ResolveInput::Written(answer))
             }
             ResolveStep::Lookup => {
-                let found = provider.find_charge(order).await;
+                let found = provider.find_charge(order, resolver.lookup_since()).await;
                 resolver.on(ResolveInput::Looked(found))
             }
             ResolveStep::History => {
@@ -404,8 +408,9 @@ fn tell_breaker<T, E>(
     true
 }
 
-/// A provider failure that says the provider is down or overloaded, not an answer
-/// about this charge (a decline, a rejection, a reused key, a 409 on a key in use).
+/// A provider failure that says the provider is down, not an answer about this charge
+/// (a decline, a rejection, a reused key, a 409 on a key in use) nor backpressure (a
+/// rate limit or a lock: paced, never a failure).
 fn provider_is_down(error: &PaymentError) -> bool {
     matches!(
         error,
@@ -413,7 +418,6 @@ fn provider_is_down(error: &PaymentError) -> bool {
             kind: FailureKind::Timeout
                 | FailureKind::Connection
                 | FailureKind::Server(_)
-                | FailureKind::RateLimited
                 | FailureKind::BadResponse
                 | FailureKind::NoEndpoint,
             ..

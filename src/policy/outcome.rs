@@ -147,6 +147,12 @@ pub enum RetryCause {
     Charge(#[source] Shared<PaymentError>),
     #[error("lease lost before moving to the next attempt")]
     LeaseLostBeforeNextAttempt,
+    /// The provider replayed a stored 5xx and no payment of the order is found yet: its
+    /// outcome is indeterminate (a payment may still appear), so the key is kept.
+    #[error(
+        "charge: provider replayed a stored server error (status {status}) and no payment          is found yet; the key is kept until the payment appears or the key is forgotten"
+    )]
+    ServerErrorUnsettled { status: u16 },
     #[error("cancelling an open payment timed out")]
     CancelTimedOut,
     #[error("cancelling an open payment")]

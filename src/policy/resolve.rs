@@ -168,6 +168,8 @@ pub struct Resolver {
     expires: Time,
     confirmed: Confirmed,
     attempt: u32,
+    /// The record's creation, once leased: where lookups of its payments start.
+    created: Option<Time>,
     receipt: Option<String>,
     phase: Phase,
 }
@@ -198,6 +200,7 @@ impl Resolver {
             expires,
             confirmed,
             attempt: 1,
+            created: None,
             receipt: None,
             phase: Phase::Reading,
         };
@@ -206,6 +209,12 @@ impl Resolver {
 
     pub fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// Where a lookup of the order's payments starts: the record's creation less a
+    /// margin for clocks (`policy/machine/payments.rs`).
+    pub fn lookup_since(&self) -> Time {
+        crate::policy::machine::lookup_since(self.created)
     }
 
     /// The request of a write step.
@@ -244,6 +253,7 @@ impl Resolver {
             (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
             (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.attempt = record.attempt();
+                self.created = record.created;
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
             }

@@ -18,6 +18,10 @@ pub struct Rules {
     pub pending_is_live: bool,
     /// A key older than the provider-key TTL is reconciled before it is reused.
     pub reconcile_old_keys: bool,
+    /// A replayed 5xx keeps the key, as a timeout does: its payment may still appear
+    /// (Stripe rolls some forward after an incident), so only the forgotten-key rule
+    /// may move the order to a new key.
+    pub keep_key_after_server_error: bool,
     /// At most one payment per order can succeed, whoever confirms it: an open payment
     /// (declined, or waiting for the customer's authentication) is cancelled before a
     /// new key is used, and one waiting for the customer keeps its key.
@@ -33,6 +37,7 @@ impl Rules {
         provider_key: true,
         pending_is_live: true,
         reconcile_old_keys: true,
+        keep_key_after_server_error: true,
         close_open_payments: true,
     };
 }

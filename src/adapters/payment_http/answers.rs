@@ -224,6 +224,7 @@ pub(super) fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
         Some("requires_payment_method") => Err(PaymentError::Declined {
             code: "card_declined".to_owned(),
             decline_code: None,
+            payment_id: Some(intent.id),
         }),
         Some(status) => Err(PaymentError::UnexpectedStatus {
             status: status.to_owned(),

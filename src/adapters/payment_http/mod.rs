@@ -26,8 +26,8 @@ use answers::{ErrorBody, Intent, IntentList, better, pick, settle};
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup,
-    PaymentError, Receipt,
+    AUTHENTICATION_REQUIRED, Cancel, ChargeListing, ChargePath, FailureKind, Limiter, ListedCharge,
+    Lookup, PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -137,13 +137,14 @@ impl HttpProvider {
     /// `max_pages`), handing each page to `visit` until it breaks.
     async fn walk_charges<T>(
         &self,
-        filter: (&'static str, String),
+        filter: &[(&'static str, String)],
         max_pages: usize,
         mut visit: impl FnMut(Vec<Intent>) -> ControlFlow<T>,
     ) -> Result<Walk<T>, PaymentError> {
         let mut starting_after: Option<String> = None;
         for _ in 0..max_pages {
-            let mut query = vec![filter.clone(), ("limit", PAGE_SIZE.to_string())];
+            let mut query = filter.to_vec();
+            query.push(("limit", PAGE_SIZE.to_string()));
             if let Some(after) = &starting_after {
                 query.push(("starting_after", after.clone()));
             }
@@ -222,7 +223,12 @@ fn unexpected(what: &'static str) -> PaymentError {
 /// failure, and obeyed before the status.
 async fn classify_failure(response: Response) -> PaymentError {
     let should_retry = header_flag(&response, "stripe-should-retry");
-    let mut failure = classify_body(response).await;
+    let limiter = response
+        .headers()
+        .get("stripe-rate-limited-reason")
+        .and_then(|v| v.to_str().ok())
+        .map(Limiter::from_header);
+    let mut failure = classify_body(response, limiter).await;
     if let PaymentError::Retryable {
         should_retry: advice,
         ..
@@ -245,7 +251,8 @@ fn header_flag(response: &Response, name: &str) -> Option<bool> {
     }
 }
 
-async fn classify_body(response: Response) -> PaymentError {
+/// `limiter`: the `Stripe-Rate-Limited-Reason` header, when sent.
+async fn classify_body(response: Response, limiter: Option<Limiter>) -> PaymentError {
     let status = response.status();
     let replayed = header_flag(&response, "idempotent-replayed") == Some(true);
     if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
@@ -269,6 +276,7 @@ async fn classify_body(response: Response) -> PaymentError {
         402 => PaymentError::Declined {
             code: detail.code.unwrap_or_else(|| "card_declined".to_owned()),
             decline_code: detail.decline_code,
+            payment_id: detail.payment_intent.map(|pi| pi.id),
         },
         400 if detail.kind.as_deref() == Some("idempotency_error") => PaymentError::KeyReused,
         // Permanent: the same request is refused again. Its code says why (never its
@@ -287,7 +295,13 @@ async fn classify_body(response: Response) -> PaymentError {
         },
         404 => PaymentError::retryable(FailureKind::NoEndpoint),
         409 => PaymentError::retryable(FailureKind::Conflict),
-        429 => PaymentError::retryable(FailureKind::RateLimited),
+        // A limiter names itself in a header; a lock has none (Stripe's
+        // docs.stripe.com/rate-limits): contention on one object, not load.
+        429 => match (limiter, detail.code.as_deref()) {
+            (Some(limiter), _) => PaymentError::retryable(FailureKind::RateLimited(limiter)),
+            (None, Some("lock_timeout")) => PaymentError::retryable(FailureKind::Lock),
+            (None, _) => PaymentError::retryable(FailureKind::RateLimited(Limiter::Unnamed)),
+        },
         s @ 500..=599 if replayed => PaymentError::ReplayedServerError { status: s },
         s @ 500..=599 => PaymentError::retryable(FailureKind::Server(s)),
         s @ 300..=399 => PaymentError::retryable(FailureKind::Redirect(s)),
@@ -329,11 +343,14 @@ impl ChargePath for HttpProvider {
         settle(intent)
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
+    async fn find_charge(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError> {
         let mut best = None;
-        let filter = ("customer", order.customer().to_owned());
+        let filter = [
+            ("customer", order.customer().to_owned()),
+            ("created[gte]", since.as_secs().to_string()),
+        ];
         let walk = self
-            .walk_charges(filter, MAX_PAGES, |page| match pick(&page, order) {
+            .walk_charges(&filter, MAX_PAGES, |page| match pick(&page, order) {
                 found @ Lookup::Succeeded(_) => ControlFlow::Break(found),
                 // A later page may still hold a succeeded payment: keep reading.
                 other => {
@@ -372,9 +389,9 @@ impl ChargePath for HttpProvider {
 impl ChargeListing for HttpProvider {
     async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
         let mut charges = Vec::new();
-        let filter = ("created[gte]", since.as_secs().to_string());
+        let filter = [("created[gte]", since.as_secs().to_string())];
         let walk = self
-            .walk_charges(filter, AUDIT_MAX_PAGES, |page| {
+            .walk_charges(&filter, AUDIT_MAX_PAGES, |page| {
                 // Filtered here too: a provider that ignores `created[gte]` lists more.
                 // A charge without a creation time is kept: an audit never drops one.
                 charges.extend(

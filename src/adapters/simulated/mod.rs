@@ -429,6 +429,7 @@ fn declined() -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
         decline_code: Some("generic_decline".to_owned()),
+        payment_id: None,
     }
 }
 
@@ -451,7 +452,7 @@ impl ChargePath for SimulatedProvider {
             .map_err(ledger_error)?
     }
 
-    async fn find_charge(&self, order: &Order) -> Result<Lookup, PaymentError> {
+    async fn find_charge(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
         let order = order.clone();
         self.conn
             .call(move |conn| find_blocking(conn, &order))
@@ -532,7 +533,9 @@ mod tests {
         assert_eq!(statuses, ["succeeded", "replayed"]);
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
         assert_eq!(
-            p.find_charge(&order("pm_card_visa")).await.unwrap(),
+            p.find_charge(&order("pm_card_visa"), Time::from_ms(0))
+                .await
+                .unwrap(),
             Lookup::Succeeded(first)
         );
     }
@@ -552,14 +555,17 @@ mod tests {
             payment_id,
             status,
             awaits_customer: false,
-        } = p.find_charge(&declining).await.unwrap()
+        } = p.find_charge(&declining, Time::from_ms(0)).await.unwrap()
         else {
             panic!("the declined payment is open");
         };
         assert_eq!(status, "requires_payment_method");
         assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
         assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::NotCancellable);
-        assert_eq!(p.find_charge(&declining).await.unwrap(), Lookup::NotFound);
+        assert_eq!(
+            p.find_charge(&declining, Time::from_ms(0)).await.unwrap(),
+            Lookup::NotFound
+        );
     }
 
     #[tokio::test]
@@ -578,12 +584,12 @@ mod tests {
             Err(PaymentError::AuthenticationRequired { payment_id: Some(again) }) if again == id
         ));
         assert!(matches!(
-            p.find_charge(&strong).await.unwrap(),
+            p.find_charge(&strong, Time::from_ms(0)).await.unwrap(),
             Lookup::Open { .. }
         ));
         assert!(p.authenticate(&id).unwrap());
         assert_eq!(
-            p.find_charge(&strong).await.unwrap(),
+            p.find_charge(&strong, Time::from_ms(0)).await.unwrap(),
             Lookup::Succeeded(receipt(id.clone()))
         );
         assert_eq!(p.cancel(&id).await.unwrap(), Cancel::NotCancellable);

@@ -11,6 +11,7 @@ mod payments;
 mod steps;
 
 use payments::Looking;
+pub use payments::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
 
 use crate::contracts::store::{
@@ -87,6 +88,8 @@ pub struct Machine {
     earlier_fingerprint: Option<Fingerprint>,
     owner: Owner,
     started_at: Time,
+    /// The record's creation, once reserved: where lookups of its payments start.
+    created: Option<Time>,
     deadline: Time,
     expires: Time,
     max_declines: u32,
@@ -116,6 +119,7 @@ impl Machine {
             earlier_fingerprint: earlier,
             owner: start.owner,
             started_at: start.now,
+            created: None,
             deadline: start.deadline,
             expires: start.expires,
             max_declines: start.max_declines,
@@ -143,6 +147,12 @@ impl Machine {
     /// The attempt whose key the machine is on.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Where a lookup of the order's payments starts (the record's creation, less a
+    /// margin for clocks): a customer's older payments are never read.
+    pub fn lookup_since(&self) -> Time {
+        lookup_since(self.created.or(Some(self.started_at)))
     }
 
     /// The reservation request (its time is the record's start).
@@ -234,6 +244,7 @@ impl Machine {
         let outcome = match judge(answer, &req) {
             Reservation::Won(record) => {
                 self.attempt = record.attempt();
+                self.created = record.created;
                 let age = record
                     .sent
                     .unwrap_or(self.started_at)
@@ -271,8 +282,9 @@ impl Machine {
         }
     }
 
-    /// The charge: a receipt → complete; a replayed 5xx → reconcile first; anything
-    /// else → release, the key moved only after a decline.
+    /// The charge: a receipt → complete; a replayed 5xx or a payment in flight → look
+    /// it up, the key kept; anything else → release, the key moved only after a
+    /// decline.
     fn on_charged(&mut self, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
         match answer {
             Ok(receipt) => {
@@ -288,12 +300,26 @@ impl Machine {
                 attempt: Some(self.attempt),
             }),
             Err(NoAnswer::TimedOut) => self.after_uncertain_charge(RetryCause::ChargeTimedOut),
-            // The original outcome is unknown: look it up before anything else.
+            // The original outcome is unknown and may still become a payment: look
+            // it up, and keep the key whatever the lookup finds not.
+            Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status }))
+                if self.rules.keep_key_after_server_error =>
+            {
+                self.phase = Phase::Looking(Looking::AfterServerError(status));
+                Step::Lookup
+            }
+            // The mutant: reconcile as for a forgotten key, then a new key.
             Err(NoAnswer::Failed(PaymentError::ReplayedServerError { .. }))
                 if !self.must_reconcile =>
             {
                 self.must_reconcile = true;
                 self.charge_or_look()
+            }
+            // A replay answers `processing` for as long as the provider keeps the key:
+            // what the payment is now is the provider's current word.
+            Err(NoAnswer::Failed(PaymentError::Pending { .. })) if self.rules.pending_is_live => {
+                self.phase = Phase::Looking(Looking::InFlight);
+                Step::Lookup
             }
             Err(NoAnswer::Failed(e)) => self.after_failed_charge(e),
         }
@@ -387,13 +413,18 @@ impl Machine {
     fn after_failed_charge(&mut self, e: PaymentError) -> Step {
         let attempt = self.attempt;
         match e {
-            PaymentError::Declined { code, decline_code } => {
-                self.after_decline(Outcome::Declined {
+            PaymentError::Declined {
+                code,
+                decline_code,
+                payment_id,
+            } => self.after_decline(
+                Outcome::Declined {
                     code,
                     decline_code,
                     attempt,
-                })
-            }
+                },
+                payment_id,
+            ),
             PaymentError::AuthenticationRequired { payment_id } => {
                 self.after_authentication_request(payment_id)
             }
@@ -431,13 +462,22 @@ impl Machine {
     }
 
     /// The declined payment stays open: someone could still confirm it, so it is
-    /// cancelled before the next attempt's key may make another.
-    fn after_decline(&mut self, declined: Outcome) -> Step {
+    /// cancelled before the next attempt's key may make another: the one the decline
+    /// names at once, then a lookup finds any other.
+    fn after_decline(&mut self, declined: Outcome, payment_id: Option<String>) -> Step {
         if !self.rules.close_open_payments {
             return self.release(ReleaseKind::Declined, declined);
         }
-        self.phase = Phase::Looking(Looking::AfterDecline(declined));
-        Step::Lookup
+        match payment_id {
+            Some(payment_id) => {
+                self.phase = Phase::Cancelling(Looking::AfterDecline(declined));
+                Step::Cancel { payment_id }
+            }
+            None => {
+                self.phase = Phase::Looking(Looking::AfterDecline(declined));
+                Step::Lookup
+            }
+        }
     }
 
     /// Only the customer can confirm the payment now. A replay answers as the first

@@ -5,7 +5,9 @@
 use super::{Machine, NoAnswer, Phase, Step, WriteKind};
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
 use crate::contracts::store::ReleaseKind;
+use crate::domain::clock::Time;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
+use std::time::Duration;
 
 /// Why the machine looks the order's payments up, which decides what each answer
 /// means (ARCHITECTURE.md, "The state machine": one success per order).
@@ -18,11 +20,27 @@ pub(super) enum Looking {
     AfterDecline(Outcome),
     /// After `authentication_required`: has the customer confirmed it since?
     AfterAuthentication(Option<String>),
+    /// After a replayed 5xx (this status): a payment may have appeared, or may still;
+    /// whatever is not found, the key is kept.
+    AfterServerError(u16),
+    /// After an answer `processing`: has the payment settled since?
+    InFlight,
 }
 
 /// How many open payments one attempt cancels before it gives up for now: an order
 /// has one per attempt at most, and a later delivery goes on.
 const MAX_CANCELS: u8 = 3;
+
+/// How much earlier than the record's creation a lookup reads the customer's payments:
+/// the record's clock (the function's) and the provider's may disagree by this much.
+pub const LOOKUP_CLOCK_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// Where a lookup of an order's payments starts: the record's creation less
+/// [`LOOKUP_CLOCK_MARGIN`] (every payment of the order was made after its first
+/// reservation), or the epoch for a record that names no creation.
+pub fn lookup_since(created: Option<Time>) -> Time {
+    created.map_or(Time::from_ms(0), |created| created - LOOKUP_CLOCK_MARGIN)
+}
 
 impl Machine {
     /// A lookup's answer, read by why it was made: succeeded → complete with it (the
@@ -85,7 +103,21 @@ impl Machine {
     fn on_open(&mut self, why: Looking, payment_id: String, awaits_customer: bool) -> Step {
         match why {
             Looking::AfterAuthentication(_) => self.await_customer(Some(payment_id)),
-            Looking::Reconcile if awaits_customer => self.await_customer(Some(payment_id)),
+            _ if awaits_customer => self.await_customer(Some(payment_id)),
+            // The indeterminate answer's payment came back declined: it stays the
+            // key's, settled by the forgotten-key rule, never by a new key now.
+            Looking::AfterServerError(status) => self.keep_key_after_server_error(status),
+            // A payment that was in flight and failed (a bank debit returned): a
+            // decline, its payment cancelled before the next key.
+            Looking::InFlight => {
+                let declined = Outcome::Declined {
+                    code: "payment_failed".to_owned(),
+                    decline_code: None,
+                    attempt: self.attempt,
+                };
+                self.phase = Phase::Cancelling(Looking::AfterDecline(declined));
+                Step::Cancel { payment_id }
+            }
             why => {
                 self.phase = Phase::Cancelling(why);
                 Step::Cancel { payment_id }
@@ -102,7 +134,27 @@ impl Machine {
             }
             Looking::AfterDecline(declined) => self.release(ReleaseKind::Declined, declined),
             Looking::AfterAuthentication(payment_id) => self.await_customer(payment_id),
+            Looking::AfterServerError(status) => self.keep_key_after_server_error(status),
+            // Its payment is gone (cancelled): nothing under this key can succeed.
+            Looking::InFlight => {
+                let declined = Outcome::Declined {
+                    code: "payment_failed".to_owned(),
+                    decline_code: None,
+                    attempt: self.attempt,
+                };
+                self.release(ReleaseKind::Declined, declined)
+            }
         }
+    }
+
+    /// Nothing found yet after a replayed 5xx: the key is kept and the record retried
+    /// with the backoff; each delivery replays the key and looks again.
+    fn keep_key_after_server_error(&mut self, status: u16) -> Step {
+        let outcome = Outcome::retryable(
+            RetryCause::ServerErrorUnsettled { status },
+            Some(self.attempt),
+        );
+        self.release(ReleaseKind::KeepKey, outcome)
     }
 
     /// The customer must authenticate `payment_id`: keep the key (no other payment is
