@@ -10,7 +10,9 @@
 //! * the provider: keeps each key's first outcome for `key_lifetime` and replays it,
 //!   refuses a key reused with another payload, charges, declines (a card declined
 //!   under one key may succeed under a later one), charges and loses the answer,
-//!   stores a 5xx, creates a `pending` charge that settles later as succeeded or
+//!   stores a 5xx (whose payment may still appear, succeeded, within
+//!   `PROVIDER_KEY_TTL` less one invocation of its send, as Stripe rolls such payments
+//!   forward after an incident, and never after), creates a `pending` charge that settles later as succeeded or
 //!   failed, and forgets keys; a declined payment stays open, and someone (the shop's
 //!   on-session page, a person in the Dashboard) may confirm it later, until it is
 //!   cancelled; a payment may need the customer's authentication, and they may
@@ -165,6 +167,10 @@ const MUTANTS: &[(&str, &str)] = &[
         "open-payments-left-open",
         "a declined payment is left open when the order moves to a new key",
     ),
+    (
+        "new-key-after-server-error",
+        "a replayed 5xx is reconciled at once and the order moves to a new key",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -203,6 +209,16 @@ fn mutant(name: &str) -> Option<Params> {
             p.faults = 0;
             p.crashes = 0;
             p.redrives = 0;
+        }
+        "new-key-after-server-error" => {
+            // A stored 5xx, its replay on the next delivery, the next key's payment,
+            // and the first payment rolled forward: one copy, no crash or redrive.
+            p.rules.keep_key_after_server_error = false;
+            p.msgs = &[Payload::Order];
+            p.faults = 1;
+            p.crashes = 0;
+            p.redrives = 0;
+            p.confirms = 0;
         }
         "ack-before-dead-letter" => {
             // The conflicting payload is the poison message; nothing else is needed.
@@ -278,6 +294,8 @@ enum Status {
     Open,
     /// Awaiting the customer's authentication: only they confirm it.
     AwaitsCustomer,
+    /// Behind a stored 5xx: no lookup sees it, and it may still appear, succeeded.
+    Limbo,
     Canceled,
 }
 
@@ -291,7 +309,8 @@ enum Stored {
     Declined(usize),
     /// Authentication required: the payment awaits the customer.
     AuthRequired(usize),
-    ServerError,
+    /// A 5xx; its payment is in limbo.
+    ServerError(usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -350,6 +369,8 @@ enum Action {
     Redrive(usize),
     /// Someone confirms the open payment `i`: it succeeds.
     Confirm(usize),
+    /// The provider rolls the payment `i` behind a stored 5xx forward: it succeeds.
+    RollForward(usize),
 }
 
 struct ChargeModel {
@@ -568,7 +589,7 @@ impl ChargeModel {
             Env::Decline => {
                 let i = new_charge(s, Status::Open);
                 store(s, Stored::Declined(i));
-                Err(NoAnswer::Failed(declined()))
+                Err(NoAnswer::Failed(declined(i)))
             }
             Env::AuthRequired => {
                 let i = new_charge(s, Status::AwaitsCustomer);
@@ -586,7 +607,8 @@ impl ChargeModel {
                 Err(NoAnswer::TimedOut)
             }
             Env::StoredServerError => {
-                store(s, Stored::ServerError);
+                let i = new_charge(s, Status::Limbo);
+                store(s, Stored::ServerError(i));
                 Err(NoAnswer::Failed(PaymentError::retryable(
                     FailureKind::Server(500),
                 )))
@@ -731,11 +753,12 @@ fn authentication_required(i: usize) -> PaymentError {
     }
 }
 
-fn declined() -> PaymentError {
+/// A decline, naming the payment it left open (as Stripe's `error.payment_intent`).
+fn declined(i: usize) -> PaymentError {
     PaymentError::Declined {
         code: "card_declined".to_owned(),
         decline_code: None,
-        payment_id: None,
+        payment_id: Some(format!("ch{i}")),
     }
 }
 
@@ -808,6 +831,9 @@ impl Model for ChargeModel {
             if matches!(status, Status::Open | Status::AwaitsCustomer) && s.confirms > 0 {
                 actions.push(Action::Confirm(i));
             }
+            if *status == Status::Limbo {
+                actions.push(Action::RollForward(i));
+            }
         }
     }
 
@@ -837,6 +863,19 @@ impl Model for ChargeModel {
             Action::Tick => {
                 s.now += 1;
                 let (now, lifetime) = (s.now, self.p.key_lifetime);
+                // The assumption of the forgotten-key rule: a stored 5xx's payment
+                // appears within the key TTL less one invocation of its send (the key's
+                // age is counted from its reservation, up to one invocation earlier),
+                // or never.
+                let window = self.p.key_ttl.saturating_sub(self.p.lease);
+                for k in &s.keys {
+                    if let Stored::ServerError(i) = k.stored
+                        && k.created + window < now
+                        && s.charges[i].1 == Status::Limbo
+                    {
+                        s.charges[i].1 = Status::Failed;
+                    }
+                }
                 s.keys.retain(|k| k.created + lifetime > now);
             }
             Action::Sweep => s.table = None,
@@ -844,6 +883,7 @@ impl Model for ChargeModel {
                 s.confirms -= 1;
                 s.charges[i].1 = Status::Succeeded;
             }
+            Action::RollForward(i) => s.charges[i].1 = Status::Succeeded,
             Action::Settle(i, ok) => {
                 s.charges[i].1 = if ok {
                     Status::Succeeded
@@ -965,6 +1005,22 @@ impl Model for ChargeModel {
                                 .is_some_and(|i| {
                                     s.keys.iter().any(
                                         |k| matches!(k.stored, Stored::AuthRequired(j) if j == i),
+                                    )
+                                })
+                    })
+                },
+            ),
+            Property::sometimes(
+                "reached: a stored 5xx's payment appeared later and completed the record under its key",
+                |_: &ChargeModel, s: &State| {
+                    s.table.as_ref().is_some_and(|r| {
+                        r.state == RecordState::Done
+                            && r.receipt
+                                .as_deref()
+                                .and_then(receipt_index)
+                                .is_some_and(|i| {
+                                    s.keys.iter().any(
+                                        |k| matches!(k.stored, Stored::ServerError(j) if j == i),
                                     )
                                 })
                     })
@@ -1094,9 +1150,9 @@ fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<Paymen
             charge_id: format!("ch{i}"),
             status: "pending".to_owned(),
         })),
-        Stored::Declined(_) => Err(NoAnswer::Failed(declined())),
+        Stored::Declined(i) => Err(NoAnswer::Failed(declined(i))),
         Stored::AuthRequired(i) => Err(NoAnswer::Failed(authentication_required(i))),
-        Stored::ServerError => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
+        Stored::ServerError(_) => Err(NoAnswer::Failed(PaymentError::ReplayedServerError {
             status: 500,
         })),
     }

@@ -418,18 +418,35 @@ async fn a_key_older_than_the_provider_ttl_not_found_moves_to_the_next_attempt()
 }
 
 #[tokio::test]
-async fn a_replayed_server_error_is_reconciled_before_a_new_key_is_sent() {
+async fn a_replayed_server_error_keeps_the_key_and_its_late_payment_completes_the_record() {
+    let logs = Captured::default();
+    let _guard = logs.install();
     let h = harness().await;
-    h.provider.script("ord-1001", &[Fault::StoredServerError]);
-    // The in-invocation retry gets the stored 5xx replayed: the charge is looked up,
-    // not found, and sent under the next key, all in the first delivery.
-    assert_eq!(h.invoke("sqs-single.json").await, Vec::<String>::new());
+    h.provider
+        .script("ord-1001", &[Fault::StoredServerErrorThenPayment]);
+    // The in-invocation retry gets the stored 5xx replayed: the order is looked up,
+    // nothing is found yet, and the record fails with the key kept: its payment may
+    // still appear.
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
     assert_eq!(h.provider.lookups(), ["ord-1001"]);
     assert_eq!(
         h.provider.keys_for("ord-1001"),
-        ["cobro#ord-1001#1", "cobro#ord-1001#1", "cobro#ord-1001#2"]
+        ["cobro#ord-1001#1", "cobro#ord-1001#1"]
     );
-    assert_eq!(h.provider.charges_for("ord-1001").len(), 1);
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "failed_retryable");
+    // Stripe rolls the payment forward; the redelivery replays the key, finds it and
+    // completes with it.
+    h.provider.roll_forward("ord-1001");
+    h.redeliver_later();
+    assert!(h.invoke("sqs-single.json").await.is_empty());
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "reconciled");
+    assert!(
+        h.provider
+            .keys_for("ord-1001")
+            .iter()
+            .all(|k| k == "cobro#ord-1001#1")
+    );
+    assert_eq!(h.record("ord-1001").await.unwrap().state, State::Done);
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -688,9 +705,8 @@ async fn a_slow_listing_after_a_replayed_server_error_cannot_make_the_handler_ou
         ..Options::default()
     };
     let h = Harness::with(TestProvider::new(), options).await;
-    // Attempt 1 stores a 500; after the listing, attempt 2 would hang to its timeout.
-    h.provider
-        .script("ord-1001", &[Fault::StoredServerError, Fault::Timeout]);
+    // Attempt 1 stores a 500.
+    h.provider.script("ord-1001", &[Fault::StoredServerError]);
     // The in-invocation retry gets the 500 replayed, which sends the record to the
     // listing, which takes most of the time.
     h.provider
@@ -698,7 +714,12 @@ async fn a_slow_listing_after_a_replayed_server_error_cannot_make_the_handler_ou
     let time_left = DEADLINE_MARGIN + Duration::from_millis(600);
     let failed = answers_before_the_deadline(&h, event("sqs-single.json"), time_left).await;
     assert_eq!(failed.len(), 1);
-    assert_eq!(outcome_lines(&logs).last().unwrap().1, "deadline");
+    // Nothing found: the key is kept, and nothing else is sent.
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "failed_retryable");
+    assert_eq!(
+        h.provider.keys_for("ord-1001"),
+        ["cobro#ord-1001#1", "cobro#ord-1001#1"]
+    );
     assert_eq!(h.provider.charge_count(), 0);
     h.provider.assert_no_order_charged_twice();
 }

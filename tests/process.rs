@@ -210,19 +210,72 @@ async fn a_timeout_keeps_the_key_and_the_retry_replays_it_charging_once() {
     b.provider.assert_no_order_charged_twice();
 }
 
+/// The record failed with a replayed 5xx whose payment is not found yet: the key is
+/// kept.
+fn is_unsettled_server_error(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::FailedRetryable {
+            cause: RetryCause::ServerErrorUnsettled { status: 500 },
+            attempt: Some(1),
+        }
+    )
+}
+
 #[tokio::test]
-async fn a_replayed_server_error_is_reconciled_then_charged_under_the_next_key() {
+async fn a_replayed_server_error_keeps_the_key_until_its_payment_appears() {
     let b = bench();
     let o = order("p-7", 500);
-    b.provider.script("p-7", &[Fault::StoredServerError]);
-    // The in-invocation retry gets the stored 5xx replayed: reconciled at once.
+    b.provider
+        .script("p-7", &[Fault::StoredServerErrorThenPayment]);
+    // The in-invocation retry gets the stored 5xx replayed: looked up, nothing found
+    // yet, and the key is kept.
+    let first = b.deliver(&o).await;
+    assert!(is_unsettled_server_error(&first), "{first:?}");
+    assert_eq!(b.provider.lookups(), ["p-7"]);
+    let record = b.record(&o).await;
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    // Each later delivery replays the key and looks again; no second key while the
+    // first may still succeed.
+    b.later();
+    let second = b.deliver(&o).await;
+    assert!(is_unsettled_server_error(&second), "{second:?}");
+    // The provider rolls the payment forward: the next delivery completes with it.
+    b.provider.roll_forward("p-7");
+    b.later();
+    let third = b.deliver(&o).await;
+    assert!(
+        matches!(third, Outcome::Reconciled { attempt: 1, .. }),
+        "{third:?}"
+    );
+    assert!(
+        b.provider
+            .keys_for("p-7")
+            .iter()
+            .all(|k| k == "cobro#p-7#1")
+    );
+    assert_eq!(b.provider.charges_for("p-7").len(), 1);
+    b.provider.assert_no_order_charged_twice();
+}
+
+#[tokio::test]
+async fn a_replayed_server_error_moves_to_a_new_key_only_once_the_key_is_forgotten() {
+    let b = bench();
+    let o = order("p-7b", 500);
+    b.provider.script("p-7b", &[Fault::StoredServerError]);
+    assert!(is_unsettled_server_error(&b.deliver(&o).await));
+    // Within the key's TTL nothing moves it, however often it comes back.
+    b.clock.advance(KEY_TTL - Duration::from_secs(3600));
+    assert!(is_unsettled_server_error(&b.deliver(&o).await));
+    // Past the TTL the forgotten-key rule reconciles first, finds nothing, and only
+    // then charges under the next key.
+    b.clock.advance(Duration::from_secs(2 * 3600));
+    b.provider.forget_keys();
     let (_, attempt) = charged(&b.deliver(&o).await);
     assert_eq!(attempt, 2);
-    assert_eq!(b.provider.lookups(), ["p-7"]);
-    assert_eq!(
-        b.provider.keys_for("p-7"),
-        ["cobro#p-7#1", "cobro#p-7#1", "cobro#p-7#2"]
-    );
+    assert_eq!(b.provider.lookups(), ["p-7b", "p-7b", "p-7b"]);
+    assert_eq!(b.provider.charges_for("p-7b").len(), 1);
+    b.provider.assert_no_order_charged_twice();
 }
 
 #[tokio::test]

@@ -26,6 +26,11 @@ pub enum Fault {
     ServerError,
     /// 500 stored under the key: a replay returns it with `Idempotent-Replayed`.
     StoredServerError,
+    /// 500 stored under the key, as `StoredServerError`, but the payment reached the
+    /// card network: it appears (succeeded) when [`TestProvider::roll_forward`] says so,
+    /// as Stripe rolls such payments forward after an incident. Until then no lookup
+    /// sees it.
+    StoredServerErrorThenPayment,
     /// Panics inside the call.
     Panic,
     /// 402 `authentication_required`: the payment stays open, awaiting the customer
@@ -60,6 +65,8 @@ struct State {
     by_key: HashMap<String, Stored>,
     /// Every charge actually made: (order id, amount, charge id).
     charges: Vec<(String, u64, String)>,
+    /// Payments behind a stored 500 that will still appear: (order id, amount, id).
+    rolling: Vec<(String, u64, String)>,
     /// Payments someone may still confirm: (order id, amount, id, status).
     open: Vec<(String, u64, String, &'static str)>,
     /// Open payments ever made: their ids never repeat.
@@ -129,11 +136,12 @@ impl TestProvider {
         self.state.lock().unwrap().lookups.clone()
     }
 
-    /// The invariant of the product: no order was charged twice.
+    /// The invariant of the product: no order was charged twice, counting a payment
+    /// behind a stored 500 that will still appear.
     pub fn assert_no_order_charged_twice(&self) {
         let state = self.state.lock().unwrap();
         let mut per_order: HashMap<&str, usize> = HashMap::new();
-        for (order, _, _) in &state.charges {
+        for (order, _, _) in state.charges.iter().chain(&state.rolling) {
             *per_order.entry(order).or_default() += 1;
         }
         let twice: Vec<_> = per_order.iter().filter(|(_, n)| **n > 1).collect();
@@ -248,6 +256,19 @@ impl ChargePath for TestProvider {
                     .by_key
                     .insert(key.to_owned(), Stored::ServerError { params });
                 self.record(order, key, "server_error_stored");
+                Err(PaymentError::retryable(FailureKind::Server(500)))
+            }
+            Some(Fault::StoredServerErrorThenPayment) => {
+                let mut state = self.state.lock().unwrap();
+                state
+                    .by_key
+                    .insert(key.to_owned(), Stored::ServerError { params });
+                let id = format!("ch_rolled_{}", state.rolling.len() + 1);
+                state
+                    .rolling
+                    .push((order.id().to_owned(), order.amount(), id));
+                drop(state);
+                self.record(order, key, "server_error_stored_payment_later");
                 Err(PaymentError::retryable(FailureKind::Server(500)))
             }
             Some(Fault::Panic) => {
@@ -398,6 +419,16 @@ impl TestProvider {
             .pending
             .push((order_id.to_owned(), amount, id.clone()));
         id
+    }
+
+    /// The payments of `order_id` behind a stored 500 appear, succeeded.
+    pub fn roll_forward(&self, order_id: &str) {
+        let mut state = self.state.lock().unwrap();
+        let (rolled, kept) = std::mem::take(&mut state.rolling)
+            .into_iter()
+            .partition(|(o, _, _)| o == order_id);
+        state.rolling = kept;
+        state.charges.extend::<Vec<_>>(rolled);
     }
 
     /// Forgets every stored key, as a real provider does after its key TTL.

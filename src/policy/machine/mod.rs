@@ -9,6 +9,8 @@
 
 mod payments;
 mod steps;
+#[cfg(test)]
+mod tests;
 
 use payments::Looking;
 pub use payments::{LOOKUP_CLOCK_MARGIN, lookup_since};
