@@ -121,6 +121,11 @@ async fn a_payment_and_its_replay_are_one_payment_intent_made_under_the_pinned_v
     assert_eq!(intent["payment_method"], payer.card.as_str());
     assert_eq!(intent["metadata"]["order_id"], order.id());
     assert_eq!(
+        intent["automatic_payment_methods"],
+        serde_json::json!({"enabled": true, "allow_redirects": "never"}),
+        "no redirect-based method can be chosen off-session"
+    );
+    assert_eq!(
         localstripe::versions_sent_under(&key).await,
         [STRIPE_VERSION, STRIPE_VERSION],
         "both requests carried the pinned version"

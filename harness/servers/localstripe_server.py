@@ -8,7 +8,9 @@ localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards
 * its `GET /v1/payment_intents` refuses `customer` and `created` (`created[gte]` and
   the other bounds): both filters are added to its list, before the page is cut, as
   localstripe's own charge list has them;
-* its PaymentIntents refuse `description`: the layer keeps it on the object;
+* its PaymentIntents refuse `description` and `automatic_payment_methods`: the layer
+  keeps both on the object as sent (`enabled` read as a boolean, as Stripe answers it),
+  and takes a confirm's `return_url` (kept nowhere: localstripe follows no redirect);
 * its 404 for an object it does not hold names no code: the layer adds Stripe's
   `resource_missing` (a path that reaches no endpoint keeps its plain 404);
 * it binds every interface: this runs it on 127.0.0.1 only;
@@ -118,15 +120,35 @@ def add_list_filters() -> None:
 
 
 def add_description() -> None:
-    """`description` on a PaymentIntent, which Stripe takes and localstripe refuses:
-    kept on the object as sent."""
+    """`description`, `automatic_payment_methods` and `return_url` on a PaymentIntent,
+    which Stripe takes and localstripe refuses: the first two kept on the object as
+    sent, the last dropped (there is no page to return to)."""
     init = PaymentIntent.__init__
 
-    def init_with_description(self, description=None, **kwargs):
+    def init_with_description(self, description=None, automatic_payment_methods=None,
+                              return_url=None, **kwargs):
+        # Checked before localstripe's own init, which stores the object.
+        automatic = automatic_payment_methods_of(automatic_payment_methods)
         init(self, **kwargs)
         self.description = description
+        self.automatic_payment_methods = automatic
 
     PaymentIntent.__init__ = init_with_description
+
+
+def automatic_payment_methods_of(sent) -> dict | None:
+    """`automatic_payment_methods[enabled|allow_redirects]` as the object shows it."""
+    if sent is None:
+        return None
+    if not isinstance(sent, dict) or set(sent) - {"enabled", "allow_redirects"}:
+        raise UserError(400, "Invalid automatic_payment_methods")
+    enabled = str(sent.get("enabled", "")).lower()
+    if enabled not in ("true", "false"):
+        raise UserError(400, "Invalid boolean: automatic_payment_methods[enabled]")
+    redirects = sent.get("allow_redirects", "always")
+    if redirects not in ("always", "never"):
+        raise UserError(400, "Invalid automatic_payment_methods[allow_redirects]")
+    return {"enabled": enabled == "true", "allow_redirects": redirects}
 
 
 @dataclass
