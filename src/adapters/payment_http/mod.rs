@@ -4,8 +4,9 @@
 //! `charge` is `POST /v1/payment_intents` with `confirm=true`, `off_session=true`, an
 //! `Idempotency-Key` and a form body that is a pure function of the order's
 //! fingerprinted fields, so a replay is byte-identical and the provider answers with
-//! the original outcome. `find_charge` lists the customer's PaymentIntents
-//! (`GET /v1/payment_intents?customer=`, never Search, which lags) for reconciliation;
+//! the original outcome. `find_charge` lists the customer's PaymentIntents created since
+//! the record was (`GET /v1/payment_intents?customer=&created[gte]=`, never Search,
+//! which lags) for reconciliation, so earlier orders never lengthen the walk;
 //! `cancel` closes an open one. Answers are classified per ARCHITECTURE.md, "The
 //! payment provider".
 //!
