@@ -5,7 +5,9 @@
 //! timeouts, TLS that refuses an untrusted certificate (the payment client's and the
 //! SDK's), a wrong key that never reaches the logs, a crash between charge and
 //! complete, reconciliation of keys the provider may have forgotten, and the
-//! provider's advice not to retry.
+//! provider's advice not to retry; lookups bounded by `created[gte]` past thousands of
+//! earlier payments, and the classification of 402 and 429 answers from a loopback
+//! listener.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -17,7 +19,7 @@ use charge_once::adapters::api_key;
 use charge_once::adapters::payment_http::{HttpProvider, STRIPE_VERSION};
 use charge_once::config::{Config, Secret};
 use charge_once::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, Lookup, PaymentError,
+    Cancel, ChargeListing, ChargePath, FailureKind, Limiter, Lookup, PaymentError,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -121,6 +123,11 @@ async fn a_payment_and_its_replay_are_one_payment_intent_made_under_the_pinned_v
     assert_eq!(intent["payment_method"], payer.card.as_str());
     assert_eq!(intent["metadata"]["order_id"], order.id());
     assert_eq!(
+        intent["automatic_payment_methods"],
+        serde_json::json!({"enabled": true, "allow_redirects": "never"}),
+        "no redirect-based method can be chosen off-session"
+    );
+    assert_eq!(
         localstripe::versions_sent_under(&key).await,
         [STRIPE_VERSION, STRIPE_VERSION],
         "both requests carried the pinned version"
@@ -132,14 +139,18 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
     let payer = localstripe::payer(Card::DeclinesOnCharge).await;
     let order = order_of(&unique_id(), 700, &payer);
     let key = key(&order, 1);
+    let mut named = Vec::new();
     for _ in 0..2 {
         match provider().charge(&order, &key).await {
             Err(PaymentError::Declined {
-                code, decline_code, ..
+                code,
+                decline_code,
+                payment_id,
             }) => {
                 assert_eq!(code, "card_declined");
                 // localstripe names no decline_code (Stripe does).
                 assert_eq!(decline_code, None);
+                named.push(payment_id);
             }
             other => panic!("expected Declined, got {other:?}"),
         }
@@ -149,6 +160,13 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
         statuses(&intents),
         ["requires_payment_method"],
         "{intents:?}"
+    );
+    let left = intents[0]["id"].as_str().unwrap().to_owned();
+    assert!(left.starts_with("pi_"), "{left}");
+    assert_eq!(
+        named,
+        [Some(left.clone()), Some(left)],
+        "the decline and its replay name the PaymentIntent localstripe made"
     );
     assert_eq!(intents[0]["metadata"]["order_id"], order.id());
     match provider()
@@ -296,6 +314,121 @@ async fn a_lookup_reads_every_page_of_the_customers_payments() {
             .await
             .unwrap(),
         Lookup::NotFound
+    );
+}
+
+fn now() -> Time {
+    Time::from_ms(charge_once::domain::clock::wall_ms())
+}
+
+/// The customer's listings that reached the layer (the log is shared by the binary's
+/// tests: the customer is this test's own).
+async fn listings_of(customer: &str) -> Vec<localstripe::SeenRequest> {
+    localstripe::requests_seen(Some("/v1/payment_intents"))
+        .await
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.param("customer") == Some(customer))
+        .collect()
+}
+
+/// 5,000 earlier PaymentIntents of the customer, made two days ago: a lookup bounded by
+/// the record's creation reads one page and finds the order; one from the epoch reads
+/// every page it may and refuses to say "not found".
+#[tokio::test]
+async fn a_lookup_bounded_by_the_records_creation_reads_one_page_past_thousands_of_earlier_payments()
+ {
+    let payer = localstripe::payer(Card::Visa).await;
+    let two_days_ago = now() - Duration::from_secs(2 * 86_400);
+    localstripe::seed_payment_intents(&payer.customer, 5_000, two_days_ago.as_secs()).await;
+    let order = order_of(&unique_id(), 3300, &payer);
+    let since = now() - Duration::from_secs(60);
+    let receipt = provider().charge(&order, &key(&order, 1)).await.unwrap();
+
+    assert_eq!(
+        provider().find_charge(&order, since).await.unwrap(),
+        Lookup::Succeeded(receipt.clone())
+    );
+    let bounded = listings_of(&payer.customer).await;
+    assert_eq!(bounded.len(), 1, "one page: {bounded:?}");
+    assert_eq!(
+        bounded[0].param("created[gte]"),
+        Some(since.as_secs().to_string().as_str())
+    );
+    assert_eq!(bounded[0].param("starting_after"), None);
+
+    // From the epoch the order's payment is past the pages a lookup reads: an error,
+    // never a false "not found" that would send a new key.
+    let unbounded = provider().find_charge(&order, Time::from_ms(0)).await;
+    assert!(
+        matches!(
+            unbounded,
+            Err(PaymentError::Retryable {
+                kind: FailureKind::BadResponse,
+                ..
+            })
+        ),
+        "{unbounded:?}"
+    );
+    let all = listings_of(&payer.customer).await;
+    assert!(all.len() > 2, "it read page after page: {}", all.len());
+    assert!(all.len() <= 1 + 5_001 / 100, "bounded: {}", all.len());
+    assert!(
+        all.iter().all(|r| r.param("created[gte]").is_some()),
+        "created[gte] on every lookup: {all:?}"
+    );
+}
+
+/// Charge, lookup, fetch by id and cancel: every request the provider makes carries the
+/// pinned version, whatever the account's default.
+#[tokio::test]
+async fn every_request_the_provider_makes_carries_the_pinned_version() {
+    let p = provider();
+    let payer = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = order_of(&unique_id(), 1900, &payer);
+    let key = key(&order, 1);
+    let Err(PaymentError::Declined {
+        payment_id: Some(payment_id),
+        ..
+    }) = p.charge(&order, &key).await
+    else {
+        panic!("expected a decline naming its PaymentIntent")
+    };
+    assert!(matches!(
+        p.find_charge(&order, now() - Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Lookup::Open { .. }
+    ));
+    assert!(p.charge_by_id(&payment_id).await.unwrap().is_some());
+    assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
+
+    let seen = localstripe::requests_seen(None).await;
+    let intent_path = format!("/v1/payment_intents/{payment_id}");
+    let cancel_path = format!("{intent_path}/cancel");
+    let mine: Vec<(&str, &str, &str)> = seen
+        .iter()
+        .filter(|r| {
+            r.idempotency_key.as_deref() == Some(key.as_str())
+                || r.param("customer") == Some(payer.customer.as_str())
+                || r.path == intent_path
+                || r.path == cancel_path
+        })
+        .map(|r| {
+            (
+                r.method.as_str(),
+                r.path.as_str(),
+                r.stripe_version.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        mine,
+        [
+            ("POST", "/v1/payment_intents", STRIPE_VERSION),
+            ("GET", "/v1/payment_intents", STRIPE_VERSION),
+            ("GET", intent_path.as_str(), STRIPE_VERSION),
+            ("POST", cancel_path.as_str(), STRIPE_VERSION),
+        ]
     );
 }
 
@@ -555,6 +688,68 @@ fn json_answer(status: &str, headers: &str, body: &str) -> String {
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// What the provider makes of `answer` to a charge.
+async fn charged_against(
+    answer: String,
+) -> Result<charge_once::contracts::payment::Receipt, PaymentError> {
+    let (url, seen, task) = answering(answer).await;
+    let order = order(&unique_id(), 4200, "cus_any");
+    let result = provider_at(&url, Duration::from_secs(5))
+        .charge(&order, &key(&order, 1))
+        .await;
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "one request, no retry inside"
+    );
+    task.abort();
+    result
+}
+
+#[tokio::test]
+async fn a_402_whose_decline_code_asks_for_authentication_awaits_the_customer() {
+    // Stripe's card error for an issuer that wants authentication: `code` is the
+    // generic `card_declined`, the reason is in `decline_code`.
+    let body = r#"{"error":{"type":"card_error","code":"card_declined","decline_code":"authentication_required","charge":"ch_1","payment_intent":{"id":"pi_awaits","object":"payment_intent","status":"requires_payment_method"}}}"#;
+    let result = charged_against(json_answer("402 Payment Required", "", body)).await;
+    assert!(
+        matches!(
+            &result,
+            Err(PaymentError::AuthenticationRequired { payment_id: Some(id) }) if id == "pi_awaits"
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_429_is_a_rate_limit_named_by_its_header_or_a_lock_by_its_code() {
+    let cases = [
+        (
+            "stripe-rate-limited-reason: endpoint-rate\r\n",
+            "rate_limit",
+            FailureKind::RateLimited(Limiter::EndpointRate),
+        ),
+        ("", "rate_limit", FailureKind::RateLimited(Limiter::Unnamed)),
+        ("", "lock_timeout", FailureKind::Lock),
+        // A limiter that names itself is a rate limit, whatever the code says.
+        (
+            "stripe-rate-limited-reason: endpoint-rate\r\n",
+            "lock_timeout",
+            FailureKind::RateLimited(Limiter::EndpointRate),
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (headers, code, _) in &cases {
+        let body = format!(r#"{{"error":{{"type":"invalid_request_error","code":"{code}"}}}}"#);
+        match charged_against(json_answer("429 Too Many Requests", headers, &body)).await {
+            Err(PaymentError::Retryable { kind, .. }) => seen.push(kind),
+            other => panic!("{headers:?} {code}: expected a retryable failure, got {other:?}"),
+        }
+    }
+    let expected: Vec<FailureKind> = cases.iter().map(|(_, _, kind)| *kind).collect();
+    assert_eq!(seen, expected);
 }
 
 #[tokio::test]

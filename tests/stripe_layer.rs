@@ -2,12 +2,18 @@
 //! against stripe-stateful-mock, which honours idempotency keys and was not written
 //! here: the same request sequences on `/v1/charges` get the same answers from both.
 //! Then what only the layer does (the in-flight 409, keys per API key and per endpoint,
-//! the PaymentIntent list's `customer` filter), and the PaymentIntent behaviours of
-//! localstripe that the HTTP provider's tests stand on.
+//! the PaymentIntent list's `customer` filter), the PaymentIntent behaviours of
+//! localstripe that the HTTP provider's tests stand on, Stripe's refusals of a confirm
+//! that could redirect and of `payment_method_types` on endive (nothing kept under the
+//! key), and the stored 500 a test arms, with and without a payment that rolls forward.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use harness::localstripe::{self, Card};
+use std::time::{Duration, Instant};
+
+use charge_once::adapters::payment_http::{STRIPE_VERSION, charge_form};
+use charge_once::domain::order::Order;
+use harness::localstripe::{self, Card, Fault, Payer};
 use harness::servers::{localstripe_url, stripe_mock_url};
 use harness::stripe::{self, TEST_KEY};
 use serde_json::Value;
@@ -90,6 +96,7 @@ struct Call {
     api_key: Option<String>,
     idempotency_key: Option<String>,
     hold: Option<String>,
+    stripe_version: Option<String>,
 }
 
 impl Call {
@@ -116,6 +123,9 @@ impl Call {
         }
         if let Some(hold) = &self.hold {
             request = request.header("Layer-Hold", hold);
+        }
+        if let Some(version) = &self.stripe_version {
+            request = request.header("Stripe-Version", version);
         }
         let response = request.send().await.expect("server reachable");
         let status = response.status().as_u16();
@@ -446,6 +456,8 @@ async fn payment_intent(customer: &str, method: &str, order: &str) -> Reply {
         ("payment_method", method),
         ("confirm", "true"),
         ("off_session", "true"),
+        ("automatic_payment_methods[enabled]", "true"),
+        ("automatic_payment_methods[allow_redirects]", "never"),
         ("metadata[order_id]", order),
     ];
     Call::default()
@@ -523,7 +535,14 @@ async fn an_off_session_confirm_succeeds_declines_or_asks_for_authentication_by_
         "{declined:?}"
     );
     assert!(declined.charge().unwrap().starts_with("ch_"));
-    assert_eq!(declined.body["error"].get("payment_intent"), None);
+    // The layer names the PaymentIntent the decline left behind, as Stripe does.
+    let left = &declined.body["error"]["payment_intent"];
+    assert_eq!(left["status"], "requires_payment_method", "{declined:?}");
+    assert_eq!(
+        left["last_payment_error"]["charge"],
+        declined.charge().unwrap()
+    );
+    let left_behind = left["id"].as_str().unwrap().to_owned();
     assert_eq!(declined.body["error"].get("decline_code"), None);
 
     let authenticating = localstripe::card(&customer, Card::RequiresAuthentication).await;
@@ -543,6 +562,7 @@ async fn an_off_session_confirm_succeeds_declines_or_asks_for_authentication_by_
             .clone()
     };
     let declined = by_order("declined");
+    assert_eq!(declined["id"], left_behind.as_str());
     assert_eq!(declined["status"], "requires_payment_method");
     assert_eq!(declined["last_payment_error"]["code"], "card_declined");
     assert_eq!(by_order("visa")["status"], "succeeded");
@@ -654,4 +674,280 @@ async fn the_payment_intent_list_carries_metadata_filters_on_creation_and_on_not
     )
     .await;
     assert_eq!(accepted.status, 200, "{accepted:?}");
+}
+
+// ---- Stripe's refusals, always on -------------------------------------------------
+
+/// An order of `payer`'s, as the HTTP provider's form sends it.
+fn order_of(payer: &Payer, amount: u64) -> Order {
+    Order::new(&unique("order"), amount, "eur", &payer.customer)
+        .unwrap()
+        .paid_with(&payer.card)
+        .unwrap()
+}
+
+/// The form as `charge_form` made it before it excluded redirects: what Stripe refuses
+/// on an account whose Dashboard enables redirect-based methods.
+fn old_form(order: &Order) -> Vec<(&'static str, String)> {
+    charge_form(order)
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("automatic_payment_methods"))
+        .collect()
+}
+
+fn pairs<'a>(form: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    form.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+fn endive(idempotency_key: &str) -> Call {
+    Call {
+        stripe_version: Some(STRIPE_VERSION.to_owned()),
+        ..Call::key(idempotency_key)
+    }
+}
+
+const RETURN_URL_REQUIRED: &str = "you must provide a `return_url`";
+
+#[tokio::test]
+async fn the_old_request_is_refused_for_its_missing_return_url_and_nothing_is_kept_under_its_key() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 1500);
+    let key = unique("old-form");
+    let call = endive(&key);
+    let post = |form: Vec<(&'static str, String)>| {
+        let call = call.clone();
+        async move {
+            call.post(localstripe_url(), "/v1/payment_intents", &pairs(&form))
+                .await
+        }
+    };
+    let refused = post(old_form(&order)).await;
+    assert_eq!(
+        (refused.status, refused.error("type").as_deref()),
+        (400, Some("invalid_request_error")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .error("message")
+            .is_some_and(|m| m.contains(RETURN_URL_REQUIRED)),
+        "{refused:?}"
+    );
+    // Validation reached no endpoint: the same request is refused again by the rule,
+    // not replayed, and nothing was made.
+    let again = post(old_form(&order)).await;
+    assert_eq!((again.status, again.replayed), (400, false), "{again:?}");
+    assert_eq!(again.body, refused.body);
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
+    // Nothing is stored under the key: the corrected request under it is a new one
+    // (a stored answer would refuse other parameters with `idempotency_error`).
+    let corrected = post(charge_form(&order).to_vec()).await;
+    assert_eq!(
+        (corrected.status, corrected.replayed),
+        (200, false),
+        "{corrected:?}"
+    );
+    assert_eq!(corrected.body["status"], "succeeded");
+    // The request `charge_form` makes, under a key of its own.
+    let other = order_of(&payer, 1600);
+    let fresh = endive(&unique("new-form"))
+        .post(
+            localstripe_url(),
+            "/v1/payment_intents",
+            &pairs(&charge_form(&other)),
+        )
+        .await;
+    assert_eq!((fresh.status, fresh.replayed), (200, false), "{fresh:?}");
+    assert_eq!(
+        localstripe::succeeded_of(&payer.customer).await,
+        [
+            corrected.body["id"].as_str().unwrap(),
+            fresh.body["id"].as_str().unwrap()
+        ]
+    );
+}
+
+/// A refusal case: its name, the `Stripe-Version` sent, the form, the status and error
+/// code expected.
+type Case = (
+    &'static str,
+    Option<&'static str>,
+    Vec<(&'static str, String)>,
+    u16,
+    Option<&'static str>,
+);
+
+#[tokio::test]
+async fn a_confirm_is_taken_with_any_of_the_three_ways_out_and_endive_refuses_payment_method_types()
+{
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 1700);
+    let with = |extra: &[(&'static str, &str)]| {
+        let mut form = old_form(&order);
+        form.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        form
+    };
+    let types = [("payment_method_types[]", "card")];
+    let cases: [Case; 5] = [
+        ("nothing", None, with(&[]), 400, None),
+        (
+            "return_url",
+            Some(STRIPE_VERSION),
+            with(&[("return_url", "https://shop.example/back")]),
+            200,
+            None,
+        ),
+        (
+            "no redirects",
+            Some(STRIPE_VERSION),
+            charge_form(&order).to_vec(),
+            200,
+            None,
+        ),
+        (
+            "types before endive",
+            Some("2025-12-15.clover"),
+            with(&types),
+            200,
+            None,
+        ),
+        (
+            "types on endive",
+            Some(STRIPE_VERSION),
+            with(&types),
+            400,
+            Some("payment_method_types_no_longer_supported"),
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (case, version, form, _, _) in &cases {
+        let call = Call {
+            stripe_version: version.map(str::to_owned),
+            ..Call::key(&unique("three-ways"))
+        };
+        let reply = call
+            .post(localstripe_url(), "/v1/payment_intents", &pairs(form))
+            .await;
+        seen.push((*case, reply.status, reply.error("code")));
+    }
+    let expected: Vec<_> = cases
+        .iter()
+        .map(|(case, _, _, status, code)| (*case, *status, code.map(str::to_owned)))
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        localstripe::succeeded_of(&payer.customer).await.len(),
+        3,
+        "one payment per accepted request"
+    );
+}
+
+// ---- the stored 500, for the state machine's tests --------------------------------
+
+/// A charge under `key`: status, `Idempotent-Replayed`, error type.
+async fn charged_under(key: &str, order: &Order) -> (u16, bool, Option<String>) {
+    let reply = endive(key)
+        .post(
+            localstripe_url(),
+            "/v1/payment_intents",
+            &pairs(&charge_form(order)),
+        )
+        .await;
+    (reply.status, reply.replayed, reply.error("type"))
+}
+
+/// The PaymentIntent of the customer's only charge (charges are never hidden).
+async fn payment_intent_charged(customer: &str) -> String {
+    let charges = get(localstripe_url(), "/v1/charges", &[("customer", customer)]).await;
+    let data = charges.body["data"].as_array().expect("a list");
+    assert_eq!(data.len(), 1, "{charges:?}");
+    data[0]["payment_intent"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_stored_server_error_that_rolls_forward_hides_its_payment_until_the_time_given() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 2100);
+    let key = unique("rolls-forward");
+    let after = Duration::from_secs(2);
+    localstripe::arm_fault(&key, Fault::ServerErrorRollsForward { after }).await;
+    let armed = Instant::now();
+    let api_error = Some("api_error".to_owned());
+    assert_eq!(
+        charged_under(&key, &order).await,
+        (500, false, api_error.clone())
+    );
+    assert_eq!(charged_under(&key, &order).await, (500, true, api_error));
+    // The payment was made, but neither lists nor GETs show it yet.
+    let made = payment_intent_charged(&payer.customer).await;
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
+    let hidden = get(
+        localstripe_url(),
+        &format!("/v1/payment_intents/{made}"),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (hidden.status, hidden.error("code").as_deref()),
+        (404, Some("resource_missing"))
+    );
+    assert!(armed.elapsed() < after, "the checks above took too long");
+    // Then it appears, succeeded; the key still replays the 500.
+    let mut listed = Vec::new();
+    for _ in 0..50 {
+        listed = localstripe::payment_intents_of(&payer.customer).await;
+        if !listed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(armed.elapsed() >= after);
+    assert_eq!(listed.len(), 1, "it rolled forward: {listed:?}");
+    assert_eq!(listed[0]["id"], made.as_str());
+    assert_eq!(listed[0]["status"], "succeeded");
+    assert_eq!(listed[0]["metadata"]["order_id"], order.id());
+    assert_eq!(
+        localstripe::payment_intent(&made).await["status"],
+        "succeeded"
+    );
+    assert_eq!(charged_under(&key, &order).await.0, 500);
+}
+
+#[tokio::test]
+async fn a_stored_server_error_makes_no_payment_and_only_the_next_create_under_its_key_meets_it() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 2200);
+    let key = unique("server-error");
+    localstripe::arm_fault(&key, Fault::ServerError).await;
+    let api_error = Some("api_error".to_owned());
+    assert_eq!(
+        charged_under(&key, &order).await,
+        (500, false, api_error.clone())
+    );
+    assert_eq!(charged_under(&key, &order).await, (500, true, api_error));
+    let charges = get(
+        localstripe_url(),
+        "/v1/charges",
+        &[("customer", &payer.customer)],
+    )
+    .await;
+    assert_eq!(charges.body["data"], Value::Array(vec![]), "{charges:?}");
+    assert!(
+        localstripe::payment_intents_of(&payer.customer)
+            .await
+            .is_empty()
+    );
+    // The fault was spent on that key: another key charges as usual.
+    assert_eq!(
+        charged_under(&unique("after"), &order).await,
+        (200, false, None)
+    );
 }

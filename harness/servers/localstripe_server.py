@@ -8,9 +8,14 @@ localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards
 * its `GET /v1/payment_intents` refuses `customer` and `created` (`created[gte]` and
   the other bounds): both filters are added to its list, before the page is cut, as
   localstripe's own charge list has them;
-* its PaymentIntents refuse `description`: the layer keeps it on the object;
+* its PaymentIntents refuse `description` and `automatic_payment_methods`: the layer
+  keeps both on the object as sent (`enabled` read as a boolean, as Stripe answers it),
+  and takes a confirm's `return_url` (kept nowhere: localstripe follows no redirect);
 * its 404 for an object it does not hold names no code: the layer adds Stripe's
   `resource_missing` (a path that reaches no endpoint keeps its plain 404);
+* its 402 for a declined PaymentIntent names only the charge: the layer adds the
+  PaymentIntent the decline left `requires_payment_method` (`error.payment_intent`,
+  the object, as Stripe names it);
 * it binds every interface: this runs it on 127.0.0.1 only;
 * it writes its whole store to /tmp/localstripe.pickle on every change and reads it
   back at start: here the store lives in memory only, one per process.
@@ -39,15 +44,58 @@ The idempotency layer:
   it waits.
 * `GET /_layer/versions/<idempotency key>` lists the `Stripe-Version` header of every
   keyed POST that came under that key, in order (`""`: none): what reached the server.
+
+Stripe's rules, always on (Stripe always applies them):
+
+* A `POST /v1/payment_intents` with `confirm=true` and none of `payment_method_types`,
+  `automatic_payment_methods[allow_redirects]=never` or a `return_url` is refused
+  with Stripe's 400 (`invalid_request_error`, its message: "... you must provide a
+  `return_url` ..."): since 2023-08-16 such a PaymentIntent accepts the Dashboard's
+  methods, some of which redirect.
+* Under `Stripe-Version` 2026-09-30.endive or later, any `payment_method_types` on a
+  PaymentIntent request is refused: 400, `payment_method_types_no_longer_supported`
+  (endive removed the parameter; the message is the layer's).
+* Both refusals are validation, which reaches no endpoint: nothing is stored under the
+  request's idempotency key (Stripe, docs.stripe.com/api/idempotent_requests: results
+  are saved only once an endpoint begins). The same request under the same key is
+  refused again by the rule, never replayed; a corrected one, under that key or
+  another, is answered as new. A key that already holds an answer replays it (or
+  refuses other parameters) before any rule, as Stripe compares keys first.
+
+What a test drives:
+
+* `GET /_layer/requests` lists every request that reached the layer (but its own
+  `/_layer/` ones), oldest first, the last REQUEST_LOG_SIZE: `method`, `path`, `query`
+  (as sent), `stripe_version` (`""`: none) and `idempotency_key` (null: none);
+  `?path=<path>` keeps those to one path.
+* `POST /_layer/seed` with JSON `{"customer": "cus_…", "count": N, "created":
+  <seconds>, "amount": <optional, 1000>}` makes N PaymentIntents of that customer in
+  localstripe's store directly, created at that time, in `eur`,
+  `requires_payment_method`, `metadata[order_id]` = `seed-<customer>-<n>`: a
+  customer's earlier payments, without N requests.
+* `POST /_layer/faults` with JSON `{"key": <idempotency key>, "fault": <fault>,
+  "after_s": <seconds, up to MAX_HIDDEN_S>}` (answers 204) arms a fault for the next
+  `POST /v1/payment_intents` that is the first under that key (a key that already holds
+  an answer replays it; a request a rule refuses leaves the fault armed):
+  * `server_error`: the answer is Stripe's 500 (`api_error`), stored under the key and
+    replayed with `Idempotent-Replayed: true`; localstripe never sees the request, so
+    no payment is made.
+  * `server_error_rolls_forward`: localstripe makes the payment as usual (a card that
+    charges leaves it `succeeded`), but the answer is the same stored 500, and the
+    PaymentIntent is left out of every list and answers 404 `resource_missing` to any
+    `/v1/payment_intents/<id>…` for `after_s` seconds; then it appears as made. A
+    create localstripe refused makes nothing to roll forward.
 """
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -61,6 +109,14 @@ from localstripe.server import app, get_api_key
 HOLD_SECONDS = 10.0
 # Answers that no endpoint produced (Stripe checks keys and rate limits first).
 NOT_STORED = {401, 429}
+# How many requests the log keeps, so it stays bounded however long the server runs.
+REQUEST_LOG_SIZE = 200_000
+# The most PaymentIntents one seeding makes.
+MAX_SEEDED = 100_000
+# What `POST /_layer/faults` makes of the next create under a key, and the longest a
+# payment that rolls forward stays hidden.
+FAULTS = {"server_error", "server_error_rolls_forward"}
+MAX_HIDDEN_S = 3600.0
 
 
 def keep_store_in_memory() -> None:
@@ -111,6 +167,7 @@ def add_list_filters() -> None:
             pi for pi in page._list
             if (customer is None or pi.customer == customer)
             and all(holds(pi.created, bound) for holds, bound in bounds)
+            and visible(pi)
         ]
         return page
 
@@ -118,15 +175,35 @@ def add_list_filters() -> None:
 
 
 def add_description() -> None:
-    """`description` on a PaymentIntent, which Stripe takes and localstripe refuses:
-    kept on the object as sent."""
+    """`description`, `automatic_payment_methods` and `return_url` on a PaymentIntent,
+    which Stripe takes and localstripe refuses: the first two kept on the object as
+    sent, the last dropped (there is no page to return to)."""
     init = PaymentIntent.__init__
 
-    def init_with_description(self, description=None, **kwargs):
+    def init_with_description(self, description=None, automatic_payment_methods=None,
+                              return_url=None, **kwargs):
+        # Checked before localstripe's own init, which stores the object.
+        automatic = automatic_payment_methods_of(automatic_payment_methods)
         init(self, **kwargs)
         self.description = description
+        self.automatic_payment_methods = automatic
 
     PaymentIntent.__init__ = init_with_description
+
+
+def automatic_payment_methods_of(sent) -> dict | None:
+    """`automatic_payment_methods[enabled|allow_redirects]` as the object shows it."""
+    if sent is None:
+        return None
+    if not isinstance(sent, dict) or set(sent) - {"enabled", "allow_redirects"}:
+        raise UserError(400, "Invalid automatic_payment_methods")
+    enabled = str(sent.get("enabled", "")).lower()
+    if enabled not in ("true", "false"):
+        raise UserError(400, "Invalid boolean: automatic_payment_methods[enabled]")
+    redirects = sent.get("allow_redirects", "always")
+    if redirects not in ("always", "never"):
+        raise UserError(400, "Invalid automatic_payment_methods[allow_redirects]")
+    return {"enabled": enabled == "true", "allow_redirects": redirects}
 
 
 @dataclass
@@ -159,6 +236,155 @@ def stripe_error(status: int, error: dict) -> web.Response:
     return web.json_response({"error": error}, status=status)
 
 
+# The message Stripe answers a confirm that could redirect and says where to return.
+RETURN_URL_REQUIRED = (
+    "This PaymentIntent is configured to accept payment methods enabled in your "
+    "Dashboard. Because some of these payment methods might redirect your customer off "
+    "of your page, you must provide a `return_url`. If you don't want to accept "
+    "redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` "
+    "and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup "
+    "Intents and Payment Intents."
+)
+# The first version that no longer takes `payment_method_types` (its date; the later
+# releases of the same name and the ones after keep the removal).
+ENDIVE = "2026-09-30"
+
+
+def names(params: dict, name: str) -> bool:
+    """Whether `name` or any `name[...]` was sent."""
+    return any(sent == name or sent.startswith(name + "[") for sent in params)
+
+
+def refusal(request: web.Request, params: dict) -> web.Response | None:
+    """Stripe's 400 for a PaymentIntent request it refuses before any endpoint runs,
+    or None."""
+    if not request.path.startswith("/v1/payment_intents"):
+        return None
+    version = request.headers.get("Stripe-Version", "")
+    if version[:10] >= ENDIVE and names(params, "payment_method_types"):
+        return stripe_error(400, {
+            "type": "invalid_request_error",
+            "code": "payment_method_types_no_longer_supported",
+            "param": "payment_method_types",
+            "message": (
+                f"`payment_method_types` is not supported on API version {version}: "
+                "use dynamic payment methods (`automatic_payment_methods`)."
+            ),
+        })
+    confirm = [v.lower() for v in params.get("confirm", [])]
+    if request.path != "/v1/payment_intents" or confirm != ["true"]:
+        return None
+    if (
+        names(params, "payment_method_types")
+        or params.get("automatic_payment_methods[allow_redirects]") == ["never"]
+        or any(params.get("return_url", []))
+    ):
+        return None
+    return stripe_error(400, {
+        "type": "invalid_request_error",
+        "message": RETURN_URL_REQUIRED,
+    })
+
+
+def server_error() -> web.Response:
+    """Stripe's answer when it cannot say what became of a request."""
+    return stripe_error(500, {
+        "type": "api_error",
+        "message": "An unknown error occurred",
+    })
+
+
+# payment_intent id -> time.monotonic() from which lists and GETs show it.
+HIDDEN: dict[str, float] = {}
+
+
+def visible(intent) -> bool:
+    return HIDDEN.get(intent.id, 0.0) <= time.monotonic()
+
+
+def hide_until_later(response: web.StreamResponse, after: float) -> None:
+    """Hides the PaymentIntent an answer names (made, or left by a decline) for
+    `after` seconds: it rolls forward later."""
+    try:
+        body = json.loads(getattr(response, "body", b""))
+    except (ValueError, TypeError):
+        return
+    made = body.get("id") if response.status < 300 else (
+        (body.get("error") or {}).get("payment_intent") or {}).get("id")
+    if isinstance(made, str):
+        HIDDEN[made] = time.monotonic() + after
+
+
+def hidden_intent_named(path: str) -> str | None:
+    """The hidden PaymentIntent a `/v1/payment_intents/<id>…` path names, if any."""
+    if not path.startswith("/v1/payment_intents/"):
+        return None
+    named = path.removeprefix("/v1/payment_intents/").split("/")[0]
+    if HIDDEN.get(named, 0.0) > time.monotonic():
+        return named
+    return None
+
+
+def no_such_payment_intent(id: str) -> web.Response:
+    return stripe_error(404, {
+        "type": "invalid_request_error",
+        "code": "resource_missing",
+        "param": "intent",
+        "message": f"No such payment_intent: '{id}'",
+    })
+
+
+async def answer(handler, request: web.Request) -> web.StreamResponse:
+    """localstripe's answer with what Stripe adds: `resource_missing`, and the
+    PaymentIntent a decline left behind."""
+    return decline_names_its_payment_intent(await missing_object_named(handler, request))
+
+
+def decline_names_its_payment_intent(response: web.StreamResponse) -> web.StreamResponse:
+    """A 402 card error names the PaymentIntent it left `requires_payment_method`
+    (Stripe's `error.payment_intent`, the object); localstripe names only the charge."""
+    body = getattr(response, "body", None)
+    if response.status != 402 or not isinstance(body, bytes):
+        return response
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return response
+    if not isinstance(error, dict) or "payment_intent" in error:
+        return response
+    charge = resources.store.get(f"charge:{error.get('charge')}")
+    intent_id = getattr(charge, "payment_intent", None)
+    if intent_id is None:
+        return response
+    intent = resources.store.get(f"payment_intent:{intent_id}")
+    if intent is None:
+        return response
+    return stripe_error(402, {**error, "payment_intent": intent._export()})
+
+
+async def seed(request: web.Request) -> web.Response:
+    """`count` PaymentIntents of `customer` created at `created` (seconds), made in
+    localstripe's store directly: earlier orders' payments, cheaply."""
+    try:
+        asked = await request.json()
+        customer, count, created = asked["customer"], int(asked["count"]), int(asked["created"])
+        amount = int(asked.get("amount", 1000))
+    except (ValueError, KeyError, TypeError):
+        return web.Response(status=400, text="want {customer, count, created}")
+    if not 0 < count <= MAX_SEEDED:
+        return web.Response(status=400, text=f"count: 1 to {MAX_SEEDED}")
+    try:
+        for n in range(count):
+            intent = PaymentIntent(
+                amount=amount, currency="eur", customer=customer,
+                metadata={"order_id": f"seed-{customer}-{n}"},
+            )
+            intent.created = created
+    except UserError as e:
+        return e.to_response()
+    return web.json_response({"count": count})
+
+
 def parameters(query: str, body: bytes) -> dict:
     """A request's parameters, in the order each name's values came."""
     params: dict = {}
@@ -178,6 +404,11 @@ class Layer:
         # The `Stripe-Version` header of every keyed POST, per idempotency key
         # (empty string: none sent), so a test can see what reached the server.
         self.versions: dict[str, list[str]] = {}
+        # Every request but the layer's own, oldest first (the oldest are dropped past
+        # REQUEST_LOG_SIZE).
+        self.requests: collections.deque = collections.deque(maxlen=REQUEST_LOG_SIZE)
+        # idempotency key -> (fault, seconds the payment stays hidden)
+        self.faults: dict[str, tuple[str, float]] = {}
 
     def hold(self, name: str) -> tuple[asyncio.Event, asyncio.Event]:
         return (
@@ -196,20 +427,61 @@ class Layer:
             return web.Response(status=404, text=f"no request holds {name}")
         return web.Response(status=204)
 
+    async def control(self, request: web.Request) -> web.StreamResponse:
+        """The `/_layer/…` endpoints a test drives the layer with."""
+        path = request.path
+        if path.startswith("/_layer/holds/"):
+            return await self.holds(request, path.removeprefix("/_layer/holds/"))
+        if path.startswith("/_layer/versions/"):
+            name = path.removeprefix("/_layer/versions/")
+            return web.json_response(self.versions.get(name, []))
+        if path == "/_layer/requests" and request.method == "GET":
+            wanted = request.query.get("path")
+            return web.json_response([
+                seen for seen in self.requests if wanted is None or seen["path"] == wanted
+            ])
+        if path == "/_layer/seed" and request.method == "POST":
+            return await seed(request)
+        if path == "/_layer/faults" and request.method == "POST":
+            return await self.add_fault(request)
+        return web.Response(status=404, text=f"no layer endpoint {request.method} {path}")
+
+    async def add_fault(self, request: web.Request) -> web.Response:
+        try:
+            asked = await request.json()
+            key, fault = asked["key"], asked["fault"]
+            after = float(asked.get("after_s", 0))
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400, text="want {key, fault, after_s}")
+        if not isinstance(key, str) or fault not in FAULTS or not 0 <= after <= MAX_HIDDEN_S:
+            return web.Response(status=400, text=f"no such fault: {asked}")
+        self.faults[key] = (fault, after)
+        return web.Response(status=204)
+
+    def log(self, request: web.Request) -> None:
+        self.requests.append({
+            "method": request.method,
+            "path": request.path,
+            "query": request.query_string,
+            "stripe_version": request.headers.get("Stripe-Version", ""),
+            "idempotency_key": request.headers.get("Idempotency-Key"),
+        })
+
     @web.middleware
     async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        if request.path.startswith("/_layer/holds/"):
-            name = request.path.removeprefix("/_layer/holds/")
-            return await self.holds(request, name)
-        if request.path.startswith("/_layer/versions/"):
-            name = request.path.removeprefix("/_layer/versions/")
-            return web.json_response(self.versions.get(name, []))
+        if request.path.startswith("/_layer/"):
+            return await self.control(request)
+        self.log(request)
+        hidden = hidden_intent_named(request.path)
+        if hidden is not None:
+            return no_such_payment_intent(hidden)
+        if request.method != "POST":
+            return await answer(handler, request)
         key = request.headers.get("Idempotency-Key")
-        if request.method != "POST" or key is None:
-            return await missing_object_named(handler, request)
-        self.versions.setdefault(key, []).append(request.headers.get("Stripe-Version", ""))
+        if key is not None:
+            self.versions.setdefault(key, []).append(request.headers.get("Stripe-Version", ""))
         api_key = get_api_key(request)
-        if api_key is None:  # localstripe refuses it with a 401
+        if api_key is None:  # localstripe refuses it with a 401, before any rule
             return await handler(request)
 
         # The key is taken once the request has arrived whole, as at Stripe: two
@@ -217,12 +489,23 @@ class Layer:
         # stripe-stateful-mock, and a 409 needs a request held on purpose.
         body = await request.read()
         params = parameters(request.query_string, body)
+        if key is None:
+            return refusal(request, params) or await answer(handler, request)
         scope = (api_key, key)
         stored = self.stored.get(scope)
         if stored is not None:
             return self.replay(stored, key, request.path, params)
+        # A request that fails validation reached no endpoint: nothing is kept under
+        # its key, so the same request is refused again by the rule (not replayed),
+        # and a corrected one under the same key is answered as new.
+        refused = refusal(request, params)
+        if refused is not None:
+            return refused
 
         stored = self.stored[scope] = Stored(path=request.path, params=params)
+        fault = None
+        if request.path == "/v1/payment_intents":
+            fault = self.faults.pop(key, None)
         try:
             name = request.headers.get("Layer-Hold")
             if name is not None:
@@ -232,16 +515,22 @@ class Layer:
                     await asyncio.wait_for(released.wait(), HOLD_SECONDS)
                 except asyncio.TimeoutError:
                     pass
-            response = await missing_object_named(handler, request)
+            if fault is not None and fault[0] == "server_error":
+                response = server_error()
+            else:
+                response = await answer(handler, request)
+                if fault is not None:
+                    hide_until_later(response, fault[1])
+                    response = server_error()
         except BaseException:
             del self.stored[scope]
             raise
-        answer = getattr(response, "body", None)  # a streamed answer has none to keep
-        if response.status in NOT_STORED or not isinstance(answer, bytes):
+        kept = getattr(response, "body", None)  # a streamed answer has none to keep
+        if response.status in NOT_STORED or not isinstance(kept, bytes):
             del self.stored[scope]
         else:
             stored.status = response.status
-            stored.body = answer
+            stored.body = kept
             stored.content_type = response.content_type
         return response
 

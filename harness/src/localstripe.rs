@@ -1,6 +1,8 @@
 //! Helpers for localstripe behind its layer (`servers::localstripe_url`): customers,
 //! PaymentMethods made from Stripe's test card numbers, a customer's PaymentIntents,
-//! the customer's on-session authentication, and what the layer saw.
+//! the customer's on-session authentication, what the layer saw (the `Stripe-Version`
+//! per key, every request), PaymentIntents seeded in its store, and the faults it can
+//! answer with.
 
 use serde_json::Value;
 
@@ -179,4 +181,96 @@ pub async fn versions_sent_under(idempotency_key: &str) -> Vec<String> {
         .iter()
         .map(|v| v.as_str().expect("a version").to_owned())
         .collect()
+}
+
+/// One request that reached the layer (`GET /_layer/requests`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    /// The query's pairs, decoded, in the order sent.
+    pub query: Vec<(String, String)>,
+    /// `""`: none sent.
+    pub stripe_version: String,
+    pub idempotency_key: Option<String>,
+}
+
+impl SeenRequest {
+    /// The first value of query parameter `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every request that reached the layer to `path` (any path: `None`), oldest first.
+/// The log is shared by every test of the binary: pick yours by what only it used (a
+/// customer, a PaymentIntent, a key).
+pub async fn requests_seen(path: Option<&str>) -> Vec<SeenRequest> {
+    let mut request = crate::http_client().get(url("/_layer/requests"));
+    if let Some(path) = path {
+        request = request.query(&[("path", path)]);
+    }
+    let seen = send(request, "GET /_layer/requests").await;
+    let text = |v: &Value| v.as_str().expect("a string").to_owned();
+    seen.as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| {
+            let query = reqwest::Url::parse(&format!("http://layer/?{}", text(&r["query"])))
+                .expect("a query")
+                .query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            SeenRequest {
+                method: text(&r["method"]),
+                path: text(&r["path"]),
+                query,
+                stripe_version: text(&r["stripe_version"]),
+                idempotency_key: r["idempotency_key"].as_str().map(str::to_owned),
+            }
+        })
+        .collect()
+}
+
+/// `count` PaymentIntents of `customer` made in localstripe's store directly, created
+/// at `created` (seconds since the epoch), `requires_payment_method`, for orders named
+/// `seed-<customer>-<n>`: a customer's earlier payments, cheaply.
+pub async fn seed_payment_intents(customer: &str, count: usize, created: i64) {
+    let request = crate::http_client()
+        .post(url("/_layer/seed"))
+        .json(&serde_json::json!({"customer": customer, "count": count, "created": created}));
+    let seeded = send(request, "POST /_layer/seed").await;
+    assert_eq!(seeded["count"], count, "{seeded}");
+}
+
+/// What the next create under an idempotency key meets (`arm_fault`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A 500 (`api_error`) stored under the key and replayed; no payment is made.
+    ServerError,
+    /// The same stored 500, but localstripe makes the payment, which lists and GETs
+    /// show only once `after` has passed: Stripe rolling an indeterminate request
+    /// forward.
+    ServerErrorRollsForward { after: std::time::Duration },
+}
+
+/// Arms `fault` for the next `POST /v1/payment_intents` that is the first under
+/// `idempotency_key` (one that already holds an answer replays it).
+pub async fn arm_fault(idempotency_key: &str, fault: Fault) {
+    let (name, after) = match fault {
+        Fault::ServerError => ("server_error", 0.0),
+        Fault::ServerErrorRollsForward { after } => {
+            ("server_error_rolls_forward", after.as_secs_f64())
+        }
+    };
+    let response = crate::http_client()
+        .post(url("/_layer/faults"))
+        .json(&serde_json::json!({"key": idempotency_key, "fault": name, "after_s": after}))
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert_eq!(response.status(), 204, "POST /_layer/faults: {response:?}");
 }

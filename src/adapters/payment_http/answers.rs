@@ -39,11 +39,16 @@ pub(super) struct Intent {
     pub(super) last_payment_error: Option<LastError>,
 }
 
-/// The code of a PaymentIntent's last error; nothing else of it is read.
+/// The machine-readable parts of a PaymentIntent's last error (never its `message`).
 #[derive(Deserialize)]
 pub(super) struct LastError {
     #[serde(default)]
     pub(super) code: Option<String>,
+    /// What kind of payment method failed (`card`, `sepa_debit`, …): the pinned version
+    /// names it beside the error, so a lookup can say so without expanding the
+    /// PaymentMethod.
+    #[serde(default)]
+    pub(super) payment_method_type: Option<String>,
 }
 
 /// How an answer's status reads (ARCHITECTURE.md, "The payment provider").
@@ -147,11 +152,23 @@ pub(super) fn pick(intents: &[Intent], order: &Order) -> Lookup {
         };
     }
     match mine(Standing::Open) {
-        Some(open) => Lookup::Open {
-            payment_id: open.id.clone(),
-            status: open.status(),
-            awaits_customer: open.awaits_customer(),
-        },
+        Some(open) => {
+            if let Some(error) = &open.last_payment_error {
+                // Why it is open, for whoever reads the lookup's log: the code and the
+                // kind of method that failed, never the provider's message.
+                tracing::debug!(
+                    payment_id = %open.id,
+                    code = error.code.as_deref().unwrap_or(""),
+                    payment_method_type = error.payment_method_type.as_deref().unwrap_or(""),
+                    "the open payment's last attempt failed"
+                );
+            }
+            Lookup::Open {
+                payment_id: open.id.clone(),
+                status: open.status(),
+                awaits_customer: open.awaits_customer(),
+            }
+        }
         None => Lookup::NotFound,
     }
 }

@@ -4,8 +4,9 @@
 //! `charge` is `POST /v1/payment_intents` with `confirm=true`, `off_session=true`, an
 //! `Idempotency-Key` and a form body that is a pure function of the order's
 //! fingerprinted fields, so a replay is byte-identical and the provider answers with
-//! the original outcome. `find_charge` lists the customer's PaymentIntents
-//! (`GET /v1/payment_intents?customer=`, never Search, which lags) for reconciliation;
+//! the original outcome. `find_charge` lists the customer's PaymentIntents created since
+//! the record was (`GET /v1/payment_intents?customer=&created[gte]=`, never Search,
+//! which lags) for reconciliation, so earlier orders never lengthen the walk;
 //! `cancel` closes an open one. Answers are classified per ARCHITECTURE.md, "The
 //! payment provider".
 //!
@@ -34,9 +35,11 @@ use crate::domain::order::Order;
 
 /// The API version every request is made under, whatever the account's default: an
 /// account upgrade in the Dashboard must not reshape the answers under a running
-/// function. The answers are read as this version shapes them (the fixtures of
-/// `tests/payment_http.rs` are taken from its API reference).
-pub const STRIPE_VERSION: &str = "2025-12-15.clover";
+/// function. The answers are read as this version shapes them (the fixtures of the
+/// tests below are taken from its API reference). Part of what a stored key was
+/// first sent with: moving it while keys are in flight makes their replays
+/// `idempotency_error` (docs/deploy.md, "Payment provider").
+pub const STRIPE_VERSION: &str = "2026-09-30.endive";
 /// The PaymentIntents endpoint.
 const PAYMENT_INTENTS: &str = "/v1/payment_intents";
 /// Where the receipts of orders charged before PaymentIntents are read.
@@ -177,10 +180,16 @@ enum Walk<T> {
     Truncated,
 }
 
-/// The form body of a payment: only fingerprinted fields, in a fixed order, so a
-/// replay under the same key is byte-identical. An order without a payment method is
-/// never sent (the state machine refuses it before any call).
-pub fn charge_form(order: &Order) -> [(&'static str, String); 8] {
+/// The form body of a payment: only fingerprinted fields and constants, in a fixed
+/// order, so a replay under the same key is byte-identical. An order without a payment
+/// method is never sent (the state machine refuses it before any call).
+///
+/// `automatic_payment_methods` with `allow_redirects=never`: without
+/// `payment_method_types` (which the pinned version no longer takes) a PaymentIntent
+/// accepts the Dashboard's methods, some of which redirect, and Stripe refuses to
+/// confirm it without a `return_url` unless redirects are excluded. Off-session, no
+/// redirect could be followed anyway.
+pub fn charge_form(order: &Order) -> [(&'static str, String); 10] {
     [
         ("amount", order.amount().to_string()),
         ("currency", order.currency().to_ascii_lowercase()),
@@ -191,6 +200,11 @@ pub fn charge_form(order: &Order) -> [(&'static str, String); 8] {
         ),
         ("confirm", "true".to_owned()),
         ("off_session", "true".to_owned()),
+        ("automatic_payment_methods[enabled]", "true".to_owned()),
+        (
+            "automatic_payment_methods[allow_redirects]",
+            "never".to_owned(),
+        ),
         ("description", format!("order {}", order.id())),
         ("metadata[order_id]", order.id().to_owned()),
     ]
@@ -447,7 +461,7 @@ mod tests {
   "amount": 2000,
   "amount_capturable": 0,
   "amount_received": 2000,
-  "automatic_payment_methods": null,
+  "automatic_payment_methods": {{"allow_redirects": "never", "enabled": true}},
   "canceled_at": null,
   "cancellation_reason": null,
   "capture_method": "automatic",
@@ -507,6 +521,43 @@ mod tests {
         }
     }
 
+    /// `last_payment_error` as the pinned version's reference shapes it: the card
+    /// error's fields, the PaymentMethod, and `payment_method_type` beside them.
+    const LAST_PAYMENT_ERROR: &str = r#"{
+    "advice_code": null,
+    "charge": "ch_3MtwBwLkdIwHu7ix28a3tqPa",
+    "code": "authentication_required",
+    "decline_code": "authentication_required",
+    "doc_url": "https://docs.stripe.com/error-codes/authentication-required",
+    "message": "Your card was declined. This transaction requires authentication.",
+    "network_advice_code": null,
+    "network_decline_code": null,
+    "payment_method": {
+      "id": "pm_1MtwBwLkdIwHu7ixAWpJ1oFu",
+      "object": "payment_method",
+      "type": "card"
+    },
+    "payment_method_type": "card",
+    "type": "card_error"
+  }"#;
+
+    #[test]
+    fn the_last_error_of_an_open_payment_names_its_code_and_the_kind_of_method_that_failed() {
+        let text = fixture("requires_payment_method", "null").replace(
+            r#""last_payment_error": null"#,
+            &format!(r#""last_payment_error": {LAST_PAYMENT_ERROR}"#),
+        );
+        let intent: Intent = serde_json::from_str(&text).unwrap();
+        let error = intent.last_payment_error.as_ref().expect("parsed");
+        assert_eq!(error.code.as_deref(), Some("authentication_required"));
+        assert_eq!(error.payment_method_type.as_deref(), Some("card"));
+        assert!(intent.awaits_customer());
+        // An error of an earlier version, without the field, reads as well.
+        let older: answers::LastError =
+            serde_json::from_str(r#"{"code":"card_declined","type":"card_error"}"#).unwrap();
+        assert_eq!(older.payment_method_type, None);
+    }
+
     #[test]
     fn the_body_is_a_pure_function_of_the_fingerprinted_fields() {
         let body = |extra: &str| {
@@ -528,6 +579,8 @@ mod tests {
                 ("payment_method", "pm_card_visa"),
                 ("confirm", "true"),
                 ("off_session", "true"),
+                ("automatic_payment_methods[enabled]", "true"),
+                ("automatic_payment_methods[allow_redirects]", "never"),
                 ("description", "order o-1"),
                 ("metadata[order_id]", "o-1"),
             ]
@@ -567,6 +620,7 @@ mod tests {
         let mut asked = one("requires_payment_method");
         asked.last_payment_error = Some(answers::LastError {
             code: Some("authentication_required".into()),
+            payment_method_type: Some("card".into()),
         });
         assert!(matches!(
             pick(&[asked], &order),
