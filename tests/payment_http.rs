@@ -1232,3 +1232,50 @@ async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_on
     // A receipt is whatever the table holds: it stays one path segment.
     assert_eq!(p.charge_by_id("../customers").await.unwrap(), None);
 }
+
+/// Stripe stores a 500 under its key and says its payment may still appear: the record
+/// keeps the key through every delivery, and the payment that appears completes it. No
+/// second PaymentIntent is ever made for the order.
+#[tokio::test]
+async fn a_stored_server_error_whose_payment_appears_later_completes_the_order_with_one_payment() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&unique_id(), 4321, &payer);
+    let h = Harness::new(provider()).await;
+    let after = Duration::from_secs(2);
+    localstripe::arm_fault(
+        &key(&order, 1),
+        localstripe::Fault::ServerErrorRollsForward { after },
+    )
+    .await;
+
+    // The 500 and its replay: looked up, nothing yet, the key kept.
+    assert_eq!(invoke_order(&h, &order).await.len(), 1);
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    h.redeliver_later();
+    assert_eq!(
+        invoke_order(&h, &order).await.len(),
+        1,
+        "still indeterminate"
+    );
+
+    // Stripe rolls the payment forward; the next delivery finds it.
+    tokio::time::sleep(after).await;
+    h.redeliver_later();
+    assert!(invoke_order(&h, &order).await.is_empty());
+    let charged = localstripe::succeeded_of(&payer.customer).await;
+    assert_eq!(charged.len(), 1);
+    let record = h.record(order.id()).await.unwrap();
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt.as_deref(), Some(charged[0].as_str()));
+    assert!(
+        localstripe::versions_sent_under(&key(&order, 2))
+            .await
+            .is_empty(),
+        "nothing sent under a second key"
+    );
+    assert_eq!(
+        localstripe::payment_intents_of(&payer.customer).await.len(),
+        1
+    );
+}
