@@ -246,10 +246,7 @@ impl Payload {
             Self::Order => 5000,
             Self::Other => 7000,
         };
-        Order::new("o", amount, "EUR", "cus_1")
-            .unwrap()
-            .paid_with("pm_1")
-            .unwrap()
+        Order::new("o", amount, "EUR", "cus_1", "pm_1").unwrap()
     }
 }
 
@@ -454,7 +451,6 @@ impl ChargeModel {
             max_declines: u32::from(p.max_receive),
             key_ttl: span(p.key_ttl),
             rules: p.rules,
-            chargeable: true,
         });
         s.consumers.push(Consumer {
             name,
@@ -539,10 +535,6 @@ impl ChargeModel {
             Step::Cancel { payment_id } => {
                 let answer = self.cancel(s, c, &payment_id, env);
                 s.consumers[c].machine.on(Input::Cancelled(answer))
-            }
-            Step::Read => {
-                let read = Ok(s.table.clone());
-                s.consumers[c].machine.on(Input::Read(read))
             }
             Step::Done(_) => return None,
         };

@@ -109,17 +109,12 @@ pub enum Command {
         currency: String,
         #[arg(long)]
         customer: String,
-        /// The saved payment method (`pm_…`), as in the message; leave it out only for a
-        /// message from before the field existed.
+        /// The saved payment method (`pm_…`), as in the message.
         #[arg(long)]
-        payment_method: Option<String>,
+        payment_method: String,
         /// For records written by the legacy consumer: you checked the provider by hand.
         #[arg(long)]
         legacy_format_checked: bool,
-        /// For a record whose key was sent to the Charges API before the move to
-        /// PaymentIntents: you checked the provider's charges for the order by hand.
-        #[arg(long)]
-        charges_api_checked: bool,
         /// The customer fixed their card: reset the order's decline count (MAX_DECLINES)
         /// so the next delivery may try the card again.
         #[arg(long)]
@@ -189,19 +184,14 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
             customer,
             payment_method,
             legacy_format_checked,
-            charges_api_checked,
             retry_declined,
             backing,
         } => {
-            let order = Order::new(&order_id, amount, &currency, &customer).context("the order")?;
-            let order = match payment_method {
-                Some(method) => order.paid_with(&method).context("the order")?,
-                None => order,
-            };
+            let order = Order::new(&order_id, amount, &currency, &customer, &payment_method)
+                .context("the order")?;
             let confirmed = Confirmed {
                 legacy_format_checked,
                 retry_declined,
-                charges_api_checked,
             };
             resolve(config, &order, confirmed, &backing)
                 .await

@@ -197,10 +197,14 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: Payer<'_>, dec
     let dir = tempfile::tempdir().unwrap();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let order = |n: u64, (customer, method): Payer<'_>| {
-        Order::new(&format!("audit-{run}-{n}"), 1000 + n, "EUR", customer)
-            .unwrap()
-            .paid_with(method)
-            .unwrap()
+        Order::new(
+            &format!("audit-{run}-{n}"),
+            1000 + n,
+            "EUR",
+            customer,
+            method,
+        )
+        .unwrap()
     };
     let (twice, unrecorded, ghost, changed, stuck) = (
         order(1, good),
@@ -245,10 +249,7 @@ async fn clean_then_tampered_one_way_at_a_time(pair: &Pair, good: Payer<'_>, dec
     assert_eq!(pair.audit(), (1, expect(&expected)));
 
     // A record whose fingerprint says another amount.
-    let other = Order::new(changed.id(), changed.amount() + 1, "EUR", good.0)
-        .unwrap()
-        .paid_with(good.1)
-        .unwrap();
+    let other = Order::new(changed.id(), changed.amount() + 1, "EUR", good.0, good.1).unwrap();
     pair.overwrite(
         &Key::for_order(&changed),
         attr::FINGERPRINT,

@@ -270,7 +270,7 @@ fn inspect_of_an_unknown_order_prints_a_null_record() {
     assert_eq!(shown["ledger"], Value::Array(vec![]));
 }
 
-const RESOLVE: [&str; 8] = [
+const RESOLVE: [&str; 10] = [
     "resolve",
     "ord-1001",
     "--amount",
@@ -279,6 +279,8 @@ const RESOLVE: [&str; 8] = [
     "EUR",
     "--customer",
     "cus_123",
+    "--payment-method",
+    "pm_card_visa",
 ];
 
 #[test]
@@ -482,6 +484,8 @@ fn settings_that_reopen_double_charging_stop_invoke_and_resolve() {
             "EUR",
             "--customer",
             "cus_123",
+            "--payment-method",
+            "pm_card_visa",
         ],
     ];
     for (var, value) in [("IDEMPOTENCY_RETENTION", "1d"), ("PROVIDER_KEY_TTL", "48h")] {

@@ -755,10 +755,7 @@ async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key
 
 /// The order of `events/sqs-single.json`, as `resolve` gets it from the DLQ message.
 fn ord_1001() -> Order {
-    Order::new("ord-1001", 5000, "EUR", "cus_123")
-        .unwrap()
-        .paid_with("pm_card_visa")
-        .unwrap()
+    Order::new("ord-1001", 5000, "EUR", "cus_123", "pm_card_visa").unwrap()
 }
 
 #[tokio::test]
@@ -970,103 +967,21 @@ async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_red
 }
 
 #[tokio::test]
-async fn a_message_without_a_payment_method_is_invalid_until_its_order_is_done_then_a_duplicate() {
-    let h = harness().await;
-    let before = batch_of(&[unpaid("pi-none")]);
-    assert_eq!(
-        h.invoke_event_with(before.clone(), INVOCATION).await.len(),
-        1
-    );
-    assert!(h.provider.calls_for("pi-none").is_empty(), "never charged");
-    assert!(h.record("pi-none").await.is_none(), "nothing written");
-    // The order is charged from a message that names its payment method; a copy sent
-    // before the field existed is then acknowledged, with no call.
-    let after = batch_of(&[paid("pi-none")]);
-    assert!(h.invoke_event_with(after, INVOCATION).await.is_empty());
-    assert!(h.invoke_event_with(before, INVOCATION).await.is_empty());
-    assert_eq!(h.provider.calls_for("pi-none").len(), 1);
-    assert_eq!(h.provider.charges_for("pi-none").len(), 1);
-}
-
-#[tokio::test]
-async fn a_record_written_before_payment_methods_existed_is_the_same_order_never_a_conflict() {
-    let h = harness().await;
-    // The record a delivery from before the upgrade left: the four-field fingerprint,
-    // declined under key #1 (nothing charged), released to key #2.
-    let old = batch_of(&[unpaid("pi-old")]);
-    let old_order = Order::parse(&unpaid("pi-old")).unwrap();
-    let lease = harness::lease::Lease::of(&old_order, "before-the-upgrade", h.now());
-    lease.make(h.table.store.as_ref()).await;
-    lease.release_declined(h.table.store.as_ref()).await;
-    let record = h.record("pi-old").await.unwrap();
-    assert_eq!(
-        record.fingerprint.as_deref(),
-        Some(old_order.fingerprint().as_str())
-    );
-    // The upgraded message is the same order: it is charged under key #2.
-    assert!(
-        h.invoke_event_with(batch_of(&[paid("pi-old")]), INVOCATION)
-            .await
-            .is_empty()
-    );
-    assert_eq!(h.provider.keys_for("pi-old"), ["cobro#pi-old#2"]);
-    let done = h.record("pi-old").await.unwrap();
-    assert_eq!(done.state, State::Done);
-    assert_eq!(
-        done.fingerprint.as_deref(),
-        Some(
-            Order::parse(&paid("pi-old"))
-                .unwrap()
-                .fingerprint()
-                .as_str()
-        )
-    );
-    // The old message is a duplicate now.
-    assert!(h.invoke_event_with(old, INVOCATION).await.is_empty());
-    assert_eq!(h.provider.charges_for("pi-old").len(), 1);
-}
-
-#[tokio::test]
-async fn a_record_whose_key_went_to_the_charges_api_is_left_to_a_person_never_charged_again() {
+async fn a_message_without_a_payment_method_is_invalid_and_never_charged() {
     let logs = Captured::default();
     let _guard = logs.install();
     let h = harness().await;
-    // Before the upgrade, key #1 was sent to the Charges API and the answer was lost:
-    // a PaymentIntents lookup cannot see that charge.
-    let old_order = Order::parse(&unpaid("pi-sent")).unwrap();
-    harness::lease::Lease::of(&old_order, "before-the-upgrade", h.now())
-        .make(h.table.store.as_ref())
-        .await;
-    h.redeliver_later();
-    let failed = h
-        .invoke_event_with(batch_of(&[paid("pi-sent")]), INVOCATION)
-        .await;
-    assert_eq!(failed.len(), 1);
-    assert!(h.provider.calls_for("pi-sent").is_empty(), "nothing sent");
-    assert!(h.provider.lookups().is_empty(), "nothing looked up");
-    let (_, outcome, level, fields) = outcome_lines(&logs)
-        .pop()
-        .unwrap_or_else(|| panic!("no outcome line:\n{}", logs.text()));
-    assert_eq!(
-        (outcome.as_str(), level.as_str()),
-        ("needs_reconciliation", "ERROR")
-    );
+    let unpaid = batch_of(&[unpaid("pi-none")]);
+    assert_eq!(h.invoke_event_with(unpaid, INVOCATION).await.len(), 1);
+    let (_, outcome, _, fields) = outcome_lines(&logs).pop().unwrap();
+    assert_eq!(outcome, "invalid");
     assert!(
-        fields["reason"].as_str().unwrap().contains("Charges API"),
+        fields["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`payment_method` is missing"),
         "{fields}"
     );
-    // `resolve` refuses it too until a person has checked the provider by hand.
-    let order = Order::parse(&paid("pi-sent")).unwrap();
-    let refused = resolve(
-        h.table.store.as_ref(),
-        h.provider.as_ref(),
-        &h.settings,
-        &order,
-        Confirmed::default(),
-    )
-    .await;
-    assert!(
-        matches!(refused, Err(ResolveError::SentBeforePaymentIntents)),
-        "{refused:?}"
-    );
+    assert!(h.provider.calls_for("pi-none").is_empty(), "never charged");
+    assert!(h.record("pi-none").await.is_none(), "nothing written");
 }

@@ -47,17 +47,9 @@ async fn the_emf_document_of_a_mixed_batch_counts_every_outcome() {
     let h = Harness::new(TestProvider::new()).await;
     let store = h.table.store.as_ref();
     let now = h.clock.now();
-    let order = |id: &str, amount| {
-        Order::new(id, amount, "EUR", "cus_m")
-            .unwrap()
-            .paid_with("pm_card_visa")
-            .unwrap()
-    };
+    let order = |id: &str, amount| Order::new(id, amount, "EUR", "cus_m", "pm_card_visa").unwrap();
     let reserve_as = |id: &'static str, at: Time, until: Time| async move {
-        let o = Order::new(id, 100, "EUR", "cus_m")
-            .unwrap()
-            .paid_with("pm_card_visa")
-            .unwrap();
+        let o = Order::new(id, 100, "EUR", "cus_m", "pm_card_visa").unwrap();
         Lease::of(&o, "someone-else", at)
             .until(until)
             .make(store)

@@ -53,10 +53,7 @@ fn body(id: &str, amount: u64, payer: &Payer) -> String {
 
 /// An order of `payer`, paid with their card.
 fn order_of(id: &str, amount: u64, payer: &Payer) -> Order {
-    Order::new(id, amount, "EUR", &payer.customer)
-        .unwrap()
-        .paid_with(&payer.card)
-        .unwrap()
+    Order::new(id, amount, "EUR", &payer.customer, &payer.card).unwrap()
 }
 
 #[tokio::test]
@@ -196,9 +193,7 @@ fn resolve(table: &Table, order: &Order, extra: &[&str]) -> Output {
         "--customer",
         order.customer(),
     ];
-    if let Some(method) = order.payment_method() {
-        args.extend(["--payment-method", method]);
-    }
+    args.extend(["--payment-method", order.payment_method()]);
     args.extend_from_slice(extra);
     charge_once(table, &args)
 }
@@ -218,7 +213,7 @@ async fn abandoned(table: &Table, order: &Order, until: Time) {
 #[tokio::test]
 async fn resolve_refuses_while_a_live_lease_is_held() {
     let table = Backend::Moto.fresh_table().await;
-    let order = Order::new(&unique("res-live"), 500, "EUR", "cus_x").unwrap();
+    let order = Order::new(&unique("res-live"), 500, "EUR", "cus_x", "pm_card_visa").unwrap();
     abandoned(&table, &order, now() + Duration::from_secs(600)).await;
     let out = resolve(&table, &order, &[]);
     assert_eq!(out.status.code(), Some(1));
@@ -317,9 +312,9 @@ async fn resolve_refuses_a_legacy_format_record_until_a_human_checked_the_provid
 #[tokio::test]
 async fn resolve_refuses_an_order_that_does_not_match_the_record() {
     let table = Backend::Moto.fresh_table().await;
-    let order = Order::new(&unique("res-mismatch"), 900, "EUR", "cus_x").unwrap();
+    let order = Order::new(&unique("res-mismatch"), 900, "EUR", "cus_x", "pm_card_visa").unwrap();
     abandoned(&table, &order, now() - Duration::from_secs(1)).await;
-    let other = Order::new(order.id(), 901, "EUR", "cus_x").unwrap();
+    let other = Order::new(order.id(), 901, "EUR", "cus_x", "pm_card_visa").unwrap();
     let out = resolve(&table, &other, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fingerprint"));

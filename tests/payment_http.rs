@@ -53,18 +53,12 @@ fn unique_id() -> String {
 
 /// An order for a listener of the test's own (no provider holds its customer).
 fn order(id: &str, amount: u64, customer: &str) -> Order {
-    Order::new(id, amount, "eur", customer)
-        .unwrap()
-        .paid_with("pm_card_visa")
-        .unwrap()
+    Order::new(id, amount, "eur", customer, "pm_card_visa").unwrap()
 }
 
 /// An order of `payer`, paid with their card.
 fn order_of(id: &str, amount: u64, payer: &Payer) -> Order {
-    Order::new(id, amount, "eur", &payer.customer)
-        .unwrap()
-        .paid_with(&payer.card)
-        .unwrap()
+    Order::new(id, amount, "eur", &payer.customer, &payer.card).unwrap()
 }
 
 /// One delivery of `order`, with a whole invocation's time: the ids that failed.
@@ -1052,10 +1046,14 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
     let logs = Captured::default();
     let _guard = logs.install();
     // The provider has no such customer: 404 `resource_missing`, on every retry alike.
-    let order = Order::new(&unique_id(), 800, "eur", "cus_nobodyknows")
-        .unwrap()
-        .paid_with("pm_nobodyknows")
-        .unwrap();
+    let order = Order::new(
+        &unique_id(),
+        800,
+        "eur",
+        "cus_nobodyknows",
+        "pm_nobodyknows",
+    )
+    .unwrap();
     let h = Harness::new(provider()).await;
     let failed = invoke_order(&h, &order).await;
     assert_eq!(failed.len(), 1);

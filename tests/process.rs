@@ -56,10 +56,7 @@ fn bench() -> Bench {
 }
 
 fn order(id: &str, amount: u64) -> Order {
-    Order::new(id, amount, "EUR", "cus_1")
-        .unwrap()
-        .paid_with("pm_card_visa")
-        .unwrap()
+    Order::new(id, amount, "EUR", "cus_1", "pm_card_visa").unwrap()
 }
 
 impl Bench {

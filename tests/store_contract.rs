@@ -14,7 +14,6 @@ use charge_once::contracts::store::{
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
-use charge_once::policy::outcome::ReconcileCause;
 use charge_once::policy::table::{Reservation, judge};
 use harness::servers::{Backend, Table, legacy_item};
 use std::sync::Arc;
@@ -91,8 +90,6 @@ fn ms(n: u64) -> Duration {
 }
 const H1: &str = "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc";
 const H2: &str = "0000000000000000000000000000000000000000000000000000000000000002";
-/// The five-field fingerprint of H1's order paid with `pm_card_visa`.
-const H3: &str = "e2dad7907db2f16826ea2cadffd475167b2af5328a69634aba5176186620b8dd";
 
 /// A test's owner token, kept for the life of the test binary (requests borrow it).
 fn tok(name: &str) -> &'static Owner {
@@ -109,7 +106,6 @@ fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now: Time) -> ReserveReq
     ReserveRequest {
         pk,
         fingerprint: fp(fingerprint),
-        earlier_fingerprint: None,
         owner: tok(owner),
         now,
         lease_until: now + MINUTE,
@@ -234,61 +230,6 @@ async fn an_unfinished_item_past_its_expiry_counts_as_absent(t: Fixture) {
     let record = won(t.store.as_ref(), &req(&pk, H2, "b", T + 10 * DAY)).await;
     assert_eq!(record.owner.as_deref(), Some("b"));
     assert_eq!(record.fingerprint.as_deref(), Some(H2));
-}
-
-/// A record from before `payment_method` existed holds the four-field fingerprint: an
-/// order naming a payment method is the same order under its earlier one, and the
-/// record takes the new one when reserved; a third payload is still a conflict. Only
-/// when no key of it was sent: a key sent to the Charges API is a charge a
-/// PaymentIntents lookup cannot see, so such a record goes to a person.
-async fn a_record_with_the_earlier_fingerprint_is_the_same_order(t: Fixture) {
-    let pk = key();
-    won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
-    applied(
-        t.store
-            .write(&Write::Release(release(&pk, "a", false)))
-            .await
-            .unwrap(),
-    );
-    let with_method = |owner, earlier: &'static str, now| ReserveRequest {
-        earlier_fingerprint: Some(fp(earlier)),
-        ..req(&pk, H3, owner, now)
-    };
-    // Released keeping its key (a timeout, say): the key was sent.
-    assert!(matches!(
-        judged(t.store.as_ref(), &with_method("x", H1, T + ms(1))).await,
-        Reservation::NeedsReconciliation {
-            cause: ReconcileCause::SentBeforePaymentIntents
-        }
-    ));
-    // Released after a decline: nothing was charged under a key still held.
-    won(t.store.as_ref(), &req(&pk, H1, "y", T + ms(1))).await;
-    applied(
-        t.store
-            .write(&Write::Release(release(&pk, "y", true)))
-            .await
-            .unwrap(),
-    );
-    assert!(matches!(
-        judged(t.store.as_ref(), &with_method("b", H2, T + ms(1))).await,
-        Reservation::Conflict { .. }
-    ));
-    let record = won(t.store.as_ref(), &with_method("c", H1, T + ms(2))).await;
-    assert_eq!(
-        record.fingerprint.as_deref(),
-        Some(H3),
-        "it takes the new one"
-    );
-    applied(
-        t.store
-            .write(&Write::Complete(complete(&pk, "c", 1, "pi_1")))
-            .await
-            .unwrap(),
-    );
-    assert!(matches!(
-        judged(t.store.as_ref(), &with_method("d", H1, T + ms(3))).await,
-        Reservation::Duplicate { receipt: Some(r) } if r == "pi_1"
-    ));
 }
 
 async fn other_fingerprint_is_a_conflict(t: Fixture) {
@@ -533,7 +474,6 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     let lease = |owner| ResolveLeaseRequest {
         pk: &pk,
         fingerprint: fp(H1),
-        earlier_fingerprint: None,
         owner: tok(owner),
         now: T + ms(20),
         lease_until: T + ms(20) + MINUTE,
@@ -598,9 +538,6 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         // Mostly one owner, so leases are taken, released and declined in turn.
         let owner = tok(["a", "a", "a", "b", "resolve-c"][rng.random_range(0..5)]);
         let fingerprint = fp(if rng.random_bool(0.85) { H1 } else { H2 });
-        // Now and then an order with a payment method whose earlier fingerprint is the
-        // stored one (or another).
-        let earlier_fingerprint = [None, None, Some(fp(H1)), Some(fp(H2))][rng.random_range(0..4)];
         // Short retention now and then, so "past expira" is exercised.
         let expires = Time::from_secs(
             now.as_secs()
@@ -633,7 +570,6 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             0 | 1 => Write::Reserve(ReserveRequest {
                 pk,
                 fingerprint,
-                earlier_fingerprint,
                 owner,
                 now,
                 lease_until: now + MINUTE,
@@ -647,7 +583,6 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             _ => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk,
                 fingerprint,
-                earlier_fingerprint,
                 owner,
                 now,
                 lease_until: now + MINUTE,
@@ -865,7 +800,6 @@ contract_suite!(
     a_done_item_past_its_expiry_is_still_a_duplicate,
     an_unfinished_item_past_its_expiry_counts_as_absent,
     other_fingerprint_is_a_conflict,
-    a_record_with_the_earlier_fingerprint_is_the_same_order,
     live_lease_is_in_progress,
     our_own_retried_reserve_is_won,
     an_expired_lease_is_taken_over_keeping_the_attempt,

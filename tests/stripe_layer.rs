@@ -680,10 +680,14 @@ async fn the_payment_intent_list_carries_metadata_filters_on_creation_and_on_not
 
 /// An order of `payer`'s, as the HTTP provider's form sends it.
 fn order_of(payer: &Payer, amount: u64) -> Order {
-    Order::new(&unique("order"), amount, "eur", &payer.customer)
-        .unwrap()
-        .paid_with(&payer.card)
-        .unwrap()
+    Order::new(
+        &unique("order"),
+        amount,
+        "eur",
+        &payer.customer,
+        &payer.card,
+    )
+    .unwrap()
 }
 
 /// The form as `charge_form` made it before it excluded redirects: what Stripe refuses

@@ -357,9 +357,14 @@ pub async fn dynalite_cost_per_call() -> BTreeMap<&'static str, f64> {
     let now = charge_once::domain::clock::Time::from_ms(1_764_460_800_000);
     let started = Instant::now();
     for i in 0..CALLS {
-        let order =
-            charge_once::domain::order::Order::new(&format!("cost-{i}"), 1000, "EUR", "cus_bench")
-                .unwrap();
+        let order = charge_once::domain::order::Order::new(
+            &format!("cost-{i}"),
+            1000,
+            "EUR",
+            "cus_bench",
+            "pm_card_visa",
+        )
+        .unwrap();
         let lease = harness::lease::Lease::of(&order, "bench", now)
             .expiring(now + Duration::from_secs(86_400));
         table

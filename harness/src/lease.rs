@@ -65,7 +65,6 @@ impl Lease {
         ReserveRequest {
             pk: &self.pk,
             fingerprint: &self.fingerprint,
-            earlier_fingerprint: None,
             owner: &self.owner,
             now: self.now,
             lease_until: self.lease_until,

@@ -164,7 +164,7 @@ fn params(order: &Order) -> String {
         order.amount(),
         order.currency(),
         order.customer(),
-        order.payment_method().unwrap_or_default()
+        order.payment_method()
     )
 }
 

@@ -54,7 +54,7 @@ const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
 /// `hecho` is never matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
-     OR ((#huella = :huella OR (#huella = :huella_antes AND attribute_not_exists(#enviado))) \
+     OR (#huella = :huella \
          AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
          AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
 const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
@@ -74,7 +74,7 @@ const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #has
      #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
 const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
      AND (#estado <> :en_curso OR attribute_not_exists(#hasta) OR #hasta < :now_ms) \
-     AND (attribute_not_exists(#huella) OR #huella = :huella OR #huella = :huella_antes)";
+     AND (attribute_not_exists(#huella) OR #huella = :huella)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
 
 /// The values every expression may use: the states and the numbers 0 and 1.
@@ -189,10 +189,6 @@ impl DynamoStore {
                 .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
                 .expression_attribute_values(":titular", s(req.owner))
                 .expression_attribute_values(":huella", s(req.fingerprint))
-                .expression_attribute_values(
-                    ":huella_antes",
-                    s(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
-                )
                 .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
                 .expression_attribute_values(":expira", n(req.expires.as_secs()))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms()))
@@ -220,10 +216,6 @@ impl DynamoStore {
                 .expression_attribute_values(":titular", s(req.owner))
                 .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
                 .expression_attribute_values(":huella", s(req.fingerprint))
-                .expression_attribute_values(
-                    ":huella_antes",
-                    s(req.earlier_fingerprint.unwrap_or(req.fingerprint)),
-                )
                 .expression_attribute_values(":now_ms", n(req.now.as_ms())),
         }
     }

@@ -17,7 +17,7 @@ use crate::adapters::sqlite_file::{CallError, OpenMode, SharedConnection};
 use crate::contracts::schema::{self, Problem, Value};
 use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
-use crate::domain::{Fingerprint, Key, Record};
+use crate::domain::{Key, Record};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     pk             TEXT PRIMARY KEY NOT NULL,
@@ -45,7 +45,7 @@ const RESERVE: &str = "INSERT INTO idempotency
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
     WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
-       OR ((huella = :huella OR (huella = :huella_antes AND enviado IS NULL))
+       OR (huella = :huella
            AND (rechazos IS NULL OR rechazos < :max_rechazos)
            AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
     RETURNING *";
@@ -87,7 +87,7 @@ const RESOLVE: &str = "UPDATE idempotency
         enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
     WHERE pk = :pk AND estado <> :hecho
       AND (estado <> :en_curso OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
-      AND (huella IS NULL OR huella IN (:huella, :huella_antes))
+      AND (huella IS NULL OR huella = :huella)
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
@@ -227,37 +227,21 @@ fn int(value: i64) -> rusqlite::types::Value {
     rusqlite::types::Value::Integer(value)
 }
 
-/// The order's fingerprint and the earlier one a record from before `payment_method`
-/// may hold (the same twice when there is none), as the conditions bind them.
-fn fingerprints(
-    fingerprint: &Fingerprint,
-    earlier: Option<&Fingerprint>,
-) -> [(&'static str, rusqlite::types::Value); 2] {
-    [
-        (":huella", text(fingerprint)),
-        (":huella_antes", text(earlier.unwrap_or(fingerprint))),
-    ]
-}
-
 /// The statement of one write and the values it binds (besides `:pk` and the states).
 fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::types::Value)>) {
     match write {
-        Write::Reserve(req) => {
-            let [fingerprint, earlier] = fingerprints(req.fingerprint, req.earlier_fingerprint);
-            (
-                RESERVE,
-                vec![
-                    (":titular", text(req.owner)),
-                    (":hasta", int(req.lease_until.as_ms())),
-                    fingerprint,
-                    earlier,
-                    (":expira", int(req.expires.as_secs())),
-                    (":now_ms", int(req.now.as_ms())),
-                    (":now_s", int(req.now.as_secs())),
-                    (":max_rechazos", int(i64::from(req.max_declines))),
-                ],
-            )
-        }
+        Write::Reserve(req) => (
+            RESERVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":expira", int(req.expires.as_secs())),
+                (":now_ms", int(req.now.as_ms())),
+                (":now_s", int(req.now.as_secs())),
+                (":max_rechazos", int(i64::from(req.max_declines))),
+            ],
+        ),
         Write::Complete(req) => (
             COMPLETE,
             vec![
@@ -279,19 +263,15 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
             NEXT_ATTEMPT,
             vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))],
         ),
-        Write::LeaseForResolve(req) => {
-            let [fingerprint, earlier] = fingerprints(req.fingerprint, req.earlier_fingerprint);
-            (
-                RESOLVE,
-                vec![
-                    (":titular", text(req.owner)),
-                    (":hasta", int(req.lease_until.as_ms())),
-                    fingerprint,
-                    earlier,
-                    (":now_ms", int(req.now.as_ms())),
-                ],
-            )
-        }
+        Write::LeaseForResolve(req) => (
+            RESOLVE,
+            vec![
+                (":titular", text(req.owner)),
+                (":hasta", int(req.lease_until.as_ms())),
+                (":huella", text(req.fingerprint)),
+                (":now_ms", int(req.now.as_ms())),
+            ],
+        ),
     }
 }
 

@@ -48,9 +48,6 @@ impl StoreError {
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
-    /// The same order's fingerprint as records from before `payment_method` hold it:
-    /// such a record is the same order (and takes `fingerprint` when reserved).
-    pub earlier_fingerprint: Option<&'a Fingerprint>,
     /// Fresh random owner token of this attempt.
     pub owner: &'a Owner,
     pub now: Time,
@@ -102,8 +99,6 @@ pub enum ReleaseKind {
 pub struct ResolveLeaseRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
-    /// As in [`ReserveRequest`].
-    pub earlier_fingerprint: Option<&'a Fingerprint>,
     pub owner: &'a Owner,
     pub now: Time,
     pub lease_until: Time,

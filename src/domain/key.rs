@@ -70,7 +70,7 @@ mod tests {
 
     #[test]
     fn the_key_is_the_order_id_whatever_shape_or_copy_carried_it() {
-        let raw = r#"{"id":"A-1","amount":5000,"currency":"EUR","customer":"cus_1"}"#;
+        let raw = r#"{"id":"A-1","amount":5000,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}"#;
         let sns = serde_json::json!({"Type": "Notification", "MessageId": "m-2", "Message": raw})
             .to_string();
         let keys: Vec<Key> = [raw.to_owned(), sns]

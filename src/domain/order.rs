@@ -27,8 +27,7 @@ pub struct Order {
     currency: String,
     customer: String,
     /// The saved payment method (`pm_…`) the customer agreed to for this order.
-    /// Needed to charge; a message from before the field existed has none.
-    payment_method: Option<String>,
+    payment_method: String,
 }
 
 /// Why a body is not a valid order. Each variant names the problem.
@@ -68,7 +67,13 @@ pub enum OrderError {
 
 impl Order {
     /// Builds an order from already-typed fields, applying the same rules as parsing.
-    pub fn new(id: &str, amount: u64, currency: &str, customer: &str) -> Result<Self, OrderError> {
+    pub fn new(
+        id: &str,
+        amount: u64,
+        currency: &str,
+        customer: &str,
+        payment_method: &str,
+    ) -> Result<Self, OrderError> {
         validate_id(id)?;
         if amount == 0 || amount > MAX_AMOUNT {
             return Err(OrderError::AmountOutOfRange(amount.to_string()));
@@ -77,20 +82,14 @@ impl Order {
             return Err(OrderError::InvalidCurrency);
         }
         validate_customer(customer)?;
+        validate_payment_method(payment_method)?;
         Ok(Self {
             id: id.to_owned(),
             amount,
             currency: currency.to_ascii_uppercase(),
             customer: customer.to_owned(),
-            payment_method: None,
+            payment_method: payment_method.to_owned(),
         })
-    }
-
-    /// The same order paid with the saved payment method `payment_method` (`pm_…`).
-    pub fn paid_with(mut self, payment_method: &str) -> Result<Self, OrderError> {
-        validate_payment_method(payment_method)?;
-        self.payment_method = Some(payment_method.to_owned());
-        Ok(self)
     }
 
     /// Parses an SQS body: a raw order, an SNS notification envelope around one (SNS
@@ -146,14 +145,8 @@ impl Order {
         };
         let currency = string_field(object, "currency")?;
         let customer = string_field(object, "customer")?;
-        let order = Self::new(id, amount, currency, customer)?;
-        // Optional in the message: one without it is still an order (a message from
-        // before the field existed), charged never, acknowledged when already done.
-        match string_field(object, "payment_method") {
-            Ok(payment_method) => order.paid_with(payment_method),
-            Err(OrderError::Missing(_)) => Ok(order),
-            Err(other) => Err(other),
-        }
+        let payment_method = string_field(object, "payment_method")?;
+        Self::new(id, amount, currency, customer, payment_method)
     }
 
     pub fn id(&self) -> &str {
@@ -174,52 +167,30 @@ impl Order {
         &self.customer
     }
 
-    /// The saved payment method to charge (`pm_…`); `None` for a message from before
-    /// the field existed, which cannot be charged.
-    pub fn payment_method(&self) -> Option<&str> {
-        self.payment_method.as_deref()
+    /// The saved payment method to charge (`pm_…`).
+    pub fn payment_method(&self) -> &str {
+        &self.payment_method
     }
 
-    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer\npayment_method`, or
-    /// of the first four alone for an order without a payment method (ARCHITECTURE.md,
-    /// "The key and the fingerprint").
+    /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer\npayment_method`
+    /// (ARCHITECTURE.md, "The key and the fingerprint").
     pub fn fingerprint(&self) -> String {
-        self.fingerprints().0
-    }
-
-    /// The fingerprint as records written before `payment_method` existed hold it
-    /// (the first four fields), when this order names a payment method: such a
-    /// record's redelivery is the same order, never a conflict.
-    pub fn earlier_fingerprint(&self) -> Option<String> {
-        self.fingerprints().1
-    }
-
-    /// [`Self::fingerprint`] and [`Self::earlier_fingerprint`] from one pass over
-    /// the four fields: every record needs both.
-    pub fn fingerprints(&self) -> (String, Option<String>) {
-        let four = self.four_fields();
-        match &self.payment_method {
-            None => (hex(four), None),
-            Some(payment_method) => {
-                let earlier = hex(four.clone());
-                let mut fields = four;
-                fields.update(b"\n");
-                fields.update(payment_method.as_bytes());
-                (hex(fields), Some(earlier))
-            }
-        }
-    }
-
-    fn four_fields(&self) -> Sha256 {
         let mut hasher = Sha256::new();
-        hasher.update(self.id.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(self.amount.to_string().as_bytes());
-        hasher.update(b"\n");
-        hasher.update(self.currency.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(self.customer.as_bytes());
-        hasher
+        let amount = self.amount.to_string();
+        let fields = [
+            self.id.as_str(),
+            &amount,
+            &self.currency,
+            &self.customer,
+            &self.payment_method,
+        ];
+        for (i, field) in fields.into_iter().enumerate() {
+            if i > 0 {
+                hasher.update(b"\n");
+            }
+            hasher.update(field.as_bytes());
+        }
+        hex(hasher)
     }
 }
 
@@ -398,7 +369,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const RAW: &str = r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123"}"#;
+    const RAW: &str = r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","payment_method":"pm_card_visa"}"#;
 
     fn err(body: &str) -> String {
         match Order::parse(body) {
@@ -410,29 +381,20 @@ mod tests {
     #[test]
     fn fingerprint_matches_the_golden_vector() {
         let order = Order::parse(RAW).unwrap();
-        assert_eq!(
-            order.fingerprint(),
-            "a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc"
-        );
-        assert_eq!(order.payment_method(), None);
-        assert_eq!(order.earlier_fingerprint(), None);
-    }
-
-    #[test]
-    fn with_a_payment_method_the_fingerprint_takes_it_and_keeps_the_earlier_one() {
-        let order = Order::parse(
-            r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","payment_method":"pm_card_visa"}"#,
-        )
-        .unwrap();
-        assert_eq!(order.payment_method(), Some("pm_card_visa"));
+        assert_eq!(order.payment_method(), "pm_card_visa");
         assert_eq!(
             order.fingerprint(),
             "e2dad7907db2f16826ea2cadffd475167b2af5328a69634aba5176186620b8dd"
         );
-        // A record written before the field existed holds the four-field one.
-        assert_eq!(
-            order.earlier_fingerprint().as_deref(),
-            Some("a29fade9ee1924fb759ed6201b67e1d73624e2c1014aec86f4d90bdace3691bc")
+    }
+
+    #[test]
+    fn a_message_without_a_valid_payment_method_is_invalid_naming_the_field() {
+        let missing = r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123"}"#;
+        assert!(
+            err(missing).contains("`payment_method` is missing"),
+            "{}",
+            err(missing)
         );
         for bad in ["\"\"", "\"pm card\"", "5", "\"pm-1\""] {
             let body = format!(
@@ -446,7 +408,7 @@ mod tests {
     #[test]
     fn currency_case_does_not_change_the_fingerprint() {
         let lower = Order::parse(
-            r#"{"id":"ord-1001","amount":5000,"currency":"eur","customer":"cus_123"}"#,
+            r#"{"id":"ord-1001","amount":5000,"currency":"eur","customer":"cus_123","payment_method":"pm_card_visa"}"#,
         )
         .unwrap();
         assert_eq!(lower.currency(), "EUR");
@@ -459,7 +421,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_ignored_and_not_fingerprinted() {
         let extra = Order::parse(
-            r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","note":"x","ts":1}"#,
+            r#"{"id":"ord-1001","amount":5000,"currency":"EUR","customer":"cus_123","payment_method":"pm_card_visa","note":"x","ts":1}"#,
         )
         .unwrap();
         assert_eq!(extra, Order::parse(RAW).unwrap());
@@ -481,10 +443,9 @@ mod tests {
     fn a_field_named_twice_is_invalid_raw_or_in_an_envelope() {
         // serde_json keeps the last value, other parsers the first: the charge must not
         // depend on which one the producer's parser thought won (I-JSON, RFC 7493).
-        let twice = r#"{"id":"A-3","id":"A-4","amount":5000,"currency":"EUR","customer":"cus_1"}"#;
+        let twice = r#"{"id":"A-3","id":"A-4","amount":5000,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}"#;
         assert!(err(twice).contains("`id` appears twice"), "{}", err(twice));
-        let amount_twice =
-            r#"{"id":"A-3","amount":1,"amount":5000,"currency":"EUR","customer":"c"}"#;
+        let amount_twice = r#"{"id":"A-3","amount":1,"amount":5000,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#;
         assert!(err(amount_twice).contains("`amount` appears twice"));
 
         let sns = serde_json::json!({"Type": "Notification", "Message": twice}).to_string();
@@ -509,8 +470,7 @@ mod tests {
             err(&eventbridge)
         );
         // Nested deeper, in a field we otherwise ignore, it is still refused.
-        let nested =
-            r#"{"id":"A-3","amount":5,"currency":"EUR","customer":"c","extra":{"k":1,"k":2}}"#;
+        let nested = r#"{"id":"A-3","amount":5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa","extra":{"k":1,"k":2}}"#;
         assert!(err(nested).contains("`k` appears twice"), "{}", err(nested));
     }
 
@@ -529,41 +489,44 @@ mod tests {
     fn each_invalid_body_names_its_problem() {
         assert!(err("not json").contains("not JSON"));
         assert!(err("[1,2]").contains("not a JSON object"));
-        assert!(err(r#"{"amount":1,"currency":"EUR","customer":"c"}"#).contains("`id` is missing"));
         assert!(
-            err(r#"{"id":"a","amount":50.5,"currency":"EUR","customer":"c"}"#).contains("amount")
+            err(r#"{"amount":1,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#)
+                .contains("`id` is missing")
         );
         assert!(
-            err(r#"{"id":"a","amount":50.0,"currency":"EUR","customer":"c"}"#).contains("amount")
+            err(r#"{"id":"a","amount":50.5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("amount")
         );
         assert!(
-            err(r#"{"id":"a","amount":"50","currency":"EUR","customer":"c"}"#).contains("amount")
+            err(r#"{"id":"a","amount":50.0,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("amount")
         );
-        assert!(err(r#"{"id":"a","amount":0,"currency":"EUR","customer":"c"}"#).contains("amount"));
         assert!(
-            err(r#"{"id":"a","amount":100000000,"currency":"EUR","customer":"c"}"#)
+            err(r#"{"id":"a","amount":"50","currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("amount")
+        );
+        assert!(err(r#"{"id":"a","amount":0,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("amount"));
+        assert!(
+            err(r#"{"id":"a","amount":100000000,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#)
                 .contains("amount")
         );
         assert!(
-            err(r#"{"id":"a","amount":-5,"currency":"EUR","customer":"c"}"#).contains("amount")
+            err(r#"{"id":"a","amount":-5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("amount")
         );
         assert!(
-            err(r#"{"id":"a","amount":5,"currency":"EURO","customer":"c"}"#).contains("currency")
+            err(r#"{"id":"a","amount":5,"currency":"EURO","customer":"c","payment_method":"pm_card_visa"}"#).contains("currency")
         );
         assert!(
-            err(r#"{"id":"a","amount":5,"currency":"E1R","customer":"c"}"#).contains("currency")
+            err(r#"{"id":"a","amount":5,"currency":"E1R","customer":"c","payment_method":"pm_card_visa"}"#).contains("currency")
         );
-        assert!(err(r#"{"id":"a#b","amount":5,"currency":"EUR","customer":"c"}"#).contains("`#`"));
+        assert!(err(r#"{"id":"a#b","amount":5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("`#`"));
         let long = "x".repeat(129);
         assert!(
             err(&format!(
-                r#"{{"id":"{long}","amount":5,"currency":"EUR","customer":"c"}}"#
+                r#"{{"id":"{long}","amount":5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}}"#
             ))
             .contains("128")
         );
-        assert!(err(r#"{"id":"a b","amount":5,"currency":"EUR","customer":"c"}"#).contains("`id`"));
+        assert!(err(r#"{"id":"a b","amount":5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}"#).contains("`id`"));
         assert!(
-            err(r#"{"id":"a","amount":5,"currency":"EUR","customer":""}"#).contains("customer")
+            err(r#"{"id":"a","amount":5,"currency":"EUR","customer":"","payment_method":"pm_card_visa"}"#).contains("customer")
         );
         assert!(err(r#"{"id":"a","amount":5,"currency":"EUR"}"#).contains("`customer` is missing"));
         assert!(err(r#"{"Type":"Notification"}"#).contains("Message is missing"));
@@ -574,7 +537,9 @@ mod tests {
     #[test]
     fn an_id_of_exactly_128_characters_is_accepted() {
         let id = "x".repeat(128);
-        let body = format!(r#"{{"id":"{id}","amount":5,"currency":"EUR","customer":"c"}}"#);
+        let body = format!(
+            r#"{{"id":"{id}","amount":5,"currency":"EUR","customer":"c","payment_method":"pm_card_visa"}}"#
+        );
         assert_eq!(Order::parse(&body).unwrap().id(), id);
     }
 
@@ -602,7 +567,8 @@ mod tests {
                         "`id`",
                         "`amount`",
                         "`currency`",
-                        "`customer`"
+                        "`customer`",
+                        "`payment_method`"
                     ]
                     .iter()
                     .any(|w| text.contains(w)),

@@ -29,18 +29,13 @@ impl Fingerprint {
 pub struct Identity {
     pub key: Key,
     pub fingerprint: Fingerprint,
-    /// The fingerprint records from before `payment_method` hold for this order (when
-    /// it names one): such a record is the same order.
-    pub earlier: Option<Fingerprint>,
 }
 
 impl Identity {
     pub fn of(order: &Order) -> Self {
-        let (fingerprint, earlier) = order.fingerprints();
         Self {
             key: Key::for_order(order),
-            fingerprint: Fingerprint(fingerprint),
-            earlier: earlier.map(Fingerprint),
+            fingerprint: Fingerprint(order.fingerprint()),
         }
     }
 }

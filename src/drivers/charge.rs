@@ -143,7 +143,6 @@ impl Charger<'_> {
             max_declines: self.settings.max_declines,
             key_ttl: self.settings.provider_key_ttl,
             rules: Rules::ALL,
-            chargeable: order.payment_method().is_some(),
         });
         loop {
             step = match step {
@@ -178,13 +177,6 @@ impl Charger<'_> {
                         .await;
                     calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Cancelled(answer))
-                }
-                Step::Read => {
-                    let answer = self
-                        .store_call(deadline, self.store.get(&identity.key))
-                        .await;
-                    calls.store |= self.tell_store_breaker(&answer);
-                    machine.on(Input::Read(answer))
                 }
             };
         }

@@ -21,26 +21,19 @@ use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Key, Record, State};
 
-/// Whether `charge` is for exactly the order that `fingerprint` was taken of: with its
-/// payment method, or (a record from before the field existed) without.
+/// Whether a charge is this order's payment: its order's fingerprint, recomputed from
+/// what the provider lists (amount, currency, customer, payment method), is the record's.
 fn charge_matches(charge: &ListedCharge, order_id: &str, fingerprint: &Fingerprint) -> bool {
     let customer = charge.customer.as_deref().unwrap_or_default();
-    let Ok(order) = Order::new(
+    let payment_method = charge.payment_method.as_deref().unwrap_or_default();
+    Order::new(
         order_id,
         charge.amount,
         &charge.currency.to_ascii_uppercase(),
         customer,
-    ) else {
-        return false;
-    };
-    if Fingerprint::of(&order) == *fingerprint {
-        return true;
-    }
-    charge
-        .payment_method
-        .as_deref()
-        .and_then(|method| order.paid_with(method).ok())
-        .is_some_and(|paid| Fingerprint::of(&paid) == *fingerprint)
+        payment_method,
+    )
+    .is_ok_and(|order| Fingerprint::of(&order) == *fingerprint)
 }
 
 fn charge_evidence(charge: &ListedCharge) -> Value {
@@ -293,7 +286,7 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn order(id: &str) -> Order {
-        Order::new(id, 500, "EUR", "cus_1").unwrap()
+        Order::new(id, 500, "EUR", "cus_1", "pm_card_visa").unwrap()
     }
 
     fn charge(id: &str, order_id: &str, status: &str) -> ListedCharge {
@@ -303,7 +296,7 @@ mod tests {
             amount: 500,
             currency: "eur".to_owned(),
             customer: Some("cus_1".to_owned()),
-            payment_method: None,
+            payment_method: Some("pm_card_visa".to_owned()),
             status: status.to_owned(),
             created: NOW - HOUR,
         }

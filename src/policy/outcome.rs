@@ -80,9 +80,6 @@ pub enum Outcome {
         payment_id: Option<String>,
         attempt: u32,
     },
-    /// The message names no payment method and its order is not done: it cannot be
-    /// charged (a message from before the field existed).
-    MissingPaymentMethod,
     /// The dependency's breaker is open in this execution environment: no write and no
     /// call were made; the record comes back with the backoff.
     Deferred {
@@ -212,14 +209,6 @@ pub enum ReconcileCause {
     PendingAnswer { charge_id: String, status: String },
     #[error("provider says key {provider_key} was used with other parameters")]
     KeyReused { provider_key: String },
-    /// A record from before `payment_method` whose key was sent to the Charges API.
-    #[error(
-        "this order's key was sent to the Charges API before payments moved to \
-         PaymentIntents, and a PaymentIntents lookup cannot see that charge: look for a \
-         charge with its metadata[order_id] at the provider, then `resolve \
-         --charges-api-checked`"
-    )]
-    SentBeforePaymentIntents,
     /// The payment answered in a status this consumer does not settle by itself.
     #[error(
         "the provider answered with payment {payment_id} in status `{status}`: settle it at \
@@ -258,7 +247,6 @@ impl Outcome {
             Self::Deferred { .. } => OutcomeKind::Deferred,
             Self::NeedsReconciliation { .. } => OutcomeKind::NeedsReconciliation,
             Self::AuthenticationRequired { .. } => OutcomeKind::AuthenticationRequired,
-            Self::MissingPaymentMethod => OutcomeKind::Invalid,
         }
     }
 
@@ -345,10 +333,6 @@ impl Outcome {
                  back to confirm this payment on-session, then redrives; no other payment is \
                  made while it is open"
             }
-            Self::MissingPaymentMethod => {
-                "field `payment_method` is missing: the order cannot be charged without the \
-                 saved payment method (pm_…) the customer agreed to, and it is not done"
-            }
         };
         Some(Cow::Borrowed(fixed))
     }
@@ -419,7 +403,6 @@ impl Outcome {
             Self::Conflict
             | Self::InProgress { .. }
             | Self::NeedsReconciliation { .. }
-            | Self::MissingPaymentMethod
             | Self::Deferred { .. } => Details::default(),
         }
     }
@@ -535,11 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn an_order_without_a_payment_method_is_invalid_and_its_reason_names_the_field() {
-        let missing = Outcome::MissingPaymentMethod;
-        assert_eq!(missing.kind(), OutcomeKind::Invalid);
-        assert_eq!(missing.class(), Class::Poison, "dead-lettered at once");
-        assert!(missing.reason().unwrap().contains("`payment_method`"));
+    fn an_authentication_request_names_its_payment_and_is_dead_lettered() {
         let strong = Outcome::AuthenticationRequired {
             payment_id: Some("pi_1".into()),
             attempt: 1,

@@ -18,7 +18,7 @@ use crate::contracts::store::{
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
-use crate::policy::table::{same_order, sent_before_payment_intents};
+use crate::policy::table::same_order;
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,13 +64,6 @@ pub enum ResolveError {
     )]
     NotTheKeyHolder,
     #[error(
-        "this order's key was sent to the Charges API before payments moved to \
-         PaymentIntents, and a PaymentIntents lookup cannot see that charge: look for a \
-         charge with its metadata[order_id] at the provider by hand, then pass \
-         --charges-api-checked"
-    )]
-    SentBeforePaymentIntents,
-    #[error(
         "payment {payment_id} of this order is still open after it was cancelled: settle it \
          at the provider, then run resolve again"
     )]
@@ -91,9 +84,6 @@ pub struct Confirmed {
     /// The customer fixed their card: reset the order's decline count, so the next
     /// delivery may try the card again.
     pub retry_declined: bool,
-    /// A record whose key was sent to the Charges API (before PaymentIntents): a
-    /// person checked the provider's charges for the order by hand.
-    pub charges_api_checked: bool,
 }
 
 /// What the resolve machine asks for next.
@@ -161,7 +151,6 @@ enum Phase {
 pub struct Resolver {
     key: Key,
     fingerprint: Fingerprint,
-    earlier_fingerprint: Option<Fingerprint>,
     owner: Owner,
     now: Time,
     lease_until: Time,
@@ -185,15 +174,10 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
-        let Identity {
-            key,
-            fingerprint,
-            earlier,
-        } = Identity::of(order);
+        let Identity { key, fingerprint } = Identity::of(order);
         let resolver = Self {
             key,
             fingerprint,
-            earlier_fingerprint: earlier,
             owner,
             now,
             lease_until,
@@ -223,7 +207,6 @@ impl Resolver {
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk: &self.key,
                 fingerprint: &self.fingerprint,
-                earlier_fingerprint: self.earlier_fingerprint.as_ref(),
                 owner: &self.owner,
                 now: self.now,
                 lease_until: self.lease_until,
@@ -300,18 +283,9 @@ impl Resolver {
             }));
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
-        let same = same_order(
-            &record,
-            &self.fingerprint,
-            self.earlier_fingerprint.as_ref(),
-        );
+        let same = same_order(&record, &self.fingerprint);
         if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
-        }
-        if sent_before_payment_intents(&record, &self.fingerprint)
-            && !self.confirmed.charges_api_checked
-        {
-            return ResolveStep::Done(Err(ResolveError::SentBeforePaymentIntents));
         }
         self.phase = Phase::Leasing;
         ResolveStep::Write(ResolveWrite::Lease)
@@ -414,7 +388,7 @@ mod tests {
     }
 
     fn order() -> Order {
-        Order::new("ord-r", 900, "EUR", "cus_r").unwrap()
+        Order::new("ord-r", 900, "EUR", "cus_r", "pm_card_visa").unwrap()
     }
 
     fn start(confirmed: Confirmed) -> Resolver {

@@ -25,11 +25,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
-            // A record from before `payment_method` is taken over only when no key of
-            // it was sent: a charge made through the Charges API is one a PaymentIntents
-            // lookup cannot see (`classify_lost` sends the others to a person).
-            let same_payload = r.fingerprint.as_ref() == Some(req.fingerprint)
-                || (same_order(r, req.fingerprint, req.earlier_fingerprint) && r.sent.is_none());
+            let same_payload = same_order(r, req.fingerprint);
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
             let free = r.state == State::Free
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
@@ -42,25 +38,14 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::LeaseForResolve(req) => {
             r.state != State::Done
                 && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
-                && (r.fingerprint.is_none()
-                    || same_order(r, req.fingerprint, req.earlier_fingerprint))
+                && (r.fingerprint.is_none() || same_order(r, req.fingerprint))
         }
     }
 }
 
-/// Whether the stored record is this order's: its fingerprint, or the earlier one a
-/// record from before `payment_method` holds.
-pub fn same_order(r: &Record, fingerprint: &Fingerprint, earlier: Option<&Fingerprint>) -> bool {
-    r.fingerprint
-        .as_ref()
-        .is_some_and(|h| h == fingerprint || Some(h) == earlier)
-}
-
-/// A record from before `payment_method` (its earlier fingerprint) whose current key
-/// was sent: to the Charges API, whose charges a PaymentIntents lookup cannot see. Such
-/// an order never moves on by itself.
-pub fn sent_before_payment_intents(r: &Record, fingerprint: &Fingerprint) -> bool {
-    r.state != State::Done && r.sent.is_some() && r.fingerprint.as_ref() != Some(fingerprint)
+/// Whether the stored record is this order's: the same fingerprint.
+pub fn same_order(r: &Record, fingerprint: &Fingerprint) -> bool {
+    r.fingerprint.as_ref() == Some(fingerprint)
 }
 
 /// The item `write` leaves when its condition holds on `stored`.
@@ -167,7 +152,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             },
         };
     }
-    if !same_order(&old, req.fingerprint, req.earlier_fingerprint) {
+    if !same_order(&old, req.fingerprint) {
         return Reservation::Conflict {
             stored_fingerprint: old.fingerprint,
         };
@@ -182,11 +167,6 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         State::InProgress if lease_live => Reservation::InProgress {
             until: old.lease_until,
         },
-        _ if sent_before_payment_intents(&old, req.fingerprint) => {
-            Reservation::NeedsReconciliation {
-                cause: ReconcileCause::SentBeforePaymentIntents,
-            }
-        }
         State::InProgress | State::Free if old.declines() >= req.max_declines => {
             Reservation::DeclineLimit {
                 declines: old.declines(),
@@ -231,7 +211,6 @@ mod tests {
         let req = ReserveRequest {
             pk: &pk,
             fingerprint: &fingerprint,
-            earlier_fingerprint: None,
             owner: &owner,
             now: Time::from_ms(0),
             lease_until: Time::from_ms(1),

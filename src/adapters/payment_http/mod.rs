@@ -42,8 +42,6 @@ use crate::domain::order::Order;
 pub const STRIPE_VERSION: &str = "2026-09-30.endive";
 /// The PaymentIntents endpoint.
 const PAYMENT_INTENTS: &str = "/v1/payment_intents";
-/// Where the receipts of orders charged before PaymentIntents are read.
-const CHARGES: &str = "/v1/charges";
 
 /// Page size of a listing, and how many pages reconciliation reads at most.
 const PAGE_SIZE: usize = 100;
@@ -194,10 +192,7 @@ pub fn charge_form(order: &Order) -> [(&'static str, String); 10] {
         ("amount", order.amount().to_string()),
         ("currency", order.currency().to_ascii_lowercase()),
         ("customer", order.customer().to_owned()),
-        (
-            "payment_method",
-            order.payment_method().unwrap_or_default().to_owned(),
-        ),
+        ("payment_method", order.payment_method().to_owned()),
         ("confirm", "true".to_owned()),
         ("off_session", "true".to_owned()),
         ("automatic_payment_methods[enabled]", "true".to_owned()),
@@ -425,13 +420,8 @@ impl ChargeListing for HttpProvider {
     }
 
     async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
-        // A receipt is whatever the table holds: one path segment, escaped. Orders
-        // charged before payments moved to PaymentIntents hold a charge (`ch_…`), read
-        // where it lives (the Charges API still reads them).
-        let url = match id.strip_prefix("ch_") {
-            Some(_) => self.object_url(CHARGES, id, &[])?,
-            None => self.intent_url(id, &[])?,
-        };
+        // A receipt is whatever the table holds: one path segment, escaped.
+        let url = self.intent_url(id, &[])?;
         let response = self.client.get(url).send().await.map_err(send_error)?;
         if response.status() == StatusCode::NOT_FOUND {
             // No such charge only when the provider says so; any other 404 is an
@@ -604,7 +594,7 @@ mod tests {
 
     #[test]
     fn a_lookup_prefers_succeeded_then_in_flight_then_open_and_skips_cancelled() {
-        let order = Order::new("o-1", 5000, "EUR", "cus_1").unwrap();
+        let order = Order::new("o-1", 5000, "EUR", "cus_1", "pm_card_visa").unwrap();
         let one = |status| intent(&format!("pi_{status}"), status, 5000, "eur", "o-1");
         assert_eq!(pick(&[one("canceled")], &order), Lookup::NotFound);
         assert_eq!(

@@ -217,7 +217,7 @@ fn params_of(order: &Order) -> Params {
         amount_of(order),
         order.currency().to_owned(),
         order.customer().to_owned(),
-        order.payment_method().map(str::to_owned),
+        Some(order.payment_method().to_owned()),
     )
 }
 
@@ -326,7 +326,7 @@ fn new_payment(
 
 /// A new key's answer, by the test payment method (and the one test customer).
 fn first_answer(order: &Order) -> (&'static str, Result<(), PaymentError>) {
-    let method = order.payment_method().unwrap_or_default();
+    let method = order.payment_method();
     if method == AUTHENTICATION_REQUIRED {
         let answer = Err(PaymentError::AuthenticationRequired { payment_id: None });
         return ("authentication_required", answer);
@@ -504,10 +504,7 @@ mod tests {
     use super::*;
 
     fn order(payment_method: &str) -> Order {
-        Order::new("ord-sim", 500, "EUR", "cus_1")
-            .unwrap()
-            .paid_with(payment_method)
-            .unwrap()
+        Order::new("ord-sim", 500, "EUR", "cus_1", payment_method).unwrap()
     }
 
     fn provider() -> (tempfile::TempDir, SimulatedProvider) {
@@ -598,10 +595,14 @@ mod tests {
     #[tokio::test]
     async fn timeout_after_charge_charges_then_the_replay_returns_the_payment() {
         let (_dir, p) = provider();
-        let lost_order = Order::new("ord-sim", 500, "EUR", TIMEOUT_AFTER_CHARGE_CUSTOMER)
-            .unwrap()
-            .paid_with("pm_card_visa")
-            .unwrap();
+        let lost_order = Order::new(
+            "ord-sim",
+            500,
+            "EUR",
+            TIMEOUT_AFTER_CHARGE_CUSTOMER,
+            "pm_card_visa",
+        )
+        .unwrap();
         let lost = p.charge(&lost_order, "k#1").await;
         assert!(matches!(
             lost,
@@ -621,10 +622,7 @@ mod tests {
         let (_dir, p) = provider();
         p.charge(&order("pm_card_visa"), "k#1").await.unwrap();
         for other in [
-            Order::new("ord-sim", 999, "EUR", "cus_1")
-                .unwrap()
-                .paid_with("pm_card_visa")
-                .unwrap(),
+            Order::new("ord-sim", 999, "EUR", "cus_1", "pm_card_visa").unwrap(),
             order("pm_card_mastercard"),
         ] {
             assert!(matches!(
@@ -638,10 +636,7 @@ mod tests {
     async fn it_refuses_what_stripe_refuses_and_stores_nothing_under_the_key() {
         let (_dir, p) = provider();
         let with = |amount, currency: &str, customer: &str, method: &str| {
-            Order::new("ord-x", amount, currency, customer)
-                .unwrap()
-                .paid_with(method)
-                .unwrap()
+            Order::new("ord-x", amount, currency, customer, method).unwrap()
         };
         for (order, code) in [
             (
@@ -659,10 +654,6 @@ mod tests {
                 "resource_missing",
             ),
             (with(500, "EUR", "cus_1", "cus_1"), "resource_missing"),
-            (
-                Order::new("ord-x", 500, "EUR", "cus_1").unwrap(),
-                "parameter_missing",
-            ),
         ] {
             match p.charge(&order, "k#1").await {
                 Err(PaymentError::Rejected {

@@ -72,9 +72,8 @@ pub(super) fn refusal(order: &Order) -> Option<PaymentError> {
     if !order.customer().starts_with("cus_") {
         return Some(refused("resource_missing"));
     }
-    match order.payment_method() {
-        None => Some(refused("parameter_missing")),
-        Some(method) if !method.starts_with("pm_") => Some(refused("resource_missing")),
-        Some(_) => None,
+    if !order.payment_method().starts_with("pm_") {
+        return Some(refused("resource_missing"));
     }
+    None
 }

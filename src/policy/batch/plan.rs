@@ -386,7 +386,9 @@ mod tests {
     }
 
     fn order(id: &str) -> String {
-        format!(r#"{{"id":"{id}","amount":100,"currency":"EUR","customer":"cus_1"}}"#)
+        format!(
+            r#"{{"id":"{id}","amount":100,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}}"#
+        )
     }
 
     fn fifo(mut m: SqsMessage, group: Option<&str>) -> SqsMessage {

@@ -31,7 +31,6 @@ use crate::domain::clock::Time;
 /// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
-    Reading,
     Reserving,
     Looking(Looking),
     Cancelling(Looking),
@@ -47,7 +46,6 @@ enum Phase {
 impl Phase {
     fn name(&self) -> &'static str {
         match self {
-            Self::Reading => "reading",
             Self::Reserving => "reserving",
             Self::Looking(_) => "looking",
             Self::Cancelling(_) => "cancelling",
@@ -77,9 +75,6 @@ pub struct Start {
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub key_ttl: Duration,
     pub rules: Rules,
-    /// The order names a payment method, so it can be charged. Without one, the
-    /// machine only reads the record: done → a duplicate; else it cannot be charged.
-    pub chargeable: bool,
 }
 
 /// One record's state machine.
@@ -87,7 +82,6 @@ pub struct Start {
 pub struct Machine {
     key: Key,
     fingerprint: Fingerprint,
-    earlier_fingerprint: Option<Fingerprint>,
     owner: Owner,
     started_at: Time,
     /// The record's creation, once reserved: where lookups of its payments start.
@@ -110,15 +104,10 @@ pub struct Machine {
 impl Machine {
     /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
     pub fn new(start: Start) -> (Self, Step) {
-        let Identity {
-            key,
-            fingerprint,
-            earlier,
-        } = start.identity;
+        let Identity { key, fingerprint } = start.identity;
         let machine = Self {
             key,
             fingerprint,
-            earlier_fingerprint: earlier,
             owner: start.owner,
             started_at: start.now,
             created: None,
@@ -134,15 +123,6 @@ impl Machine {
             receipt: None,
             success: None,
         };
-        if !start.chargeable {
-            return (
-                Self {
-                    phase: Phase::Reading,
-                    ..machine
-                },
-                Step::Read,
-            );
-        }
         (machine, Step::Write(WriteKind::Reserve))
     }
 
@@ -162,7 +142,6 @@ impl Machine {
         ReserveRequest {
             pk: &self.key,
             fingerprint: &self.fingerprint,
-            earlier_fingerprint: self.earlier_fingerprint.as_ref(),
             owner: &self.owner,
             now: self.started_at,
             lease_until: self.deadline,
@@ -214,7 +193,6 @@ impl Machine {
     /// the record with a safe retry.
     fn next(&mut self, phase: Phase, input: Input) -> Step {
         match (phase, input) {
-            (Phase::Reading, Input::Read(answer)) => on_read(answer),
             (Phase::Reserving, Input::Written(answer)) => self.on_reserved(answer),
             (Phase::Looking(why), Input::Looked(answer)) => self.on_looked(why, answer),
             (Phase::Cancelling(why), Input::Cancelled(answer)) => self.on_cancelled(why, answer),
@@ -511,19 +489,6 @@ impl Machine {
         };
         self.release(kind, Outcome::retryable(cause, Some(self.attempt)))
     }
-}
-
-/// An order that names no payment method cannot be charged: acknowledged as a
-/// duplicate when its record is done (a message sent before the field existed), else
-/// it cannot be charged.
-fn on_read(answer: Result<Option<Record>, NoAnswer<StoreError>>) -> Step {
-    Step::Done(match answer {
-        Ok(Some(record)) if record.state == State::Done => Outcome::Duplicate {
-            receipt: record.receipt,
-        },
-        Ok(_) => Outcome::MissingPaymentMethod,
-        Err(no_answer) => store_no_answer(Call::Read, no_answer, None),
-    })
 }
 
 /// The outcome of a store call that gave no answer. A charge made before it is safe:

@@ -4,7 +4,6 @@
 
 use crate::contracts::payment::{Cancel, Lookup, PaymentError, Receipt};
 use crate::contracts::store::{ReleaseKind, StoreError, WriteOutcome};
-use crate::domain::Record;
 use crate::policy::outcome::Outcome;
 
 /// Why a call gave no answer (a store or provider call of the driver).
@@ -40,9 +39,6 @@ pub enum Step {
     Lookup,
     /// Cancel the order's open payment `payment_id`; answer with [`Input::Cancelled`].
     Cancel { payment_id: String },
-    /// Read the record (strongly consistent), for an order that names no payment
-    /// method; answer with [`Input::Read`].
-    Read,
     /// The record's end.
     Done(Outcome),
 }
@@ -54,7 +50,6 @@ pub enum Input {
     Charged(Result<Receipt, NoAnswer<PaymentError>>),
     Looked(Result<Lookup, NoAnswer<PaymentError>>),
     Cancelled(Result<Cancel, NoAnswer<PaymentError>>),
-    Read(Result<Option<Record>, NoAnswer<StoreError>>),
 }
 
 impl Input {
@@ -64,7 +59,6 @@ impl Input {
             Self::Charged(_) => "charged",
             Self::Looked(_) => "looked up",
             Self::Cancelled(_) => "cancelled",
-            Self::Read(_) => "read",
         }
     }
 }

@@ -17,10 +17,7 @@ const NOW_MS: i64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(23 * 3600);
 
 fn order() -> Order {
-    Order::new("o-1", 5000, "EUR", "cus_1")
-        .unwrap()
-        .paid_with("pm_card_visa")
-        .unwrap()
+    Order::new("o-1", 5000, "EUR", "cus_1", "pm_card_visa").unwrap()
 }
 
 fn start() -> (Machine, Step) {
@@ -33,7 +30,6 @@ fn start() -> (Machine, Step) {
         max_declines: 3,
         key_ttl: TTL,
         rules: Rules::ALL,
-        chargeable: true,
     })
 }
 
