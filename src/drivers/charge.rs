@@ -243,15 +243,8 @@ impl Charger<'_> {
         let mut tries = 0;
         loop {
             tries += 1;
-            let now = self.settings.now();
-            let wait = pacer.reserve(now);
-            if !wait.is_zero() {
-                if !budget.fits_after(wait, now, deadline) {
-                    pacer.give_back();
-                    return Err(NoAnswer::Failed(not_sent()));
-                }
-                metrics::histogram!(PACING_WAIT).record(wait.as_secs_f64() * 1000.0);
-                tokio::time::sleep(wait).await;
+            if let Err(not_sent) = self.wait_for_slot(pacer, deadline).await {
+                return Err(NoAnswer::Failed(not_sent));
             }
             let answer = self.provider_call(deadline, call()).await;
             calls.provider |= self.tell_provider_breaker(&answer);
@@ -285,6 +278,33 @@ impl Charger<'_> {
             }
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// Waits until the pace lets a provider call go, while the call would still fit
+    /// before the deadline; [`not_sent`] when it would not. Each wait is at most one
+    /// spacing of the pace, so the loop is bounded by the deadline; the count bounds
+    /// it too.
+    async fn wait_for_slot(&self, pacer: &Pacer, deadline: Time) -> Result<(), PaymentError> {
+        const MOST_WAITS: u32 = 10_000;
+        let mut waited = Duration::ZERO;
+        for _ in 0..MOST_WAITS {
+            let now = self.settings.now();
+            let wait = match pacer.try_take(now) {
+                Ok(()) => {
+                    if !waited.is_zero() {
+                        metrics::histogram!(PACING_WAIT).record(waited.as_secs_f64() * 1000.0);
+                    }
+                    return Ok(());
+                }
+                Err(wait) => wait.max(Duration::from_millis(1)),
+            };
+            if !self.settings.budget.fits_after(wait, now, deadline) {
+                return Err(not_sent());
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+        Err(not_sent())
     }
 
     /// Tells the store's breaker how a call went; whether the call was made.

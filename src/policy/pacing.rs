@@ -102,25 +102,25 @@ impl Pacer {
         self.with(|s| s.rate)
     }
 
-    /// Takes the next slot at `now`: how long to wait before the call. A slot not used
-    /// (the wait did not fit before the deadline) is handed back with [`Self::give_back`].
-    pub fn reserve(&self, now: Time) -> Duration {
+    /// Takes a slot at `now` if one is free: `Err(how long until the next one)`
+    /// otherwise, and the caller asks again then. A waiter holds no slot, so a cut of
+    /// the rate holds back every waiter at once (slots handed out ahead of time would
+    /// still go at the old rate, each refused).
+    pub fn try_take(&self, now: Time) -> Result<(), Duration> {
         if self.off {
-            return Duration::ZERO;
+            return Ok(());
         }
         self.with(|s| {
             let now_ms = now.as_ms() as f64;
-            // No credit is saved up while idle: after a quiet spell the first call goes
-            // at once, the next ones at the pace.
-            let slot = s.next_slot_ms.max(now_ms);
-            s.next_slot_ms = slot + 1000.0 / s.rate;
-            Duration::from_secs_f64((slot - now_ms).max(0.0) / 1000.0)
+            let spacing = 1000.0 / s.rate;
+            if s.next_slot_ms > now_ms {
+                return Err(Duration::from_secs_f64((s.next_slot_ms - now_ms) / 1000.0));
+            }
+            // On pace when the waiter came on time; after a quiet spell no credit but
+            // half a slot, so the next calls keep the pace rather than burst.
+            s.next_slot_ms = (s.next_slot_ms + spacing).max(now_ms + spacing / 2.0);
+            Ok(())
         })
-    }
-
-    /// A slot taken by [`Self::reserve`] that was not used.
-    pub fn give_back(&self) {
-        self.with(|s| s.next_slot_ms -= 1000.0 / s.rate);
     }
 
     /// The provider answered (anything but a rate limit): a little faster.
@@ -147,6 +147,9 @@ impl Pacer {
             s.last_decrease = Some(now);
             s.slow_start = false;
             s.rate = (s.rate * DECREASE).max(FLOOR_RATE);
+            // The limit refused this second's excess: the next slot a whole new
+            // spacing away.
+            s.next_slot_ms = s.next_slot_ms.max(now.as_ms() as f64 + 1000.0 / s.rate);
         });
     }
 }
@@ -178,26 +181,33 @@ mod tests {
     #[test]
     fn slots_are_spaced_by_the_rate_and_idle_time_saves_no_burst() {
         let pacer = Pacer::new(Some(4.0));
-        let waits: Vec<u128> = (0..4).map(|_| pacer.reserve(at(0)).as_millis()).collect();
-        assert_eq!(waits, [0, 250, 500, 750]);
-        // Ten seconds of quiet: one call at once, then the pace again.
-        assert_eq!(pacer.reserve(at(10_000)), Duration::ZERO);
-        assert_eq!(pacer.reserve(at(10_000)), Duration::from_millis(250));
+        // From rest, the second call comes half a spacing after the first, then the
+        // pace: 4 a second, 250 ms apart.
+        assert_eq!(pacer.try_take(at(0)), Ok(()));
+        assert_eq!(pacer.try_take(at(0)), Err(Duration::from_millis(125)));
+        assert_eq!(pacer.try_take(at(100)), Err(Duration::from_millis(25)));
+        assert_eq!(pacer.try_take(at(125)), Ok(()));
+        assert_eq!(pacer.try_take(at(125)), Err(Duration::from_millis(250)));
+        assert_eq!(pacer.try_take(at(375)), Ok(()));
+        // Ten seconds of quiet: one call at once, the next at half the spacing at most.
+        assert_eq!(pacer.try_take(at(10_000)), Ok(()));
+        assert_eq!(pacer.try_take(at(10_000)), Err(Duration::from_millis(125)));
+    }
+
+    #[test]
+    fn a_rate_limit_holds_back_every_waiter_at_once() {
+        let pacer = Pacer::new(Some(4.0));
+        assert_eq!(pacer.try_take(at(0)), Ok(()));
+        pacer.on_rate_limited(at(100));
+        // 3 a second now: the next slot a whole spacing after the refusal.
+        assert!(pacer.try_take(at(250)).is_err());
+        assert_eq!(pacer.try_take(at(434)), Ok(()));
     }
 
     #[test]
     fn a_pacer_that_is_off_never_waits() {
         let pacer = Pacer::off();
-        assert!((0..100).all(|_| pacer.reserve(at(0)).is_zero()));
-    }
-
-    #[test]
-    fn a_slot_given_back_goes_to_the_next_caller() {
-        let pacer = Pacer::new(Some(2.0));
-        assert_eq!(pacer.reserve(at(0)), Duration::ZERO);
-        assert_eq!(pacer.reserve(at(0)), Duration::from_millis(500));
-        pacer.give_back();
-        assert_eq!(pacer.reserve(at(0)), Duration::from_millis(500));
+        assert!((0..100).all(|_| pacer.try_take(at(0)).is_ok()));
     }
 
     #[test]
