@@ -26,12 +26,12 @@ pub const CEILING_RATE: f64 = 100.0;
 const DECREASE: f64 = 0.75;
 /// At most one cut per interval: the refusals of one burst all answer the same excess.
 const DECREASE_INTERVAL: Duration = Duration::from_secs(1);
-/// Slow start: each success adds this much, so the rate grows by half a second.
-const SLOW_START_STEP: f64 = 0.5;
+/// Slow start: each success adds this much, so the rate grows by a quarter a second.
+const SLOW_START_STEP: f64 = 0.25;
 /// After the first rate limit: the rate grows by this many requests a second, each
 /// second (each success adds it divided by the rate). Small, so that the fleet's sum
 /// creeps over the limit rather than leaping: few refusals per cycle.
-const INCREASE_PER_S: f64 = 0.3;
+const INCREASE_PER_S: f64 = 0.2;
 
 /// This environment's pacer.
 #[derive(Debug)]
