@@ -577,3 +577,35 @@ async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
     metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_or_a_lock_never_counts_toward_the_providers_breaker() {
+        for kind in [
+            FailureKind::RateLimited(Limiter::EndpointRate),
+            FailureKind::RateLimited(Limiter::Unnamed),
+            FailureKind::Lock,
+        ] {
+            assert!(
+                !provider_is_down(&PaymentError::retryable(kind)),
+                "{kind:?}"
+            );
+        }
+        assert!(!provider_is_down(&not_sent()));
+        assert!(provider_is_down(&PaymentError::retryable(
+            FailureKind::Server(503)
+        )));
+        let breaker = Breaker::new(1, Duration::from_secs(1), Duration::from_secs(2));
+        let now = Time::from_ms(0);
+        for _ in 0..10 {
+            let refused: Result<(), _> = Err(NoAnswer::Failed(PaymentError::retryable(
+                FailureKind::RateLimited(Limiter::EndpointRate),
+            )));
+            tell_breaker(&breaker, &refused, now, provider_is_down);
+        }
+        assert!(breaker.is_closed(), "rate limits kept the breaker closed");
+    }
+}
