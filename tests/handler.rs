@@ -836,9 +836,12 @@ async fn once_the_providers_breaker_opens_records_are_deferred_without_a_write_u
         ..Options::default()
     };
     let h = Harness::with(TestProvider::new(), options).await;
+    // A customer each: one customer's orders run one after another, and the probe
+    // must be out while the other record is admitted.
     let body = |id: &str| {
+        let customer = id.replace('-', "_");
         format!(
-            r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_1","payment_method":"pm_card_visa"}}"#
+            r#"{{"id":"{id}","amount":700,"currency":"EUR","customer":"cus_{customer}","payment_method":"pm_card_visa"}}"#
         )
     };
     // A 5xx and its in-invocation retry: two failures in a row open the breaker.
