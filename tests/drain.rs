@@ -42,6 +42,8 @@ async fn create(payer: &Payer, key: String) -> (u16, Option<String>, Option<Stri
             ("payment_method", payer.card.as_str()),
             ("confirm", "true"),
             ("off_session", "true"),
+            ("automatic_payment_methods[enabled]", "true"),
+            ("automatic_payment_methods[allow_redirects]", "never"),
         ])
         .send()
         .await

@@ -971,20 +971,11 @@ async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_red
 
 #[tokio::test]
 async fn a_message_without_a_payment_method_is_invalid_and_never_charged() {
-    let logs = Captured::default();
-    let _guard = logs.install();
     let h = harness().await;
     let unpaid = batch_of(&[unpaid("pi-none")]);
+    // Failed alone (dead-lettered by the batch: tests/queue.rs), with the reason
+    // `domain/order.rs`'s tests name.
     assert_eq!(h.invoke_event_with(unpaid, INVOCATION).await.len(), 1);
-    let (_, outcome, _, fields) = outcome_lines(&logs).pop().unwrap();
-    assert_eq!(outcome, "invalid");
-    assert!(
-        fields["reason"]
-            .as_str()
-            .unwrap()
-            .contains("`payment_method` is missing"),
-        "{fields}"
-    );
     assert!(h.provider.calls_for("pi-none").is_empty(), "never charged");
     assert!(h.record("pi-none").await.is_none(), "nothing written");
 }
