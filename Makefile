@@ -193,11 +193,21 @@ invoke: tools ## send EVENT_LAMBDA (default events/sqs-single.json) to `make wat
 
 # Deploys what `make build` built, for the architecture it was built for; an ARCH named
 # on the command line that differs is refused (no rebuild behind the operator's back).
-deploy: tools ## a guided deploy of the last make build, for the architecture it was built for (needs an AWS account)
+# Guided (sam's prompts) unless SAMCONFIG names a configuration file or PARAMS gives the
+# parameters (with STACK and AWS_REGION): then nothing is asked, as a pipeline needs, and
+# standard input is closed so that nothing can be. The built template allows only its
+# own architecture, so a deploy from a file or PARAMS needs no Architecture.
+SAMCONFIG ?=
+PARAMS    ?=
+STACK     ?= charge-once
+DEPLOY_UNATTENDED = --no-confirm-changeset --no-fail-on-empty-changeset \
+	$(if $(SAMCONFIG),--config-file $(abspath $(SAMCONFIG)),--stack-name $(STACK) --capabilities CAPABILITY_IAM --resolve-s3) \
+	$(if $(PARAMS),--parameter-overrides $(PARAMS))
+deploy: tools ## deploy the last make build for its architecture (needs an AWS account): guided, or with SAMCONFIG=<file> or PARAMS="Key=Value ..." no prompt at all
 	@arch=$$(python3 scripts/built_architecture.py check $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP) \
 	    $(if $(filter command line environment,$(origin ARCH)),$(ARCH))) && \
 	  echo "deploying the $$arch build" && \
-	  $(SAM) deploy --guided --parameter-overrides Architecture=$$arch
+	  $(if $(SAMCONFIG)$(PARAMS),$(SAM) deploy $(DEPLOY_UNATTENDED) < /dev/null,$(SAM) deploy --guided --parameter-overrides Architecture=$$arch)
 
 fmt: ## format the code
 	$(CARGO) fmt --all

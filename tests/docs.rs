@@ -1,8 +1,11 @@
 //! The docs check: README.md, ARCHITECTURE.md and every page under docs/ are held
 //! against the repository. It fails on a relative link or `#anchor` that points
 //! nowhere, a `make` target the Makefile lacks, and an environment variable that
-//! nothing reads; and the settings table must list exactly the variables `config.rs`
-//! reads. Each rule is also shown failing on a page broken on purpose.
+//! nothing reads, and a repository path in backticks that names no file or folder;
+//! the settings table must list exactly the variables `config.rs` reads, README's
+//! deploy prompts every template parameter in the order sam asks, and the mutant tables
+//! exactly the model's mutants. Each rule is also shown failing on a page broken on
+//! purpose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -47,6 +50,10 @@ struct Page {
     links: Vec<String>,
     /// Code spans and code blocks.
     code: Vec<String>,
+    /// Code spans alone (what a path in backticks is written in).
+    spans: Vec<String>,
+    /// The rows of each table, cell by cell (the first row is the header).
+    tables: Vec<Vec<Vec<String>>>,
     /// Everything else that is text.
     prose: Vec<String>,
     /// The first column of each table whose first header cell is `variable`.
@@ -97,11 +104,25 @@ fn read_page(text: &str) -> Page {
             }
             Event::Start(Tag::CodeBlock(_)) => in_code_block = Some(String::new()),
             Event::End(TagEnd::CodeBlock) => page.code.extend(in_code_block.take()),
-            Event::Start(Tag::TableHead) => (in_head, column) = (true, 0),
+            Event::Start(Tag::TableHead) => {
+                (in_head, column) = (true, 0);
+                if let Some(table) = page.tables.last_mut() {
+                    table.push(Vec::new());
+                }
+            }
             Event::End(TagEnd::TableHead) => in_head = false,
-            Event::Start(Tag::TableRow) => column = 0,
+            Event::Start(Tag::Table(_)) => page.tables.push(Vec::new()),
+            Event::Start(Tag::TableRow) => {
+                column = 0;
+                if let Some(table) = page.tables.last_mut() {
+                    table.push(Vec::new());
+                }
+            }
             Event::Start(Tag::TableCell) => cell.clear(),
             Event::End(TagEnd::TableCell) => {
+                if let Some(row) = page.tables.last_mut().and_then(|t| t.last_mut()) {
+                    row.push(cell.trim().to_owned());
+                }
                 if column == 0 {
                     if in_head {
                         settings_table = cell.trim().eq_ignore_ascii_case("variable");
@@ -119,6 +140,7 @@ fn read_page(text: &str) -> Page {
                 cell.push_str(&t);
                 cell.push(' ');
                 page.code.push(t.to_string());
+                page.spans.push(t.to_string());
             }
             Event::Text(t) => {
                 if let Some(h) = heading.as_mut() {
@@ -381,6 +403,141 @@ fn problems(pages: &[(PathBuf, String)], repo: &Repository) -> Vec<String> {
     found
 }
 
+/// The repository's files and folders, relative to its root (`src/lib.rs`,
+/// `src/policy/`): what a path in backticks may name. Generated trees are left out.
+/// What the build, the installs and `sam` make: never a path a page must find.
+const GENERATED: &[&str] = &[
+    "target",
+    ".git",
+    ".venv",
+    "node_modules",
+    ".local",
+    ".aws-sam",
+    "samconfig.toml",
+];
+
+fn tree() -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut dirs = vec![PathBuf::new()];
+    // Bounded: the repository has a few hundred files in a few dozen folders.
+    for _ in 0..10_000 {
+        let Some(dir) = dirs.pop() else { break };
+        let Ok(entries) = std::fs::read_dir(root().join(&dir)) else {
+            continue;
+        };
+        for entry in entries.map(Result::unwrap) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if GENERATED.contains(&name.as_str()) {
+                continue;
+            }
+            let path = dir.join(&name);
+            let text = path.to_string_lossy().into_owned();
+            if entry.path().is_dir() {
+                found.insert(format!("{text}/"));
+                dirs.push(path);
+            } else {
+                found.insert(text);
+            }
+        }
+    }
+    found
+}
+
+/// Endings of the files a page names.
+const FILE_ENDINGS: &[&str] = &[
+    ".rs", ".md", ".json", ".yaml", ".yml", ".py", ".js", ".mjs", ".toml", ".txt", ".sh", ".svg",
+    ".lock",
+];
+
+/// The repository path a code span names, if it names one: no spaces, placeholders,
+/// URLs or absolute paths; a file ending, or a first folder the repository has
+/// (`policy/machine/` is read under `src/` too). A `:line` or `#anchor` is cut off.
+fn repository_path<'a>(span: &'a str, folders: &BTreeSet<String>) -> Option<&'a str> {
+    let span = span.trim();
+    // The double quote as an escape: this file's own strings are read for names.
+    let odd = |c: char| c.is_whitespace() || "<>*{}$=?[]@|,()'`…\u{22}".contains(c);
+    if span.is_empty()
+        || span.contains(odd)
+        || span.contains("://")
+        || span.contains("::")
+        || span.starts_with(['/', '~', '-', '.', '#']) && !span.starts_with(".ci/")
+    {
+        return None;
+    }
+    let span = span.split('#').next()?;
+    let span = match span.split_once(':') {
+        Some((path, line)) if line.chars().all(|c| c.is_ascii_digit() || c == '-') => path,
+        Some(_) => return None,
+        None => span,
+    };
+    let first = span.split('/').next()?;
+    if span.split('/').any(|part| GENERATED.contains(&part)) {
+        return None;
+    }
+    let names_a_file = FILE_ENDINGS.iter().any(|e| span.ends_with(e)) && span.len() > 3;
+    let names_a_folder = span.contains('/') && folders.contains(&format!("{first}/"));
+    (names_a_file || names_a_folder).then_some(span)
+}
+
+/// Whether `path` (as a page writes it) is in `tree`: from the root, from `src/`, from
+/// the page's own folder, or, for a bare file name, anywhere.
+fn in_tree(path: &str, page_dir: &str, tree: &BTreeSet<String>) -> bool {
+    let bare = path.trim_end_matches('/');
+    let candidates = [
+        path.to_owned(),
+        format!("src/{path}"),
+        format!("{page_dir}{path}"),
+    ];
+    candidates
+        .iter()
+        .any(|c| tree.contains(c) || tree.contains(&format!("{}/", c.trim_end_matches('/'))))
+        || (!bare.contains('/')
+            && tree
+                .iter()
+                .any(|t| t.trim_end_matches('/').rsplit('/').next() == Some(bare)))
+}
+
+/// Every path in backticks on `pages` that names nothing in the repository.
+fn missing_paths(pages: &[(PathBuf, String)], tree: &BTreeSet<String>) -> Vec<String> {
+    // Folder names at any depth: `policy/…` is a path, `application/json` is not.
+    let folders: BTreeSet<String> = tree
+        .iter()
+        .filter(|t| t.ends_with('/'))
+        .map(|t| {
+            let name = t
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or_default();
+            format!("{name}/")
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (path, text) in pages {
+        let shown = path
+            .strip_prefix(root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let page_dir = match shown.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/"),
+            None => String::new(),
+        };
+        for span in read_page(text).spans {
+            if let Some(named) = repository_path(&span, &folders)
+                && !in_tree(named, &page_dir, tree)
+            {
+                found.push(format!(
+                    "{shown}: `{span}` names no file or folder of the repository"
+                ));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
 /// `a/b/../c` → `a/c`, without touching the file system.
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -416,6 +573,36 @@ fn every_link_anchor_make_target_and_variable_in_the_docs_is_real() {
         problems.is_empty(),
         "the docs check found:\n{}",
         problems.join("\n")
+    );
+}
+
+#[test]
+fn every_repository_path_in_backticks_exists() {
+    let tree = tree();
+    assert!(tree.contains("src/lib.rs") && tree.contains("src/policy/"));
+    let missing = missing_paths(&the_docs(), &tree);
+    assert!(
+        missing.is_empty(),
+        "the docs check found:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn a_path_that_moved_or_never_was_fails_the_check() {
+    let tree = tree();
+    let page = "The machine is in `src/policy/machine/mod.rs:12`, the batch in \
+                `policy/batch/`; the old `idempotency/machine.rs`, `src/batch.rs` and \
+                `docs/nowhere.md#x` are gone. Not paths: `application/json`, \
+                `/v1/payment_intents`, `cobro#<id>`, `bench/results/<date>.md`.\n";
+    let found = missing_paths(&[(root().join("README.md"), page.to_owned())], &tree);
+    assert_eq!(
+        found,
+        [
+            "README.md: `docs/nowhere.md#x` names no file or folder of the repository",
+            "README.md: `idempotency/machine.rs` names no file or folder of the repository",
+            "README.md: `src/batch.rs` names no file or folder of the repository",
+        ]
     );
 }
 
@@ -511,4 +698,107 @@ fn anchors_are_githubs() {
         "retries-backoff-dead-letters-breakers"
     );
     assert_eq!(slug("`resolve` and `audit`"), "resolve-and-audit");
+}
+
+/// The template's parameters, in the order it declares them (and sam asks for them).
+fn template_parameters(template: &str) -> Vec<String> {
+    let Some((_, after)) = template.split_once("\nParameters:\n") else {
+        return Vec::new();
+    };
+    after
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' ') && !l.starts_with('#'))
+        .filter_map(|l| l.strip_suffix(':'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `Parameter <Name>` prompts a page's tables list, in order.
+fn prompted_parameters(page: &str) -> Vec<String> {
+    read_page(page)
+        .tables
+        .iter()
+        .flatten()
+        .filter_map(|row| row.first())
+        .filter_map(|cell| cell.strip_prefix("Parameter "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readmes_deploy_prompts_list_every_template_parameter_in_the_order_sam_asks() {
+    let template = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+    let parameters = template_parameters(&template);
+    assert!(
+        parameters.len() >= 20 && parameters[0] == "Architecture",
+        "{parameters:?}"
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert_eq!(prompted_parameters(&readme), parameters);
+    // A parameter added to the template and not to the README fails the check.
+    let grown = template.replace(
+        "\nParameters:\n",
+        "\nParameters:\n  NewOne:\n    Type: String\n",
+    );
+    assert_ne!(prompted_parameters(&readme), template_parameters(&grown));
+}
+
+/// The mutants the model checker knows: the names of `examples/model.rs`'s `MUTANTS`.
+fn model_mutants(model: &str) -> Vec<String> {
+    let Some((_, list)) = model.split_once("const MUTANTS: &[(&str, &str)] = &[") else {
+        return Vec::new();
+    };
+    let list = list.split("\n];").next().unwrap_or_default();
+    list.split("\n    (")
+        .skip(1)
+        .filter_map(|entry| entry.split('"').nth(1))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The first cells of a page's table whose header starts with `header`, backticks
+/// and `MUTANT=` taken off.
+fn table_names(page: &str, header: &str) -> Vec<String> {
+    read_page(page)
+        .tables
+        .into_iter()
+        .filter(|t| {
+            t.first()
+                .and_then(|h| h.first())
+                .is_some_and(|h| h.starts_with(header))
+        })
+        .flat_map(|t| t.into_iter().skip(1))
+        .filter_map(|row| row.into_iter().next())
+        .map(|cell| cell.trim().trim_start_matches("MUTANT=").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_mutant_tables_of_the_docs_list_exactly_the_models_mutants() {
+    let model = std::fs::read_to_string(root().join("examples/model.rs")).unwrap();
+    let mut mutants = model_mutants(&model);
+    assert!(mutants.len() >= 10 && mutants.contains(&"unfenced-release".to_owned()));
+    mutants.sort();
+    for (page, header) in [
+        ("ARCHITECTURE.md", "mutant"),
+        ("docs/guarantees.md", "MUTANT="),
+    ] {
+        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        let mut listed = table_names(&text, header);
+        listed.sort();
+        assert_eq!(listed, mutants, "{page}'s mutant table");
+    }
+    // A mutant the model gains and a page lacks fails the check.
+    let grown = model.replace(
+        "const MUTANTS: &[(&str, &str)] = &[",
+        "const MUTANTS: &[(&str, &str)] = &[\n    (\"a-new-rule-off\", \"x\"),",
+    );
+    assert_eq!(model_mutants(&grown).len(), mutants.len() + 1);
 }
