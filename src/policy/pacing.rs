@@ -4,7 +4,9 @@
 //! a rate limit cuts the rate (multiplicatively, at most once an interval, so one burst
 //! of refusals is one cut), a success raises it (additively in time; quickly until the
 //! first rate limit, "slow start"). Several environments sharing one limit each do the
-//! same and settle near their share of it, with few refusals. An optional fleet budget
+//! same and settle near their share of it, with few refusals; a cut never leaves the
+//! rate above what the provider accepted of this environment since the last one (the
+//! limiter's burst hides an excess until it is spent). An optional fleet budget
 //! caps the rate (its share of `PAYMENT_RATE_BUDGET`).
 //!
 //! Pure: the time comes in as an argument; the driver sleeps. One pacer per execution
@@ -26,12 +28,16 @@ pub const CEILING_RATE: f64 = 100.0;
 const DECREASE: f64 = 0.75;
 /// At most one cut per interval: the refusals of one burst all answer the same excess.
 const DECREASE_INTERVAL: Duration = Duration::from_secs(1);
-/// Slow start: each success adds this much, so the rate grows by a quarter a second.
-const SLOW_START_STEP: f64 = 0.25;
+/// Slow start: each success adds this much, so the rate grows by a tenth a second.
+const SLOW_START_STEP: f64 = 0.1;
+/// The accepted rate counts once it was measured over this long.
+const ACCEPTED_WINDOW: Duration = Duration::from_secs(2);
+/// A cut goes this far below the accepted rate.
+const BELOW_ACCEPTED: f64 = 0.92;
 /// After the first rate limit: the rate grows by this many requests a second, each
 /// second (each success adds it divided by the rate). Small, so that the fleet's sum
 /// creeps over the limit rather than leaping: few refusals per cycle.
-const INCREASE_PER_S: f64 = 0.2;
+const INCREASE_PER_S: f64 = 0.05;
 
 /// This environment's pacer.
 #[derive(Debug)]
@@ -52,6 +58,9 @@ struct State {
     /// Until the first rate limit, the rate grows quickly.
     slow_start: bool,
     last_decrease: Option<Time>,
+    /// Answers (not rate limits) since the last cut: what the provider accepted of
+    /// this environment, which a cut does not go above.
+    accepted: u32,
 }
 
 impl Pacer {
@@ -75,6 +84,7 @@ impl Pacer {
                 next_slot_ms: f64::MIN,
                 slow_start,
                 last_decrease: None,
+                accepted: 0,
             }),
         }
     }
@@ -133,6 +143,7 @@ impl Pacer {
                 INCREASE_PER_S / s.rate
             };
             s.rate = (s.rate + step).clamp(FLOOR_RATE, ceiling);
+            s.accepted = s.accepted.saturating_add(1);
         });
     }
 
@@ -144,9 +155,22 @@ impl Pacer {
             {
                 return;
             }
+            // What the provider accepted since the last cut is this environment's share
+            // of the limit as it stands: the rate goes just below it, or down by the
+            // cut, whichever is lower. (The limiter's burst hides an excess until it
+            // is spent, so the rate at the first refusal is above the share.)
+            let accepted = s
+                .last_decrease
+                .map(|last| last.until(now))
+                .and_then(|since| {
+                    (since >= ACCEPTED_WINDOW)
+                        .then(|| f64::from(s.accepted) / since.as_secs_f64() * BELOW_ACCEPTED)
+                });
             s.last_decrease = Some(now);
+            s.accepted = 0;
             s.slow_start = false;
-            s.rate = (s.rate * DECREASE).max(FLOOR_RATE);
+            let cut = s.rate * DECREASE;
+            s.rate = accepted.map_or(cut, |a| cut.min(a)).max(FLOOR_RATE);
             // The limit refused this second's excess: the next slot a whole new
             // spacing away.
             s.next_slot_ms = s.next_slot_ms.max(now.as_ms() as f64 + 1000.0 / s.rate);
@@ -228,7 +252,7 @@ mod tests {
     fn successes_speed_up_fast_until_the_first_rate_limit_then_slowly_up_to_the_ceiling() {
         let pacer = Pacer::new(None);
         (0..10).for_each(|_| pacer.on_success());
-        assert_eq!(pacer.rate(), START_RATE + 10.0 * SLOW_START_STEP);
+        assert!((pacer.rate() - (START_RATE + 10.0 * SLOW_START_STEP)).abs() < 1e-9);
         pacer.on_rate_limited(at(0));
         let cut = pacer.rate();
         // A second's worth of successes at the cut rate adds about INCREASE_PER_S.
@@ -244,6 +268,26 @@ mod tests {
         assert_eq!(budgeted.rate(), 3.0, "a budget starts at its share");
         (0..100).for_each(|_| budgeted.on_success());
         assert_eq!(budgeted.rate(), 3.0, "and never exceeds it");
+    }
+
+    #[test]
+    fn a_cut_goes_just_below_what_the_provider_accepted_since_the_last_one() {
+        let pacer = Pacer::new(None);
+        (0..200).for_each(|_| pacer.on_success());
+        pacer.on_rate_limited(at(0));
+        // Four seconds at the new rate, 8 answers in all: 2 a second were accepted,
+        // whatever the rate had grown to.
+        (0..8).for_each(|_| pacer.on_success());
+        pacer.on_rate_limited(at(4_000));
+        assert!(
+            (pacer.rate() - 2.0 * BELOW_ACCEPTED).abs() < 1e-9,
+            "{}",
+            pacer.rate()
+        );
+        // Within the window, only the multiplicative cut applies.
+        let before = pacer.rate();
+        pacer.on_rate_limited(at(5_500));
+        assert!((pacer.rate() - (before * DECREASE).max(FLOOR_RATE)).abs() < 1e-9);
     }
 
     /// Environments sharing one limit, simulated second by second: each sends at its
