@@ -110,12 +110,7 @@ impl Machine {
             // A payment that was in flight and failed (a bank debit returned): a
             // decline, its payment cancelled before the next key.
             Looking::InFlight => {
-                let declined = Outcome::Declined {
-                    code: "payment_failed".to_owned(),
-                    decline_code: None,
-                    attempt: self.attempt,
-                };
-                self.phase = Phase::Cancelling(Looking::AfterDecline(declined));
+                self.phase = Phase::Cancelling(Looking::AfterDecline(self.failed_in_flight()));
                 Step::Cancel { payment_id }
             }
             why => {
@@ -137,13 +132,19 @@ impl Machine {
             Looking::AfterServerError(status) => self.keep_key_after_server_error(status),
             // Its payment is gone (cancelled): nothing under this key can succeed.
             Looking::InFlight => {
-                let declined = Outcome::Declined {
-                    code: "payment_failed".to_owned(),
-                    decline_code: None,
-                    attempt: self.attempt,
-                };
+                let declined = self.failed_in_flight();
                 self.release(ReleaseKind::Declined, declined)
             }
+        }
+    }
+
+    /// A payment that was in flight and failed (a bank debit returned): a decline of
+    /// this attempt.
+    fn failed_in_flight(&self) -> Outcome {
+        Outcome::Declined {
+            code: "payment_failed".to_owned(),
+            decline_code: None,
+            attempt: self.attempt,
         }
     }
 
