@@ -39,6 +39,27 @@ The idempotency layer:
   it waits.
 * `GET /_layer/versions/<idempotency key>` lists the `Stripe-Version` header of every
   keyed POST that came under that key, in order (`""`: none): what reached the server.
+
+Stripe's rate limit and customer lock (docs.stripe.com/rate-limits, docs.stripe.com/
+error-low-level#lock-timeouts), off until a test turns them on. They run before the
+idempotency layer, as Stripe's limiters run first: nothing they refuse is stored under
+a key.
+
+* `POST /_layer/limits` with JSON `{"per_endpoint_per_s": R, "lock_ms": L,
+  "lock_wait_ms": W}` (each field optional; `{}` turns both off) sets them and zeroes
+  the counters; `GET /_layer/limits` answers `{"accepted": {"<endpoint>": n},
+  "refused": {"<endpoint>": n}, "locks": n}`. An endpoint is the method and the route,
+  ids replaced: `POST /v1/payment_intents`, `GET /v1/payment_intents/:id`, `POST
+  /v1/payment_intents/:id/cancel`, ...
+* Rate: a token bucket per endpoint, R tokens a second, R at most in the bucket (a
+  one-second burst, as Stripe's limiter allows a short one). A request that finds it
+  empty gets Stripe's 429 `rate_limit` with `Stripe-Rate-Limited-Reason:
+  endpoint-rate`.
+* Lock: a create (`POST /v1/payment_intents`) holds its customer for L ms after its
+  answer is made, as Stripe holds the customer during a payment. Another request on
+  that customer (a create, the list filtered by `customer`, a PaymentIntent of theirs
+  by id or its cancel) waits up to W ms for it, then gets Stripe's 429 `lock_timeout`,
+  with no `Stripe-Rate-Limited-Reason`.
 """
 
 import argparse
@@ -48,13 +69,14 @@ import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from aiohttp import web
 from localstripe import resources
 from localstripe.errors import UserError
-from localstripe.resources import PaymentIntent
+from localstripe.resources import PaymentIntent, store
 from localstripe.server import app, get_api_key
 
 # A held request goes on by itself after this long, so nothing waits forever.
@@ -281,6 +303,122 @@ class Layer:
         )
 
 
+RATE_LIMITED = {
+    "type": "invalid_request_error",
+    "code": "rate_limit",
+    "message": (
+        "Request rate limit exceeded. Learn more about rate limits here "
+        "https://stripe.com/docs/rate-limits."
+    ),
+}
+LOCK_TIMEOUT = {
+    "type": "invalid_request_error",
+    "code": "lock_timeout",
+    "message": (
+        "This object cannot be accessed right now because another API request or "
+        "Stripe process is currently accessing it. If you see this error "
+        "intermittently, retry the request. If you see this error frequently and are "
+        "making multiple concurrent requests to a single object, make your requests "
+        "serially or at a lower rate. See https://stripe.com/docs/rate-limits for "
+        "more details."
+    ),
+}
+
+
+def endpoint(method: str, path: str) -> str:
+    """The method and the route, ids replaced: Stripe counts every named operation as
+    one endpoint, whatever object it names."""
+    parts = path.strip("/").split("/")
+    if len(parts) >= 3 and parts[0] == "v1":
+        parts[2] = ":id"
+    return f"{method} /" + "/".join(parts)
+
+
+class Limits:
+    """The per-endpoint rate limit and the per-customer lock, with their counters."""
+
+    def __init__(self) -> None:
+        self.configure({})
+
+    def configure(self, settings: dict) -> None:
+        rate = settings.get("per_endpoint_per_s")
+        self.rate = float(rate) if rate else None
+        self.lock_s = float(settings.get("lock_ms") or 0) / 1000.0
+        self.lock_wait_s = float(settings.get("lock_wait_ms") or 0) / 1000.0
+        # endpoint -> (tokens, when they were counted)
+        self.buckets: dict[str, tuple[float, float]] = {}
+        self.customers: dict[str, asyncio.Lock] = {}
+        self.accepted: dict[str, int] = {}
+        self.refused: dict[str, int] = {}
+        self.locks = 0
+
+    def counters(self) -> dict:
+        return {"accepted": self.accepted, "refused": self.refused, "locks": self.locks}
+
+    def take_token(self, name: str) -> bool:
+        if self.rate is None:
+            return True
+        now = time.monotonic()
+        tokens, then = self.buckets.get(name, (self.rate, now))
+        tokens = min(self.rate, tokens + (now - then) * self.rate)
+        if tokens < 1.0:
+            self.buckets[name] = (tokens, now)
+            return False
+        self.buckets[name] = (tokens - 1.0, now)
+        return True
+
+    @staticmethod
+    def customer_of(request: web.Request, form: dict) -> str | None:
+        """The customer a request touches: named by the create or the list, or the
+        owner of the PaymentIntent its path names."""
+        named = form.get("customer") or request.query.get("customer")
+        if named:
+            return named
+        parts = request.path.strip("/").split("/")
+        if len(parts) >= 3 and parts[:2] == ["v1", "payment_intents"]:
+            intent = store.get(f"payment_intent:{parts[2]}")
+            return getattr(intent, "customer", None)
+        return None
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        if request.path == "/_layer/limits":
+            if request.method == "POST":
+                self.configure(await request.json())
+                return web.Response(status=204)
+            return web.json_response(self.counters())
+        if not request.path.startswith("/v1/"):
+            return await handler(request)
+        name = endpoint(request.method, request.path)
+        if not self.take_token(name):
+            self.refused[name] = self.refused.get(name, 0) + 1
+            response = stripe_error(429, RATE_LIMITED)
+            response.headers["Stripe-Rate-Limited-Reason"] = "endpoint-rate"
+            return response
+        self.accepted[name] = self.accepted.get(name, 0) + 1
+        if self.lock_s <= 0:
+            return await handler(request)
+        form = {}
+        if request.method == "POST":
+            form = dict(parse_qsl((await request.read()).decode("utf-8", "replace")))
+        customer = self.customer_of(request, form)
+        if customer is None:
+            return await handler(request)
+        lock = self.customers.setdefault(customer, asyncio.Lock())
+        try:
+            await asyncio.wait_for(lock.acquire(), self.lock_wait_s)
+        except asyncio.TimeoutError:
+            self.locks += 1
+            return stripe_error(429, LOCK_TIMEOUT)
+        try:
+            response = await handler(request)
+            if name == "POST /v1/payment_intents":
+                await asyncio.sleep(self.lock_s)
+            return response
+        finally:
+            lock.release()
+
+
 # Stripe's test PaymentMethod ids that `events/` names, as the cards localstripe knows
 # that behave the same off-session (docs.stripe.com/testing): 0341 declines on charge,
 # 3184 always asks for authentication.
@@ -330,6 +468,8 @@ async def serve(port: int, local: bool) -> None:
     if local:
         add_local_fixtures()
     app.middlewares.insert(0, Layer().middleware)
+    # Outermost: Stripe's limiters answer before the idempotency layer stores anything.
+    app.middlewares.insert(0, Limits().middleware)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

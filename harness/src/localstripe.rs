@@ -1,6 +1,7 @@
 //! Helpers for localstripe behind its layer (`servers::localstripe_url`): customers,
 //! PaymentMethods made from Stripe's test card numbers, a customer's PaymentIntents,
-//! the customer's on-session authentication, and what the layer saw.
+//! the customer's on-session authentication, what the layer saw, and the layer's
+//! rate limit and customer lock ([`set_limits`], [`limit_counters`]).
 
 use serde_json::Value;
 
@@ -179,4 +180,89 @@ pub async fn versions_sent_under(idempotency_key: &str) -> Vec<String> {
         .iter()
         .map(|v| v.as_str().expect("a version").to_owned())
         .collect()
+}
+
+/// The layer's rate limit and customer lock (`POST /_layer/limits`): `None` leaves one
+/// off. Setting them zeroes the counters; [`Limits::OFF`] turns both off.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Limits {
+    /// Requests a second per endpoint (a token bucket holding one second's worth).
+    pub per_endpoint_per_s: Option<f64>,
+    /// How long a create holds its customer, ms.
+    pub lock_ms: Option<u64>,
+    /// How long another request on that customer waits for it before `lock_timeout`, ms.
+    pub lock_wait_ms: Option<u64>,
+}
+
+impl Limits {
+    pub const OFF: Self = Self {
+        per_endpoint_per_s: None,
+        lock_ms: None,
+        lock_wait_ms: None,
+    };
+}
+
+/// Turns the layer's rate limit and customer lock on (or off) for what follows.
+pub async fn set_limits(limits: Limits) {
+    let mut body = serde_json::Map::new();
+    if let Some(rate) = limits.per_endpoint_per_s {
+        body.insert("per_endpoint_per_s".into(), rate.into());
+    }
+    if let Some(ms) = limits.lock_ms {
+        body.insert("lock_ms".into(), ms.into());
+    }
+    if let Some(ms) = limits.lock_wait_ms {
+        body.insert("lock_wait_ms".into(), ms.into());
+    }
+    let response = crate::http_client()
+        .post(url("/_layer/limits"))
+        .json(&Value::Object(body))
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert!(
+        response.status().is_success(),
+        "POST /_layer/limits: {}",
+        response.status()
+    );
+}
+
+/// What the layer's limits did since they were set: requests let through and refused
+/// by the rate limit, per endpoint (method and route, ids replaced), and requests
+/// refused with `lock_timeout`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LimitCounters {
+    pub accepted: std::collections::BTreeMap<String, u64>,
+    pub refused: std::collections::BTreeMap<String, u64>,
+    pub locks: u64,
+}
+
+impl LimitCounters {
+    /// Let through and refused on `endpoint` (`POST /v1/payment_intents`, ...).
+    pub fn of(&self, endpoint: &str) -> (u64, u64) {
+        let get = |m: &std::collections::BTreeMap<String, u64>| m.get(endpoint).copied();
+        (
+            get(&self.accepted).unwrap_or(0),
+            get(&self.refused).unwrap_or(0),
+        )
+    }
+}
+
+/// The layer's counters (`GET /_layer/limits`).
+pub async fn limit_counters() -> LimitCounters {
+    let request = crate::http_client().get(url("/_layer/limits"));
+    let body = send(request, "GET /_layer/limits").await;
+    let counts = |name: &str| {
+        body[name]
+            .as_object()
+            .expect("counts per endpoint")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
+            .collect()
+    };
+    LimitCounters {
+        accepted: counts("accepted"),
+        refused: counts("refused"),
+        locks: body["locks"].as_u64().expect("a count"),
+    }
 }
