@@ -87,6 +87,11 @@ pub struct Config {
     pub retry_cap: Duration,
     /// Transient failures in a row that open a dependency's breaker.
     pub breaker_threshold: u32,
+    /// The fleet's provider requests a second (`PAYMENT_RATE_BUDGET`), when set, and
+    /// the event source's `MaximumConcurrency` it is divided by
+    /// (`EVENT_SOURCE_MAX_CONCURRENCY`): this environment's pacing ceiling.
+    pub payment_rate_budget: Option<u32>,
+    pub event_source_max_concurrency: Option<u32>,
     /// Extra trusted roots for both HTTPS clients (`AWS_CA_BUNDLE`, a PEM file), on
     /// top of Mozilla's compiled-in roots: see `tls.rs`.
     pub ca_bundle: Option<std::path::PathBuf>,
@@ -180,6 +185,18 @@ impl Config {
             retry_base..=MAX_VISIBILITY,
             "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
         )?;
+        // Lambda's MaximumConcurrency of an SQS event source is 2..=1000.
+        let event_source_max_concurrency =
+            env.optional_integer("EVENT_SOURCE_MAX_CONCURRENCY", 2..=1000)?;
+        let payment_rate_budget = env.optional_integer("PAYMENT_RATE_BUDGET", 1..=100_000)?;
+        if let (Some(budget), None) = (payment_rate_budget, event_source_max_concurrency) {
+            return Err(invalid(
+                "PAYMENT_RATE_BUDGET",
+                &budget.to_string(),
+                "needs EVENT_SOURCE_MAX_CONCURRENCY (the event source's MaximumConcurrency), \
+                 which it is divided by: each environment's share of the fleet's budget",
+            ));
+        }
         Ok(Self {
             table: env.name("IDEMPOTENCY_TABLE")?,
             retention,
@@ -214,6 +231,8 @@ impl Config {
             retry_base,
             retry_cap,
             breaker_threshold: env.integer("BREAKER_THRESHOLD", 5, 1..=1000)?,
+            payment_rate_budget,
+            event_source_max_concurrency,
             ca_bundle: env.text("AWS_CA_BUNDLE").map(std::path::PathBuf::from),
         })
     }
@@ -234,6 +253,14 @@ impl Config {
                 var: "DEAD_LETTER_QUEUE_URL",
                 context: " (the queue that takes messages no retry can fix)",
             })
+    }
+
+    /// This environment's share of the fleet's provider budget, requests a second.
+    pub fn payment_rate_share(&self) -> Option<f64> {
+        crate::policy::pacing::share(
+            self.payment_rate_budget.map(f64::from),
+            self.event_source_max_concurrency.unwrap_or(1),
+        )
     }
 
     /// The provider base URL, required inside Lambda.
@@ -304,6 +331,18 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
                 &value,
                 &format!("must be an integer in {}..={}", range.start(), range.end()),
             )),
+        }
+    }
+
+    /// An integer in `range`, when set.
+    fn optional_integer(
+        &self,
+        var: &'static str,
+        range: RangeInclusive<u32>,
+    ) -> Result<Option<u32>, ConfigError> {
+        match self.text(var) {
+            None => Ok(None),
+            Some(_) => self.integer(var, 0, range).map(Some),
         }
     }
 
@@ -513,11 +552,31 @@ mod tests {
             ("RETRY_CAP", "1d"),
             ("BREAKER_THRESHOLD", "0"),
             ("DEAD_LETTER_QUEUE_URL", "orders-dlq"),
+            ("PAYMENT_RATE_BUDGET", "0"),
+            ("PAYMENT_RATE_BUDGET", "fast"),
+            ("PAYMENT_RATE_BUDGET", "25"),
+            ("EVENT_SOURCE_MAX_CONCURRENCY", "1"),
+            ("EVENT_SOURCE_MAX_CONCURRENCY", "1001"),
         ] {
             let err = config(&[(var, value)]).expect_err(var).to_string();
             assert!(err.starts_with(var), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn the_fleet_budget_is_shared_among_the_event_sources_environments() {
+        assert_eq!(config(&[]).unwrap().payment_rate_share(), None);
+        let c = config(&[
+            ("PAYMENT_RATE_BUDGET", "25"),
+            ("EVENT_SOURCE_MAX_CONCURRENCY", "5"),
+        ])
+        .unwrap();
+        assert_eq!(c.payment_rate_share(), Some(5.0));
+        let err = config(&[("PAYMENT_RATE_BUDGET", "25")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("EVENT_SOURCE_MAX_CONCURRENCY"), "{err}");
     }
 
     #[test]

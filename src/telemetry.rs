@@ -9,7 +9,8 @@
 use tracing_subscriber::EnvFilter;
 
 use crate::drivers::metrics::{
-    CHARGE_RETRIED, DEAD_LETTERED, PAYMENT_LATENCY, QUEUE_FAILURES, STORE_LATENCY, TAKEOVER,
+    CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED,
+    PROVIDER_RATE_LIMITED, QUEUE_FAILURES, STORE_LATENCY, TAKEOVER,
 };
 
 use crate::adapters::emf::{Emf, InstallError};
@@ -88,6 +89,21 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
     metrics::describe_counter!(CHARGE_RETRIED, metrics::Unit::Count, "charges retried");
     metrics::describe_counter!(DEAD_LETTERED, metrics::Unit::Count, "records dead-lettered");
     metrics::describe_counter!(QUEUE_FAILURES, metrics::Unit::Count, "queue calls failed");
+    metrics::describe_counter!(
+        PROVIDER_RATE_LIMITED,
+        metrics::Unit::Count,
+        "provider calls rate limited"
+    );
+    metrics::describe_counter!(
+        PROVIDER_LOCKED,
+        metrics::Unit::Count,
+        "provider calls refused on a locked customer"
+    );
+    metrics::describe_histogram!(
+        PACING_WAIT,
+        metrics::Unit::Milliseconds,
+        "waits for the pace of provider calls"
+    );
     Ok(emf)
 }
 

@@ -10,6 +10,12 @@
 //! whose store or provider breaker is open is `Deferred` before any call, every call's
 //! answer is fed to its breaker, and a charge that failed transiently is sent again
 //! once, under the same key, while the provider's breaker is closed.
+//!
+//! Every provider call (charge, lookup, cancel) first waits for this environment's
+//! pace (`policy/pacing.rs`), which each answer adjusts. A call refused for the
+//! provider's rate waits for the next slot and is tried again, same key; one refused
+//! on a locked customer after a short jittered pause; both a bounded number of times,
+//! and only while the deadline rule allows. Neither counts toward the breaker.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,16 +24,22 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use crate::config::Config;
-use crate::contracts::payment::{ChargePath, FailureKind, PaymentError, Receipt};
+use crate::contracts::payment::{
+    ChargePath, FailureKind, Limiter, PaymentError, Receipt, Throttle,
+};
 use crate::contracts::store::{IdempotencyStore, StoreError, WriteOutcome};
 pub use crate::domain::clock::Clock;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Owner};
-use crate::drivers::metrics::{CHARGE_RETRIED, PAYMENT_LATENCY, STORE_LATENCY, TAKEOVER};
+use crate::drivers::metrics::{
+    CHARGE_RETRIED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED, PROVIDER_RATE_LIMITED,
+    STORE_LATENCY, TAKEOVER,
+};
 use crate::policy::deadline::{Budget, CallKind};
 use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use crate::policy::outcome::Outcome;
+use crate::policy::pacing::{LOCK_PAUSE, MAX_THROTTLED_TRIES, Pacer};
 use crate::policy::resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver,
 };
@@ -66,11 +78,14 @@ impl From<&Config> for Settings {
             budget: Budget::new(config.deadline_margin, config.payment_timeout),
             max_declines: config.max_declines,
             clock: crate::domain::clock::system(),
-            breakers: Arc::new(Breakers::new(
-                config.breaker_threshold,
-                config.retry_base,
-                config.retry_cap,
-            )),
+            breakers: Arc::new(
+                Breakers::new(
+                    config.breaker_threshold,
+                    config.retry_base,
+                    config.retry_cap,
+                )
+                .with_pacer(Pacer::new(config.payment_rate_share())),
+            ),
         }
     }
 }
@@ -163,20 +178,16 @@ impl Charger<'_> {
                     on_charged(&mut machine, answer)
                 }
                 Step::Lookup => {
+                    let since = machine.lookup_since();
                     let answer = self
-                        .provider_call(
-                            deadline,
-                            self.provider.find_charge(order, machine.lookup_since()),
-                        )
+                        .paced_call(deadline, calls, || self.provider.find_charge(order, since))
                         .await;
-                    calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Looked(answer))
                 }
                 Step::Cancel { payment_id } => {
                     let answer = self
-                        .provider_call(deadline, self.provider.cancel(&payment_id))
+                        .paced_call(deadline, calls, || self.provider.cancel(&payment_id))
                         .await;
-                    calls.provider |= self.tell_provider_breaker(&answer);
                     machine.on(Input::Cancelled(answer))
                 }
                 Step::Read => {
@@ -200,18 +211,100 @@ impl Charger<'_> {
         calls: &mut Calls,
     ) -> Result<Receipt, NoAnswer<PaymentError>> {
         let answer = self
-            .provider_call(deadline, self.provider.charge(order, key))
+            .paced_call(deadline, calls, || self.provider.charge(order, key))
             .await;
-        calls.provider |= self.tell_provider_breaker(&answer);
         if !self.may_retry_charge(&answer, deadline).await {
             return answer;
         }
         metrics::counter!(CHARGE_RETRIED).increment(1);
-        let answer = self
-            .provider_call(deadline, self.provider.charge(order, key))
-            .await;
-        self.tell_provider_breaker(&answer);
-        answer
+        self.paced_call(deadline, calls, || self.provider.charge(order, key))
+            .await
+    }
+
+    /// A provider call at this environment's pace, its answer told to the pace and to
+    /// the breaker. Refused for the provider's rate, it waits for its next slot (the
+    /// pace is cut first) and is sent again; refused on a locked customer, it is sent
+    /// again after a short jittered pause; each at most [`MAX_THROTTLED_TRIES`] times,
+    /// only while the deadline rule allows, and never against the provider's advice.
+    /// The same request each time, so a charge is a replay under its key. A call whose
+    /// slot comes too late is not sent: it fails as rate limited, and the record comes
+    /// back in seconds.
+    async fn paced_call<T, Fut>(
+        &self,
+        deadline: Time,
+        calls: &mut Calls,
+        call: impl Fn() -> Fut,
+    ) -> Result<T, NoAnswer<PaymentError>>
+    where
+        Fut: Future<Output = Result<T, PaymentError>>,
+    {
+        let pacer = &self.settings.breakers.pacer;
+        let budget = &self.settings.budget;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            if let Err(not_sent) = self.wait_for_slot(pacer, deadline).await {
+                return Err(NoAnswer::Failed(not_sent));
+            }
+            let answer = self.provider_call(deadline, call()).await;
+            calls.provider |= self.tell_provider_breaker(&answer);
+            let (throttle, advised_not) = match &answer {
+                Ok(_) => (None, false),
+                Err(NoAnswer::Failed(e)) => (e.throttle(), e.advised_not_to_retry()),
+                // No answer says nothing about the provider's rate.
+                Err(_) => return answer,
+            };
+            let pause = match throttle {
+                None => {
+                    pacer.on_success();
+                    return answer;
+                }
+                Some(Throttle::RateLimited(_)) => {
+                    metrics::counter!(PROVIDER_RATE_LIMITED).increment(1);
+                    pacer.on_rate_limited(self.settings.now());
+                    // The cut pace's next slot is the wait.
+                    Duration::ZERO
+                }
+                Some(Throttle::Lock) => {
+                    metrics::counter!(PROVIDER_LOCKED).increment(1);
+                    Jitter::random().between(LOCK_PAUSE.0, LOCK_PAUSE.1)
+                }
+            };
+            if advised_not
+                || tries >= MAX_THROTTLED_TRIES
+                || !budget.fits_after(pause, self.settings.now(), deadline)
+            {
+                return answer;
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Waits until the pace lets a provider call go, while the call would still fit
+    /// before the deadline; [`not_sent`] when it would not. Each wait is at most one
+    /// spacing of the pace, so the loop is bounded by the deadline; the count bounds
+    /// it too.
+    async fn wait_for_slot(&self, pacer: &Pacer, deadline: Time) -> Result<(), PaymentError> {
+        const MOST_WAITS: u32 = 10_000;
+        let mut waited = Duration::ZERO;
+        for _ in 0..MOST_WAITS {
+            let now = self.settings.now();
+            let wait = match pacer.try_take(now) {
+                Ok(()) => {
+                    if !waited.is_zero() {
+                        metrics::histogram!(PACING_WAIT).record(waited.as_secs_f64() * 1000.0);
+                    }
+                    return Ok(());
+                }
+                Err(wait) => wait.max(Duration::from_millis(1)),
+            };
+            if !self.settings.budget.fits_after(wait, now, deadline) {
+                return Err(not_sent());
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+        Err(not_sent())
     }
 
     /// Tells the store's breaker how a call went; whether the call was made.
@@ -234,8 +327,8 @@ impl Charger<'_> {
         )
     }
 
-    /// At most one in-invocation retry of a charge that failed transiently, under the
-    /// same key (a replay, so it cannot charge twice), after a short jittered pause:
+    /// At most one in-invocation retry of a charge that failed transiently (a rate
+    /// limit or a lock was already waited for, at the pace), under the same key (a replay, so it cannot charge twice), after a short jittered pause:
     /// only while the provider's breaker is closed and the deadline rule allows it. A
     /// timeout is not retried here: a hanging provider would cost its timeout twice.
     async fn may_retry_charge<T>(
@@ -248,11 +341,7 @@ impl Charger<'_> {
         let transient = matches!(
             answer,
             Err(NoAnswer::Failed(e @ PaymentError::Retryable {
-                kind: FailureKind::Connection
-                    | FailureKind::Server(_)
-                    | FailureKind::RateLimited(_)
-                    | FailureKind::Lock
-                    | FailureKind::Conflict,
+                kind: FailureKind::Connection | FailureKind::Server(_) | FailureKind::Conflict,
                 ..
             })) if !e.advised_not_to_retry()
         );
@@ -382,6 +471,16 @@ fn on_charged(machine: &mut Machine, answer: Result<Receipt, NoAnswer<PaymentErr
     machine.on(Input::Charged(answer))
 }
 
+/// A call not sent because this environment's pace had no slot for it before the
+/// deadline: backpressure, as a rate limit is, and nothing reached the provider.
+fn not_sent() -> PaymentError {
+    PaymentError::Retryable {
+        kind: FailureKind::RateLimited(Limiter::Unnamed),
+        source: Some("not sent: the pace of provider calls had no slot before the deadline".into()),
+        should_retry: Some(false),
+    }
+}
+
 /// What each record's calls have reached, so that a probe that reached nothing is
 /// handed back.
 #[derive(Default)]
@@ -477,4 +576,36 @@ async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
     let out = fut.await;
     metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_or_a_lock_never_counts_toward_the_providers_breaker() {
+        for kind in [
+            FailureKind::RateLimited(Limiter::EndpointRate),
+            FailureKind::RateLimited(Limiter::Unnamed),
+            FailureKind::Lock,
+        ] {
+            assert!(
+                !provider_is_down(&PaymentError::retryable(kind)),
+                "{kind:?}"
+            );
+        }
+        assert!(!provider_is_down(&not_sent()));
+        assert!(provider_is_down(&PaymentError::retryable(
+            FailureKind::Server(503)
+        )));
+        let breaker = Breaker::new(1, Duration::from_secs(1), Duration::from_secs(2));
+        let now = Time::from_ms(0);
+        for _ in 0..10 {
+            let refused: Result<(), _> = Err(NoAnswer::Failed(PaymentError::retryable(
+                FailureKind::RateLimited(Limiter::EndpointRate),
+            )));
+            tell_breaker(&breaker, &refused, now, provider_is_down);
+        }
+        assert!(breaker.is_closed(), "rate limits kept the breaker closed");
+    }
 }

@@ -13,3 +13,12 @@ pub const CHARGE_RETRIED: &str = "charge_retried";
 pub const DEAD_LETTERED: &str = "dead_lettered";
 /// A queue call (visibility change, dead letter) that failed or was not started.
 pub const QUEUE_FAILURES: &str = "queue_failures";
+/// A provider call refused by one of the provider's rate limiters (429 `rate_limit`):
+/// backpressure, counted apart from failures.
+pub const PROVIDER_RATE_LIMITED: &str = "provider_rate_limited";
+/// A provider call refused because another request held the customer (429
+/// `lock_timeout`).
+pub const PROVIDER_LOCKED: &str = "provider_locked";
+/// Histogram of the waits for this environment's pace before a provider call, ms (only
+/// the calls that waited).
+pub const PACING_WAIT: &str = "pacing_wait_ms";

@@ -9,6 +9,7 @@
 //! | [`rules`] | the safety rules, each switchable for a mutant of the model |
 //! | [`machine`] | the state machine of one record |
 //! | [`resolve`] | the state machine of `resolve` |
+//! | [`pacing`] | the pace of provider calls: slower on rate limits, faster on successes, under a fleet budget |
 //! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
 //! | [`retry`] | a failed record's delay by cause, the DLQ at once, the breakers |
 //! | [`batch`] | the batch's plan: entries, groups, skips, dispositions, the response |
@@ -20,6 +21,7 @@ pub mod deadline;
 pub mod machine;
 pub mod outcome;
 pub mod outcome_kind;
+pub mod pacing;
 pub mod resolve;
 pub mod retry;
 pub mod rules;

@@ -178,6 +178,15 @@ impl ReconcileCause {
 }
 
 impl RetryCause {
+    /// The provider refused the call for its rate or on a locked customer (or this
+    /// environment's pace did not send it in time): backpressure, not a failure.
+    pub fn is_throttled(&self) -> bool {
+        match self {
+            Self::Charge(e) | Self::Lookup(e) | Self::Cancel(e) => e.0.throttle().is_some(),
+            _ => false,
+        }
+    }
+
     /// The provider's answer says a setting is wrong (PAYMENT_API_URL reaches no
     /// endpoint), not that this charge failed.
     pub fn is_setting_fault(&self) -> bool {
@@ -253,6 +262,8 @@ impl Outcome {
             Self::Declined { .. } => OutcomeKind::Declined,
             Self::DeclineLimit { .. } => OutcomeKind::DeclineLimit,
             Self::Rejected { .. } => OutcomeKind::Rejected,
+            // Backpressure is told apart from failures: it comes back in seconds.
+            Self::FailedRetryable { cause, .. } if cause.is_throttled() => OutcomeKind::RateLimited,
             Self::FailedRetryable { .. } => OutcomeKind::FailedRetryable,
             Self::Deadline { .. } => OutcomeKind::Deadline,
             Self::Deferred { .. } => OutcomeKind::Deferred,
@@ -283,6 +294,9 @@ impl Outcome {
             (Handling::Retry, Self::Deferred { until, .. }) => Class::Deferred { until: *until },
             (Handling::Retry, Self::InProgress { until }) => Class::InProgress { until: *until },
             (Handling::Retry, Self::Declined { .. }) => Class::Declined,
+            (Handling::Retry, Self::FailedRetryable { cause, .. }) if cause.is_throttled() => {
+                Class::RateLimited
+            }
             (Handling::Retry, _) => Class::Transient,
         }
     }
@@ -569,6 +583,34 @@ mod tests {
             Some("complete: UpdateItem on cobro#A-1 failed: reset by peer")
         );
         assert_eq!(outcome.details().attempt, Some(2));
+    }
+
+    #[test]
+    fn a_rate_limit_or_a_lock_is_rate_limited_and_comes_back_soon_not_a_failure() {
+        use crate::contracts::payment::{FailureKind, Limiter};
+        for kind in [
+            FailureKind::RateLimited(Limiter::EndpointRate),
+            FailureKind::Lock,
+        ] {
+            for cause in [
+                RetryCause::Charge(Shared::new(PaymentError::retryable(kind))),
+                RetryCause::Lookup(Shared::new(PaymentError::retryable(kind))),
+                RetryCause::Cancel(Shared::new(PaymentError::retryable(kind))),
+            ] {
+                let outcome = Outcome::retryable(cause, Some(1));
+                assert_eq!(outcome.name(), "rate_limited", "{outcome:?}");
+                assert_eq!(outcome.class(), Class::RateLimited, "{outcome:?}");
+                assert!(!outcome.is_ack());
+            }
+        }
+        let outage = Outcome::retryable(
+            RetryCause::Charge(Shared::new(PaymentError::retryable(FailureKind::Server(
+                503,
+            )))),
+            Some(1),
+        );
+        assert_eq!(outage.name(), "failed_retryable");
+        assert_eq!(outage.class(), Class::Transient);
     }
 
     #[test]

@@ -64,7 +64,9 @@ macro_rules! declare {
 // `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
 // `pending` (it settles by itself, so it is retried after the retry cap,
 // `Outcome::class`); and `failed_retryable` is an error, not a warning, when a setting
-// is wrong (`Outcome::level`). A decline at the order's limit is `decline_limit`, not
+// is wrong (`Outcome::level`); a `failed_retryable` refused for the provider's rate
+// or on a locked customer is `rate_limited` (`Outcome::kind`): backpressure, back in
+// seconds. A decline at the order's limit is `decline_limit`, not
 // `declined`: the one is retried, the other dead-lettered.
 declare! {
     Charged => "charged", Info, Ack;
@@ -76,6 +78,7 @@ declare! {
     DeclineLimit => "decline_limit", Warn, DeadLetter;
     Rejected => "rejected", Error, DeadLetter;
     FailedRetryable => "failed_retryable", Warn, Retry;
+    RateLimited => "rate_limited", Warn, Retry;
     Deadline => "deadline", Warn, Retry;
     Deferred => "deferred", Warn, Retry;
     NeedsReconciliation => "needs_reconciliation", Error, DeadLetter;

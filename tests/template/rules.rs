@@ -351,6 +351,10 @@ pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
     let shown = outcomes.into_iter().chain(counters).chain([
         "store_latency_ms",
         "payment_latency_ms",
+        // Backpressure, apart from failures: rate limits, locks, the pace's waits.
+        "provider_rate_limited",
+        "provider_locked",
+        "pacing_wait_ms",
         "ApproximateAgeOfOldestMessage",
         "ApproximateNumberOfMessagesVisible",
         "${Dlq}",
@@ -665,4 +669,45 @@ fn the_environment_parses_as_the_consumer_would() {
     assert_eq!(config.retry_cap, Duration::from_secs(15 * 60));
     assert_eq!(config.breaker_threshold, 5);
     assert!(config.require_dead_letter_queue_url().is_ok());
+}
+
+/// The function learns the event source's `MaximumConcurrency` (its fleet budget's
+/// divisor) and an optional fleet budget, empty by default (no budget: the pace is
+/// found from the provider's answers); the settings' own rules accept both defaults.
+#[test]
+fn the_function_gets_the_event_sources_concurrency_and_no_fleet_budget_by_default() {
+    let t = template();
+    let env = get(
+        &t,
+        &[
+            "Resources",
+            FUNCTION,
+            "Properties",
+            "Environment",
+            "Variables",
+        ],
+    );
+    let divisor = &env["EVENT_SOURCE_MAX_CONCURRENCY"];
+    assert!(
+        matches!(divisor, Value::Tagged(tag) if tag.tag == "Ref" && tag.value == "MaximumConcurrency"),
+        "{divisor:?}"
+    );
+    let budget = &env["PAYMENT_RATE_BUDGET"];
+    assert!(
+        matches!(budget, Value::Tagged(tag) if tag.tag == "Ref" && tag.value == "PaymentRateBudget"),
+        "{budget:?}"
+    );
+    assert_eq!(
+        resolve(&t, budget).as_str(),
+        Some(""),
+        "no budget by default"
+    );
+    let concurrency = number(&t, divisor).expect("a number");
+    let config = charge_once::config::Config::from_lookup(|var| match var {
+        "EVENT_SOURCE_MAX_CONCURRENCY" => Some(concurrency.to_string()),
+        "PAYMENT_RATE_BUDGET" => Some("25".to_owned()),
+        _ => None,
+    })
+    .expect("the template's values are valid settings");
+    assert_eq!(config.payment_rate_share(), Some(25.0 / concurrency as f64));
 }

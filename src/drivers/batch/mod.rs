@@ -2,8 +2,8 @@
 //! thin I/O layer, as the record is a machine and a driver. The plan (`plan.rs`) parses
 //! every record into an entry, groups them, stops a group after its first non-success,
 //! keeps FIFO batches strictly in order, chooses each record's disposition and builds
-//! the partial batch response. This layer runs the groups concurrently (bounded), each
-//! in message order, within the deadline margin, isolating panics; then makes the
+//! the partial batch response. This layer runs the groups concurrently (bounded; one
+//! customer's groups one after another), each in message order, within the deadline margin, isolating panics; then makes the
 //! queue calls (the DLQ at once, or a delay chosen by the cause, told to SQS).
 //! `report.rs` writes one line per record and counts its metrics.
 
@@ -162,16 +162,28 @@ impl Consumer {
         Ok(plan::response(&entries))
     }
 
-    /// Groups run concurrently (at most `max_concurrency` at once), each in message
-    /// order.
+    /// Chains run concurrently (at most `max_concurrency` at once), each its groups one
+    /// after another (one customer's orders), each group in message order.
     async fn run_groups(&self, entries: &mut [Entry<'_>], schedule: Schedule, deadline: Time) {
         let shared: &[Entry<'_>] = entries;
-        let ended: Vec<Vec<(usize, RecordOutcome, Duration)>> =
-            futures::stream::iter(schedule.groups)
-                .map(|members| self.run_in_order(shared, members, deadline, schedule.skip))
-                .buffer_unordered(self.limits.max_concurrency)
-                .collect()
-                .await;
+        let Schedule {
+            groups,
+            chains,
+            skip,
+        } = schedule;
+        let groups = &groups;
+        let ended: Vec<Vec<(usize, RecordOutcome, Duration)>> = futures::stream::iter(chains)
+            .map(|chain| async move {
+                let mut ended = Vec::new();
+                for g in chain {
+                    let members = groups[g].clone();
+                    ended.extend(self.run_in_order(shared, members, deadline, skip).await);
+                }
+                ended
+            })
+            .buffer_unordered(self.limits.max_concurrency)
+            .collect()
+            .await;
         for (i, outcome, latency) in ended.into_iter().flatten() {
             entries[i].outcome = outcome;
             entries[i].latency = latency;

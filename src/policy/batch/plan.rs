@@ -150,11 +150,16 @@ fn trace_root(header: &str) -> Option<&str> {
         .filter(|root| !root.is_empty())
 }
 
-/// The groups that run concurrently, each in message order, and why a group's
-/// records after a failure are skipped.
+/// The groups, each run in message order; the chains that run concurrently, each a
+/// list of groups run one after another; and why a group's records after a failure
+/// are skipped.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub groups: Vec<Vec<usize>>,
+    /// Indices into `groups`. A standard queue chains the groups of one customer: the
+    /// provider locks a customer during a payment, so their orders sent at once would
+    /// refuse each other (`lock_timeout`). FIFO batches: one chain per group.
+    pub chains: Vec<Vec<usize>>,
     pub skip: Skip,
 }
 
@@ -168,8 +173,14 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| Some((i, e.key()?)));
+        let groups = group_in_order(keyed);
+        let customers = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, members)| Some((g, customer(&entries[*members.first()?])?)));
         Schedule {
-            groups: group_in_order(keyed),
+            chains: group_in_order(customers),
+            groups,
             skip: Skip::SameOrder,
         }
     } else {
@@ -179,11 +190,13 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
         };
         match by_group {
             Some(groups) => Schedule {
+                chains: (0..groups.len()).map(|g| vec![g]).collect(),
                 groups,
                 skip: Skip::FifoGroup,
             },
             None => Schedule {
                 groups: vec![(0..entries.len()).collect()],
+                chains: vec![vec![0]],
                 skip: Skip::Fifo,
             },
         }
@@ -194,6 +207,15 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
         }
     }
     schedule
+}
+
+/// The customer of a valid order.
+fn customer<'e>(entry: &'e Entry<'_>) -> Option<&'e str> {
+    entry
+        .order
+        .as_ref()
+        .ok()
+        .map(|valid| valid.order.customer())
 }
 
 fn is_fifo(message: &SqsMessage) -> bool {
@@ -386,7 +408,11 @@ mod tests {
     }
 
     fn order(id: &str) -> String {
-        format!(r#"{{"id":"{id}","amount":100,"currency":"EUR","customer":"cus_1"}}"#)
+        order_of(id, &format!("cus_{id}"))
+    }
+
+    fn order_of(id: &str, customer: &str) -> String {
+        format!(r#"{{"id":"{id}","amount":100,"currency":"EUR","customer":"{customer}"}}"#)
     }
 
     fn fifo(mut m: SqsMessage, group: Option<&str>) -> SqsMessage {
@@ -465,6 +491,27 @@ mod tests {
     }
 
     #[test]
+    fn one_customers_orders_run_one_after_another_and_other_customers_alongside() {
+        let records = [
+            message("m0", &order_of("A", "cus_1")),
+            message("m1", &order_of("B", "cus_2")),
+            message("m2", &order_of("C", "cus_1")),
+            message("m3", &order_of("A", "cus_1")),
+            message("m4", &order_of("D", "cus_3")),
+            message("m5", &order_of("E", "cus_1")),
+        ];
+        let mut entries = parse(&records).unwrap();
+        let schedule = schedule(&mut entries, FifoScope::Group);
+        // Each order is still its own group (a failure skips only its own copies)...
+        assert_eq!(
+            schedule.groups,
+            vec![vec![0, 3], vec![1], vec![2], vec![4], vec![5]]
+        );
+        // ...and the groups of cus_1 form one chain, run one after another.
+        assert_eq!(schedule.chains, vec![vec![0, 2, 4], vec![1], vec![3]]);
+    }
+
+    #[test]
     fn a_fifo_batch_runs_by_message_group_or_whole_invalid_records_included() {
         let records = [
             fifo(message("m0", &order("A")), Some("g1")),
@@ -474,6 +521,7 @@ mod tests {
         let mut entries = parse(&records).unwrap();
         let by_group = schedule(&mut entries, FifoScope::Group);
         assert_eq!(by_group.groups, vec![vec![0, 2], vec![1]]);
+        assert_eq!(by_group.chains, vec![vec![0], vec![1]], "FIFO: unchained");
         assert_eq!(by_group.skip, Skip::FifoGroup);
         let whole = schedule(&mut entries, FifoScope::Batch);
         assert_eq!(whole.groups, vec![vec![0, 1, 2]]);

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::domain::clock::Time;
+use crate::policy::pacing::Pacer;
 
 /// The two dependencies a record needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -152,11 +153,14 @@ impl Breaker {
     }
 }
 
-/// The breakers of one execution environment.
+/// The breakers of one execution environment, and beside them the pace of its provider
+/// calls (`policy/pacing.rs`): what every invocation of the process shares.
 #[derive(Debug)]
 pub struct Breakers {
     pub store: Breaker,
     pub provider: Breaker,
+    /// Off unless [`Self::with_pacer`] sets one.
+    pub pacer: Pacer,
 }
 
 impl Breakers {
@@ -164,7 +168,13 @@ impl Breakers {
         Self {
             store: Breaker::new(threshold, first_period, longest_period),
             provider: Breaker::new(threshold, first_period, longest_period),
+            pacer: Pacer::off(),
         }
+    }
+
+    /// The same breakers, the provider's calls paced by `pacer`.
+    pub fn with_pacer(self, pacer: Pacer) -> Self {
+        Self { pacer, ..self }
     }
 }
 

@@ -23,6 +23,9 @@ pub enum Class {
     Deferred { until: Time },
     /// Another delivery holds a lease on the order until then (`None`: unknown).
     InProgress { until: Option<Time> },
+    /// Refused for the provider's rate or on a locked customer after the waits the
+    /// invocation could afford: backpressure, not an outage; back in seconds.
+    RateLimited,
     /// Declined below the order's limit: card networks penalise rapid retries.
     Declined,
     /// The provider holds the charge `pending`: it settles by itself, and the retry
@@ -100,6 +103,9 @@ pub struct Backoff {
 const DECLINE_FACTOR: u32 = 2;
 /// The jitter added after another delivery's lease ends.
 const AFTER_LEASE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
+/// A rate-limited record comes back this soon, jittered so that a fleet's refusals do
+/// not come back together: the pace, not the queue, spreads the load.
+const AFTER_RATE_LIMIT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
 
 impl Backoff {
     /// The step after receive `receive_count` (1 for the first delivery): `base ×
@@ -147,6 +153,7 @@ pub fn dispose(
         Class::Done => return Disposition::Ack,
         Class::Poison => return Disposition::DeadLetter,
         Class::Transient => backoff.delay(receive_count, jitter),
+        Class::RateLimited => jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1),
         // Waiting past the breaker's next probe only delays the recovery; half the
         // step stays the floor, so the receives of an outage last as long as the
         // backoff's (`shortest_path`).
@@ -304,6 +311,21 @@ mod tests {
         assert!(decline >= BACKOFF.cap, "{decline:?}");
         assert_eq!(retry_in(Class::Pending, 1, 0.999_999).as_secs(), 899);
         assert_eq!(retry_in(Class::Pending, 1, 0.0), BACKOFF.cap / 2);
+    }
+
+    #[test]
+    fn a_rate_limited_record_comes_back_in_seconds_whatever_its_receive_count() {
+        for receives in [1, 5, 50] {
+            assert_eq!(
+                retry_in(Class::RateLimited, receives, 0.0),
+                Duration::from_secs(1)
+            );
+            assert_eq!(
+                retry_in(Class::RateLimited, receives, 0.5),
+                Duration::from_secs(3)
+            );
+            assert!(retry_in(Class::RateLimited, receives, 0.999_999) <= Duration::from_secs(5));
+        }
     }
 
     #[test]

@@ -1,0 +1,286 @@
+//! The pace of this execution environment's provider calls (ARCHITECTURE.md, "Retries",
+//! pacing): a token bucket whose rate adapts to the provider's rate limits, as TCP's
+//! congestion control adapts to losses (AIMD). Every provider call takes a slot first;
+//! a rate limit cuts the rate (multiplicatively, at most once an interval, so one burst
+//! of refusals is one cut), a success raises it (additively in time; quickly until the
+//! first rate limit, "slow start"). Several environments sharing one limit each do the
+//! same and settle near their share of it, with few refusals. An optional fleet budget
+//! caps the rate (its share of `PAYMENT_RATE_BUDGET`).
+//!
+//! Pure: the time comes in as an argument; the driver sleeps. One pacer per execution
+//! environment, built at cold start beside the breakers, shared by every invocation.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::domain::clock::Time;
+
+/// The rate a pacer starts at without a budget: low, since nothing is known of the
+/// limit or of how many environments share it; slow start finds the limit in seconds.
+pub const START_RATE: f64 = 2.0;
+/// No pacer goes slower: a rate of zero would never call again.
+pub const FLOOR_RATE: f64 = 0.5;
+/// No pacer goes faster without a budget (Stripe's live-mode global limit).
+pub const CEILING_RATE: f64 = 100.0;
+/// The cut on a rate limit: the rate becomes this share of what it was.
+const DECREASE: f64 = 0.75;
+/// At most one cut per interval: the refusals of one burst all answer the same excess.
+const DECREASE_INTERVAL: Duration = Duration::from_secs(1);
+/// Slow start: each success adds this much, so the rate grows by a quarter a second.
+const SLOW_START_STEP: f64 = 0.25;
+/// After the first rate limit: the rate grows by this many requests a second, each
+/// second (each success adds it divided by the rate). Small, so that the fleet's sum
+/// creeps over the limit rather than leaping: few refusals per cycle.
+const INCREASE_PER_S: f64 = 0.2;
+
+/// This environment's pacer.
+#[derive(Debug)]
+pub struct Pacer {
+    /// Off: every slot is free at once (runs that pace nothing, such as the tests'
+    /// in-process provider on a clock moved by hand).
+    off: bool,
+    ceiling: f64,
+    state: Mutex<State>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct State {
+    /// Requests a second.
+    rate: f64,
+    /// When the next slot is free (ms, fractional: slots can be closer than 1 ms).
+    next_slot_ms: f64,
+    /// Until the first rate limit, the rate grows quickly.
+    slow_start: bool,
+    last_decrease: Option<Time>,
+}
+
+impl Pacer {
+    /// A pacer with this environment's share of a fleet budget (`None`: no budget, the
+    /// rate is found from the provider's answers alone).
+    pub fn new(share: Option<f64>) -> Self {
+        let ceiling = share
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(CEILING_RATE, |s| s.max(FLOOR_RATE));
+        // With a budget the share is known to be safe to start at; without one, start
+        // low and find the limit.
+        let (rate, slow_start) = match share {
+            Some(_) => (ceiling, false),
+            None => (START_RATE, true),
+        };
+        Self {
+            off: false,
+            ceiling,
+            state: Mutex::new(State {
+                rate,
+                next_slot_ms: f64::MIN,
+                slow_start,
+                last_decrease: None,
+            }),
+        }
+    }
+
+    /// A pacer that never waits.
+    pub fn off() -> Self {
+        Self {
+            off: true,
+            ..Self::new(None)
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // Every change is a few assignments of plain numbers: a poisoned lock still
+        // holds a usable state.
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut state)
+    }
+
+    /// The current rate, requests a second.
+    pub fn rate(&self) -> f64 {
+        self.with(|s| s.rate)
+    }
+
+    /// Takes a slot at `now` if one is free: `Err(how long until the next one)`
+    /// otherwise, and the caller asks again then. A waiter holds no slot, so a cut of
+    /// the rate holds back every waiter at once (slots handed out ahead of time would
+    /// still go at the old rate, each refused).
+    pub fn try_take(&self, now: Time) -> Result<(), Duration> {
+        if self.off {
+            return Ok(());
+        }
+        self.with(|s| {
+            let now_ms = now.as_ms() as f64;
+            let spacing = 1000.0 / s.rate;
+            if s.next_slot_ms > now_ms {
+                return Err(Duration::from_secs_f64((s.next_slot_ms - now_ms) / 1000.0));
+            }
+            // On pace when the waiter came on time; after a quiet spell no credit but
+            // half a slot, so the next calls keep the pace rather than burst.
+            s.next_slot_ms = (s.next_slot_ms + spacing).max(now_ms + spacing / 2.0);
+            Ok(())
+        })
+    }
+
+    /// The provider answered (anything but a rate limit): a little faster.
+    pub fn on_success(&self) {
+        let ceiling = self.ceiling;
+        self.with(|s| {
+            let step = if s.slow_start {
+                SLOW_START_STEP
+            } else {
+                INCREASE_PER_S / s.rate
+            };
+            s.rate = (s.rate + step).clamp(FLOOR_RATE, ceiling);
+        });
+    }
+
+    /// The provider refused a call for its rate at `now`: slower, once per interval.
+    pub fn on_rate_limited(&self, now: Time) {
+        self.with(|s| {
+            if s.last_decrease
+                .is_some_and(|last| last.until(now) < DECREASE_INTERVAL)
+            {
+                return;
+            }
+            s.last_decrease = Some(now);
+            s.slow_start = false;
+            s.rate = (s.rate * DECREASE).max(FLOOR_RATE);
+            // The limit refused this second's excess: the next slot a whole new
+            // spacing away.
+            s.next_slot_ms = s.next_slot_ms.max(now.as_ms() as f64 + 1000.0 / s.rate);
+        });
+    }
+}
+
+/// The pause before a call refused with `lock_timeout` is tried again: short (another
+/// request holds the customer for the time of one payment), jittered so that the
+/// waiting requests do not come back together.
+pub const LOCK_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_millis(250));
+/// A call refused for its rate or a lock is tried at most this many times in one
+/// invocation (besides the deadline rule): a limit that stays will be waited for by
+/// SQS, in seconds.
+pub const MAX_THROTTLED_TRIES: u32 = 8;
+
+/// This environment's share of a fleet budget: the budget divided among the event
+/// source's `MaximumConcurrency` environments.
+pub fn share(budget: Option<f64>, environments: u32) -> Option<f64> {
+    budget.map(|b| b / f64::from(environments.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> Time {
+        Time::from_ms(1_800_000_000_000 + ms)
+    }
+
+    #[test]
+    fn slots_are_spaced_by_the_rate_and_idle_time_saves_no_burst() {
+        let pacer = Pacer::new(Some(4.0));
+        // From rest, the second call comes half a spacing after the first, then the
+        // pace: 4 a second, 250 ms apart.
+        assert_eq!(pacer.try_take(at(0)), Ok(()));
+        assert_eq!(pacer.try_take(at(0)), Err(Duration::from_millis(125)));
+        assert_eq!(pacer.try_take(at(100)), Err(Duration::from_millis(25)));
+        assert_eq!(pacer.try_take(at(125)), Ok(()));
+        assert_eq!(pacer.try_take(at(125)), Err(Duration::from_millis(250)));
+        assert_eq!(pacer.try_take(at(375)), Ok(()));
+        // Ten seconds of quiet: one call at once, the next at half the spacing at most.
+        assert_eq!(pacer.try_take(at(10_000)), Ok(()));
+        assert_eq!(pacer.try_take(at(10_000)), Err(Duration::from_millis(125)));
+    }
+
+    #[test]
+    fn a_rate_limit_holds_back_every_waiter_at_once() {
+        let pacer = Pacer::new(Some(4.0));
+        assert_eq!(pacer.try_take(at(0)), Ok(()));
+        pacer.on_rate_limited(at(100));
+        // 3 a second now: the next slot a whole spacing after the refusal.
+        assert!(pacer.try_take(at(250)).is_err());
+        assert_eq!(pacer.try_take(at(434)), Ok(()));
+    }
+
+    #[test]
+    fn a_pacer_that_is_off_never_waits() {
+        let pacer = Pacer::off();
+        assert!((0..100).all(|_| pacer.try_take(at(0)).is_ok()));
+    }
+
+    #[test]
+    fn a_burst_of_rate_limits_cuts_the_rate_once_per_interval_and_never_to_zero() {
+        let pacer = Pacer::new(None);
+        assert_eq!(pacer.rate(), START_RATE);
+        for ms in [0, 10, 500, 999] {
+            pacer.on_rate_limited(at(ms));
+        }
+        assert_eq!(pacer.rate(), START_RATE * DECREASE, "one cut for one burst");
+        for s in 1..100 {
+            pacer.on_rate_limited(at(s * 1000));
+        }
+        assert_eq!(pacer.rate(), FLOOR_RATE);
+    }
+
+    #[test]
+    fn successes_speed_up_fast_until_the_first_rate_limit_then_slowly_up_to_the_ceiling() {
+        let pacer = Pacer::new(None);
+        (0..10).for_each(|_| pacer.on_success());
+        assert_eq!(pacer.rate(), START_RATE + 10.0 * SLOW_START_STEP);
+        pacer.on_rate_limited(at(0));
+        let cut = pacer.rate();
+        // A second's worth of successes at the cut rate adds about INCREASE_PER_S.
+        (0..cut.round() as usize).for_each(|_| pacer.on_success());
+        assert!(
+            (pacer.rate() - cut - INCREASE_PER_S).abs() < 0.05,
+            "{}",
+            pacer.rate()
+        );
+        (0..1_000_000).for_each(|_| pacer.on_success());
+        assert_eq!(pacer.rate(), CEILING_RATE);
+        let budgeted = Pacer::new(share(Some(12.0), 4));
+        assert_eq!(budgeted.rate(), 3.0, "a budget starts at its share");
+        (0..100).for_each(|_| budgeted.on_success());
+        assert_eq!(budgeted.rate(), 3.0, "and never exceeds it");
+    }
+
+    /// Environments sharing one limit, simulated second by second: each sends at its
+    /// pacer's rate, the limit refuses the excess (each environment's share of it) and
+    /// they settle near the limit with few refusals.
+    #[test]
+    fn several_environments_sharing_one_limit_settle_near_it_with_few_refusals() {
+        const LIMIT: f64 = 25.0;
+        let pacers: Vec<Pacer> = (0..4).map(|_| Pacer::new(None)).collect();
+        let (mut sent, mut refused, mut accepted_late) = (0.0, 0.0, 0.0);
+        // 10 ms ticks for 120 s.
+        let mut owed = vec![0.0; pacers.len()];
+        let mut bucket = LIMIT;
+        for tick in 0..12_000i64 {
+            let now = at(tick * 10);
+            bucket = (bucket + LIMIT / 100.0).min(LIMIT);
+            for (pacer, owed) in pacers.iter().zip(owed.iter_mut()) {
+                *owed += pacer.rate() / 100.0;
+                while *owed >= 1.0 {
+                    *owed -= 1.0;
+                    sent += 1.0;
+                    if bucket >= 1.0 {
+                        bucket -= 1.0;
+                        pacer.on_success();
+                        if tick >= 3000 {
+                            accepted_late += 1.0;
+                        }
+                    } else {
+                        refused += 1.0;
+                        pacer.on_rate_limited(now);
+                    }
+                }
+            }
+        }
+        let share_refused = refused / sent;
+        let ratio = accepted_late / (LIMIT * 90.0);
+        assert!(share_refused <= 0.05, "refused {share_refused:.3}");
+        assert!(ratio >= 0.9, "throughput {ratio:.3} of the limit");
+    }
+}
