@@ -35,10 +35,11 @@
 //! The drain (`drain.rs`), the headline: a backlog of orders cleared by several
 //! execution environments against localstripe's rate limit on creates, per contender:
 //! the rate against the limit, the share of creates refused, nothing twice, nothing
-//! lost; `bench/results/<stem>-drain.{md,json}`, and the first section of the report.
+//! lost; `bench/results/<date>-drain.{md,json}`, and the first section of the report.
 //!
 //! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_DRAIN_ORDERS` its
-//! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180); `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
+//! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
+//! `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
 //! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
 //! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
 //! `fresh-b10-s0-p0`) shorten a development run.
