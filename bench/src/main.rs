@@ -32,7 +32,14 @@
 //! Instructions: the release binary under callgrind (valgrind), batch 1 and 10 of fresh
 //! orders, per invocation and per record (`BENCH_INSTRUCTIONS=0` skips them).
 //!
-//! Knobs: `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
+//! The drain (`drain.rs`), the headline: a backlog of orders cleared by several
+//! execution environments against localstripe's rate limit on creates, per contender:
+//! the rate against the limit, the share of creates refused, nothing twice, nothing
+//! lost; `bench/results/<date>-drain.{md,json}`, and the first section of the report.
+//!
+//! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_DRAIN_ORDERS` its
+//! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
+//! `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
 //! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
 //! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
 //! `fresh-b10-s0-p0`) shorten a development run.
@@ -41,6 +48,7 @@
 
 mod bill;
 mod chart;
+mod drain;
 mod report;
 mod rig;
 mod scenarios;
@@ -97,6 +105,21 @@ async fn main() {
     );
     let started = Instant::now();
 
+    // BENCH_ONLY=drain: the drain alone, in its own files (development, or the
+    // headline figure on its own).
+    let only_drain = match std::env::var("BENCH_ONLY") {
+        Ok(v) if v == "drain" => true,
+        Ok(v) => panic!("BENCH_ONLY takes `drain`, not {v:?}"),
+        Err(_) => false,
+    };
+    let drain = drain::Drain::run(drain::Setup::from_env()).await;
+    eprintln!("bench: drain done ({:.0?})", started.elapsed());
+    let drain_command = drain_command_line(only_drain, &drain.setup);
+    write_drain(&drain, &drain_command);
+    if only_drain {
+        return;
+    }
+
     let dynalite_cost = dynalite_cost_per_call().await;
     let calls = store_calls().await;
     eprintln!("bench: store calls done ({:.0?})", started.elapsed());
@@ -149,6 +172,7 @@ async fn main() {
         cold,
         cells,
         instructions,
+        drain: Some(drain),
         elapsed: started.elapsed(),
     };
     write_results(&report, bill.as_ref(), whole.as_ref(), &only, full);
@@ -189,6 +213,54 @@ fn command_line(full: bool, only: &[String], rounds: usize, records: usize) -> S
         command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
     }
     command
+}
+
+/// The command that reproduces a drain, as its files name it.
+fn drain_command_line(only: bool, setup: &drain::Setup) -> String {
+    let mut command = "make bench".to_owned();
+    if only {
+        command.push_str(" BENCH_ONLY=drain");
+    }
+    if setup.orders != 300 {
+        command.push_str(&format!(" BENCH_DRAIN_ORDERS={}", setup.orders));
+    }
+    if setup.time_limit.as_secs() != 180 {
+        command.push_str(&format!(
+            " BENCH_DRAIN_SECONDS={}",
+            setup.time_limit.as_secs()
+        ));
+    }
+    command
+}
+
+/// Writes `bench/results/<date>-drain.{json,md}`: the drain on its own, whichever run
+/// made it (a backlog other than the default's writes `<date>-drain-<orders>.*`).
+fn write_drain(drain: &drain::Drain, command: &str) {
+    let dir = root().join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let date = today();
+    let stem = if drain.setup.orders == 300 {
+        format!("{date}-drain")
+    } else {
+        format!("{date}-drain-{}", drain.setup.orders)
+    };
+    let markdown = format!(
+        "# `{command}`, {date}\n\n{}\n\n## Versions\n\n```json\n{}\n```\n",
+        drain.markdown(),
+        serde_json::to_string_pretty(&report::versions()).unwrap()
+    );
+    let mut json = drain.json();
+    json["date"] = date.clone().into();
+    json["command"] = command.into();
+    json["versions"] = report::versions();
+    println!("\n{markdown}");
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&json).unwrap() + "\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
+    eprintln!("bench: wrote bench/results/{stem}.{{json,md}}");
 }
 
 /// Writes `bench/results/<stem>.{json,md,svg}` (and the bill's chart) and prints the

@@ -85,6 +85,8 @@ pub struct Report {
     pub cold: BTreeMap<Contender, (Vec<f64>, Vec<f64>, f64)>,
     pub cells: Vec<(Cell, CellFigures)>,
     pub instructions: Vec<Instructions>,
+    /// The drain, the headline (its own section first).
+    pub drain: Option<crate::drain::Drain>,
     pub elapsed: Duration,
 }
 
@@ -234,11 +236,16 @@ impl Report {
                 self.elapsed
             ),
             String::new(),
+        ];
+        if let Some(drain) = &self.drain {
+            md.extend([drain.markdown(), String::new()]);
+        }
+        md.extend([
             "## Targets".into(),
             String::new(),
             "| target | goal | measured | met |".into(),
             "| --- | --- | --- | --- |".into(),
-        ];
+        ]);
         for v in self.verdicts() {
             md.push(format!(
                 "| {} | {} | {} | {} |",
@@ -432,6 +439,7 @@ impl Report {
                 "method": "callgrind; fresh orders on dynalite and the payment stub; (16 invocations - 4) / 12 in two processes",
             })).collect::<Vec<_>>(),
             "cells": cells,
+            "drain": self.drain.as_ref().map(crate::drain::Drain::json),
         })
     }
 

@@ -4,8 +4,10 @@
 // partial batch responses (BatchProcessor; its default processes the records of a
 // batch in parallel), an idempotent function keyed on the order id with payload
 // validation on the charged fields, the Lambda context registered so an in-progress
-// record expires with the invocation, and the same HTTP charge (form body, bearer key,
-// Idempotency-Key header) to the bench's payment stub.
+// record expires with the invocation, and the same HTTP charge as charge-once (the same
+// form body, bearer key, Idempotency-Key header) to the payment URL it is given: the
+// bench's payment stub, or localstripe in the drain. A refused charge (a 429 too) fails
+// its record, which SQS delivers again, as Powertools leaves it.
 import {
   BatchProcessor,
   EventType,
