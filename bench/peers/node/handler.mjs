@@ -80,6 +80,8 @@ const charge = makeIdempotent(
         payment_method: order.paymentMethod,
         confirm: 'true',
         off_session: 'true',
+        'automatic_payment_methods[enabled]': 'true',
+        'automatic_payment_methods[allow_redirects]': 'never',
         description: `order ${order.id}`,
         'metadata[order_id]': order.id,
       }),

@@ -90,6 +90,8 @@ def charge(order):
             "payment_method": order["payment_method"],
             "confirm": "true",
             "off_session": "true",
+            "automatic_payment_methods[enabled]": "true",
+            "automatic_payment_methods[allow_redirects]": "never",
             "description": f"order {order['id']}",
             "metadata[order_id]": order["id"],
         },
