@@ -67,8 +67,9 @@ pub enum Command {
     /// next attempt. Refuses a live lease.
     ///
     /// The order's fields (from the DLQ message) are needed to find its charge. A new
-    /// key is given only when the provider that holds the order's keys (PAYMENT_API_URL
-    /// and its key, as the function has them) says for certain that nothing was charged.
+    /// key is given only when the provider the function sends every key to
+    /// (PAYMENT_API_URL and its key, as the function has them) says for certain that
+    /// nothing was charged.
     Resolve {
         order_id: String,
         /// Amount in minor units, as in the message.

@@ -1,5 +1,5 @@
-//! The state machine's branches, fast: `Charger::process` on the local member's SQLite store (a fresh
-//! file per test) and the in-process provider, on a clock the test moves. No server
+//! The state machine's branches, fast: `Charger::process` on the local member's SQLite
+//! store (a fresh file per test) and the in-process provider, on a clock the test moves. No server
 //! starts, so these run in well under a second each; the same branches against
 //! DynamoDB-compatible servers are in `handler.rs` and `store_contract.rs`.
 

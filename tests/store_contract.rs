@@ -1,6 +1,8 @@
-//! The store contract suite (ARCHITECTURE.md, "The table" and "The state machine"), one suite run against every store: DynamoDB
-//! on moto (behind its lock) and on dynalite, and the SQLite store of local runs (`local/`: a dev-dependency here, never shipped). Each test
-//! gets a fresh table (or file); times are explicit so expiry is tested without waiting.
+//! The store contract suite (ARCHITECTURE.md, "The table" and "The state machine"),
+//! one suite run against every store: DynamoDB on moto (behind its lock) and on
+//! dynalite, and the SQLite store of local runs (`local/`, a dev-dependency here, never
+//! shipped). Each test gets a fresh table (or file); times are explicit so expiry is
+//! tested without waiting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
