@@ -134,10 +134,12 @@ lint: lint-canary ## rustfmt and clippy, warnings are errors
 EVENT ?= events/sqs-batch.json
 DB    ?= .local/charge-once.sqlite3
 
-run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator, needs only cargo
-	$(CARGO) run --quiet -- invoke $(EVENT) --db $(DB) --provider simulator
+# Local runs are the local member's binary (local/): the SQLite file and the simulator,
+# never linked into the Lambda build.
+run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator (charge-once-local), needs only cargo
+	$(CARGO) run --quiet -p charge-once-local -- invoke $(EVENT) --db $(DB)
 
-reset: ## forget every local record and the simulator's ledger
+reset: ## forget every local record and the simulator's ledger (the DB file of make run)
 	rm -f $(DB) $(DB)-wal $(DB)-shm
 
 # --- Lambda build, template, local Lambda mode -------------------------------------

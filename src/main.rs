@@ -1,5 +1,6 @@
-//! The binary: wiring only. Logs, config, clients built once; then the Lambda runtime
-//! (inside Lambda) or one CLI command (outside). A start that cannot be completed logs
+//! The binary that ships: wiring only. Logs, config, clients built once; then the
+//! Lambda runtime (inside Lambda) or one of the operator's commands against the real
+//! parts (outside). A start that cannot be completed logs
 //! one line naming what is wrong and exits non-zero.
 
 mod cli;
@@ -62,7 +63,7 @@ async fn start() {
         Err(e) => {
             // `{:#}` keeps the whole cause chain on one line.
             tracing::error!(error = format!("{e:#}"), "charge-once stopped");
-            std::process::exit(cli::exit_status(failure, &e));
+            std::process::exit(failure);
         }
     }
 }

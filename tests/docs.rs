@@ -289,7 +289,15 @@ impl Repository {
         let config_code = config.split("#[cfg(test)]").next().unwrap();
         let settings = settings_read(config_code);
         let mut files = Vec::new();
-        for dir in ["src", "bench/src", "harness/src", "tests", "examples"] {
+        for dir in [
+            "src",
+            "local/src",
+            "local/tests",
+            "bench/src",
+            "harness/src",
+            "tests",
+            "examples",
+        ] {
             rust_files(&root().join(dir), &mut files);
         }
         for file in files {

@@ -1,5 +1,5 @@
-//! The state machine's branches, fast: `Charger::process` on the SQLite store (a fresh
-//! file per test) and the in-process provider, on a clock the test moves. No server
+//! The state machine's branches, fast: `Charger::process` on the local member's SQLite
+//! store (a fresh file per test) and the in-process provider, on a clock the test moves. No server
 //! starts, so these run in well under a second each; the same branches against
 //! DynamoDB-compatible servers are in `handler.rs` and `store_contract.rs`.
 
@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use charge_once::adapters::sqlite::SqliteStore;
 use charge_once::contracts::store::IdempotencyStore;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Key, Record, State};
 use charge_once::drivers::charge::{Charger, Settings};
 use charge_once::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause};
+use charge_once_local::sqlite::SqliteStore;
 use harness::clock::TestClock;
 use harness::lease::Lease;
 use harness::provider::{Fault, TestProvider};

@@ -1,5 +1,5 @@
 //! The queue side of a batch on moto's SQS, through the binary outside Lambda
-//! (`invoke --sqs`, the simulator as the provider): a message no retry can fix goes to
+//! (`invoke --sqs`, on moto's table and localstripe): a message no retry can fix goes to
 //! the DLQ with its reason and attributes and is acknowledged; a failed record's retry
 //! delay is set on its receipt handle; without `--sqs` nothing is sent and the log
 //! says what would have been; in Lambda, no DLQ stops the cold start.
@@ -12,30 +12,27 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageAttributeValue;
 use harness::event_source::{Queues, event_of};
-use harness::servers::{Backend, test_account};
+use harness::localstripe::{self, Card, Payer};
+use harness::servers::{Backend, Table, cli_on_moto_and_localstripe};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
 
-/// An order paid with `payment_method` (Stripe's test ids choose the simulator's answer).
-fn order(id: &str, payment_method: &str) -> String {
-    json!({"id": id, "amount": 1200, "currency": "EUR", "customer": "cus_123",
-           "payment_method": payment_method})
+/// An order of `payer`, paid with their card (localstripe's test cards choose the answer).
+fn order(id: &str, payer: &Payer) -> String {
+    json!({"id": id, "amount": 1200, "currency": "EUR", "customer": payer.customer,
+           "payment_method": payer.card})
     .to_string()
 }
 
-/// `charge-once invoke <event> [--sqs]` with JSON log lines, on the simulator.
-fn invoke(event: &Path, db: &Path, dlq: &str, sqs: bool) -> Output {
+/// `charge-once invoke <event> [--sqs]` with JSON log lines, on `table` and localstripe.
+fn invoke(event: &Path, table: &Table, dlq: &str, sqs: bool) -> Output {
     let mut command = Command::new(BIN);
-    test_account(&mut command)
+    command
         .arg("invoke")
         .arg(event)
-        .args(sqs.then_some("--sqs"))
-        .args(["--provider", "simulator"])
-        .arg("--db")
-        .arg(db)
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
-        .env_remove("PAYMENT_API_URL")
+        .args(sqs.then_some("--sqs"));
+    cli_on_moto_and_localstripe(&mut command, &table.name, "sk_test_queue")
         .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
         .env("AWS_ENDPOINT_URL_SQS", Backend::Moto.url())
         .env("DEAD_LETTER_QUEUE_URL", dlq)
@@ -62,7 +59,12 @@ fn line_of<'a>(lines: &'a [Value], message_id: &str) -> &'a Value {
 /// Sends an order, an invalid body (with a message attribute) and a declining order,
 /// and receives them as the event source would, hidden for 1 s.
 async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [String; 3]) {
-    queues.send(&[order("q-ok", "pm_card_visa")]).await;
+    let good = localstripe::payer(Card::Visa).await;
+    let declining = localstripe::payer(Card::DeclinesOnCharge).await;
+    // Order ids of this run only: the provider's idempotency keys are the order's, and
+    // every test of this binary charges at the same localstripe.
+    let run = uuid::Uuid::new_v4().simple();
+    queues.send(&[order(&format!("q-ok-{run}"), &good)]).await;
     queues
         .client
         .send_message()
@@ -80,7 +82,7 @@ async fn three_messages(queues: &Queues) -> (Vec<aws_sdk_sqs::types::Message>, [
         .await
         .unwrap();
     queues
-        .send(&[order("q-declined", "pm_card_chargeDeclined")])
+        .send(&[order(&format!("q-declined-{run}"), &declining)])
         .await;
     let mut messages = Vec::new();
     for _ in 0..20 {
@@ -121,7 +123,8 @@ impl Invoked {
         let event = dir.path().join("event.json");
         std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
         let dlq = dlq.unwrap_or_else(|| queues.dlq_url.clone());
-        let out = invoke(&event, &dir.path().join("q.sqlite3"), &dlq, sqs);
+        let table = Backend::Moto.fresh_table().await;
+        let out = invoke(&event, &table, &dlq, sqs);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         let mut failed = harness::failed_ids(&out.stdout);

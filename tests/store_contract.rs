@@ -1,12 +1,13 @@
-//! The store contract suite (ARCHITECTURE.md, "The table" and "The state machine"), one suite run against every store: DynamoDB
-//! on moto (behind its lock) and on dynalite, and the embedded SQLite store. Each test
-//! gets a fresh table (or file); times are explicit so expiry is tested without waiting.
+//! The store contract suite (ARCHITECTURE.md, "The table" and "The state machine"),
+//! one suite run against every store: DynamoDB on moto (behind its lock) and on
+//! dynalite, and the SQLite store of local runs (`local/`, a dev-dependency here, never
+//! shipped). Each test gets a fresh table (or file); times are explicit so expiry is
+//! tested without waiting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::time::Duration;
 
-use charge_once::adapters::sqlite::SqliteStore;
 use charge_once::contracts::schema::{Value, attr};
 use charge_once::contracts::store::{
     CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
@@ -15,6 +16,7 @@ use charge_once::contracts::store::{
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
 use charge_once::policy::table::{Reservation, judge};
+use charge_once_local::sqlite::SqliteStore;
 use harness::servers::{Backend, Table, legacy_item};
 use std::sync::Arc;
 

@@ -3,6 +3,7 @@
 //!
 //! | module | part |
 //! | --- | --- |
+//! | [`audit`] | the audit's tamper-one-way-at-a-time scenario, the same on every pair of real parts |
 //! | [`capacity`] | DynamoDB's item-size rules: item size, write and read units, storage |
 //! | [`servers`] | moto (behind a one-lock wrapper), dynalite, stripe-stateful-mock, localstripe (behind its layer); a fresh table |
 //! | [`clock`] | a clock the test moves by hand |
@@ -19,6 +20,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
 
+pub mod audit;
 pub mod capacity;
 pub mod clock;
 pub mod event_source;

@@ -268,15 +268,14 @@ pub fn test_account(command: &mut Command) -> &mut Command {
         .env("AWS_SECRET_ACCESS_KEY", "test")
 }
 
-/// A CLI command of the real binary on moto's `table` (`--store dynamodb`) and
-/// localstripe (`api_key`), outside Lambda.
+/// A CLI command of the real binary on moto's `table` and localstripe (`api_key`),
+/// outside Lambda.
 pub fn cli_on_moto_and_localstripe<'a>(
     command: &'a mut Command,
     table: &str,
     api_key: &str,
 ) -> &'a mut Command {
     test_account(command)
-        .args(["--store", "dynamodb"])
         .env_remove("AWS_LAMBDA_RUNTIME_API")
         .env_remove("AWS_PROFILE")
         .env("AWS_ENDPOINT_URL", Backend::Moto.url())

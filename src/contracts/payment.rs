@@ -5,8 +5,8 @@
 //! builds it (ARCHITECTURE.md, "The state machine").
 //!
 //! [`crate::adapters::payment_http::HttpProvider`] is the production implementation;
-//! [`crate::adapters::api_key`] reads its key; [`crate::adapters::simulated::SimulatedProvider`]
-//! is the local stand-in for runs without a provider.
+//! [`crate::adapters::api_key`] reads its key. The local member (`local/`) implements
+//! them with its simulator, for runs without a provider.
 
 use async_trait::async_trait;
 
@@ -78,21 +78,6 @@ pub const AWAITS_CUSTOMER: &str = "requires_action";
 /// The error code (`code`, or a decline's `decline_code`) of a payment the customer's
 /// bank wants authenticated.
 pub const AUTHENTICATION_REQUIRED: &str = "authentication_required";
-
-/// Whether a provider received an order's idempotency keys, as far as it can tell.
-/// `resolve` moves an order to a new key only on a "not found" from the provider that
-/// holds its keys: from any other, "not found" proves nothing (ARCHITECTURE.md,
-/// "The state machine").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyHistory {
-    /// It received at least one of the order's keys.
-    Received,
-    /// It never received one: the order's keys went elsewhere.
-    NeverReceived,
-    /// It keeps no list of keys (a real provider): it is where the function sends
-    /// every key, so its "not found" stands.
-    Unlisted,
-}
 
 /// A charge as the provider lists it (for the audit).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -341,16 +326,9 @@ pub trait ChargePath: Send + Sync {
     /// Cancels the open payment `payment_id`, so that nobody can confirm it any more
     /// (ARCHITECTURE.md, "One success per order").
     async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError>;
-
-    /// Whether this provider received any of `order`'s keys. A real provider keeps no
-    /// list of keys ([`KeyHistory::Unlisted`], the default).
-    async fn key_history(&self, order: &Order) -> Result<KeyHistory, PaymentError> {
-        let _ = order;
-        Ok(KeyHistory::Unlisted)
-    }
 }
 
-/// The whole provider, serving both readers (the HTTP client and the simulator do):
+/// The whole provider, serving both readers (the HTTP client and the local simulator do):
 /// what the wiring builds once and hands to each side as the trait it uses.
 pub trait PaymentProvider: ChargePath + ChargeListing {}
 

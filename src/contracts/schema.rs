@@ -2,8 +2,8 @@
 //! Spanish attribute names and state values (`estado = hecho`, `recibo`, `huella`…):
 //! they are what the table holds, what the card's own consumer wrote, and what an
 //! operator reads in the console. The Rust code speaks English (`state = Done`,
-//! `receipt`, `fingerprint`…). The DynamoDB and SQLite adapters, `inspect`'s JSON and
-//! the tests' legacy-format items all map between the two here.
+//! `receipt`, `fingerprint`…). The DynamoDB adapter, the local member's SQLite store,
+//! `inspect`'s JSON and the tests' legacy-format items all map between the two here.
 
 use crate::contracts::store::StoreError;
 use crate::domain::clock::Time;

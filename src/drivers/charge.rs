@@ -423,10 +423,6 @@ pub async fn resolve(
                 let found = provider.find_charge(order, resolver.lookup_since()).await;
                 resolver.on(ResolveInput::Looked(found))
             }
-            ResolveStep::History => {
-                let history = provider.key_history(order).await;
-                resolver.on(ResolveInput::History(history))
-            }
             ResolveStep::Cancel { payment_id } => {
                 let cancelled = provider.cancel(&payment_id).await;
                 resolver.on(ResolveInput::Cancelled(cancelled))

@@ -5,12 +5,11 @@
 //! once under a new key. Every write goes through a lease, so it never races a
 //! consumer.
 //!
-//! "Not found" moves the order to a new key only when it is certain and comes from
-//! the provider that holds the order's keys: a lookup that failed, or one made at a
-//! provider that never received the order's keys (the local simulator asked about an
-//! order charged at the real provider), keeps the key and refuses.
+//! "Not found" moves the order to a new key only when it is certain: a lookup that
+//! failed keeps the key and refuses. The provider asked is the one the function sends
+//! every key to, so its certain "not found" stands.
 
-use crate::contracts::payment::{Cancel, KeyHistory, Lookup, PaymentError};
+use crate::contracts::payment::{Cancel, Lookup, PaymentError};
 use crate::contracts::store::{
     CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
     WriteOutcome,
@@ -58,12 +57,6 @@ pub enum ResolveError {
     #[error("provider lookup")]
     Provider(#[source] PaymentError),
     #[error(
-        "the provider asked never received this order's keys, so its \"not found\" proves \
-         nothing: the key is kept; run resolve with the provider the order was charged at \
-         (PAYMENT_API_URL and its key)"
-    )]
-    NotTheKeyHolder,
-    #[error(
         "payment {payment_id} of this order is still open after it was cancelled: settle it \
          at the provider, then run resolve again"
     )]
@@ -95,9 +88,6 @@ pub enum ResolveStep {
     Write(ResolveWrite),
     /// Look the order's charge up; answer with [`ResolveInput::Looked`].
     Lookup,
-    /// Ask the provider whether it received the order's keys; answer with
-    /// [`ResolveInput::History`].
-    History,
     /// Cancel the order's open payment before a new key may make another; answer
     /// with [`ResolveInput::Cancelled`].
     Cancel {
@@ -120,7 +110,6 @@ pub enum ResolveInput {
     Read(Result<Option<Record>, StoreError>),
     Written(Result<WriteOutcome, StoreError>),
     Looked(Result<Lookup, PaymentError>),
-    History(Result<KeyHistory, PaymentError>),
     Cancelled(Result<Cancel, PaymentError>),
 }
 
@@ -129,8 +118,6 @@ enum Phase {
     Reading,
     Leasing,
     Looking,
-    /// "Not found": asking whether the provider holds the order's keys.
-    CheckingHistory,
     /// Cancelling an open payment; then looking again (once).
     Cancelling {
         payment_id: String,
@@ -252,7 +239,6 @@ impl Resolver {
                     ResolveError::Cancel { payment_id, source },
                 ),
             },
-            (Phase::CheckingHistory, ResolveInput::History(history)) => self.on_history(history),
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
                     receipt: self.receipt.take().unwrap_or_default(),
@@ -317,25 +303,11 @@ impl Resolver {
                 ResolveStep::Write(ResolveWrite::Complete)
             }
             Ok(Lookup::NotFound) => {
-                self.phase = Phase::CheckingHistory;
-                ResolveStep::History
-            }
-        }
-    }
-
-    /// "Not found" stands only from the provider that holds the order's keys.
-    fn on_history(&mut self, history: Result<KeyHistory, PaymentError>) -> ResolveStep {
-        match history {
-            Ok(KeyHistory::Received | KeyHistory::Unlisted) => {
                 self.phase = Phase::ReleasingToNextKey;
                 ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
                     reset_declines: self.confirmed.retry_declined,
                 }))
             }
-            Ok(KeyHistory::NeverReceived) => {
-                self.release(ReleaseKind::KeepKey, ResolveError::NotTheKeyHolder)
-            }
-            Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
         }
     }
 
@@ -465,11 +437,7 @@ mod tests {
 
     #[test]
     fn not_found_moves_to_the_next_key_resetting_declines_only_when_asked() {
-        for (retry_declined, history) in [
-            (false, KeyHistory::Unlisted),
-            (true, KeyHistory::Unlisted),
-            (false, KeyHistory::Received),
-        ] {
+        for retry_declined in [false, true] {
             let mut resolver = start(Confirmed {
                 retry_declined,
                 ..Confirmed::default()
@@ -477,51 +445,27 @@ mod tests {
             leased(&mut resolver);
             assert!(matches!(
                 resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound))),
-                ResolveStep::History
-            ));
-            let reset_declines = retry_declined;
-            assert!(matches!(
-                resolver.on(ResolveInput::History(Ok(history))),
                 ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_declines: r }))
-                    if r == reset_declines
+                    if r == retry_declined
             ));
         }
     }
 
     #[test]
-    fn not_found_keeps_the_key_when_the_provider_never_received_it_or_cannot_say() {
-        let unreadable = || {
-            Err(PaymentError::retryable(
-                crate::contracts::payment::FailureKind::Connection,
-            ))
-        };
-        for (history, refused) in [
-            (
-                Ok(KeyHistory::NeverReceived),
-                "ResolveError::NotTheKeyHolder",
-            ),
-            (unreadable(), "ResolveError::Provider"),
-        ] {
-            let mut resolver = start(Confirmed::default());
-            leased(&mut resolver);
-            resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound)));
-            assert!(
-                matches!(
-                    resolver.on(ResolveInput::History(history)),
-                    ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
-                ),
-                "{refused}"
-            );
-            let released = WriteOutcome::Applied(record(State::Free, None));
-            match resolver.on(ResolveInput::Written(Ok(released))) {
-                ResolveStep::Done(Err(ResolveError::NotTheKeyHolder)) => {
-                    assert_eq!(refused, "ResolveError::NotTheKeyHolder");
-                }
-                ResolveStep::Done(Err(ResolveError::Provider(_))) => {
-                    assert_eq!(refused, "ResolveError::Provider");
-                }
-                other => panic!("{refused}: {other:?}"),
-            }
-        }
+    fn a_lookup_that_failed_keeps_the_key_and_is_refused() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let unreadable = Err(PaymentError::retryable(
+            crate::contracts::payment::FailureKind::Connection,
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(unreadable)),
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+        ));
+        let released = WriteOutcome::Applied(record(State::Free, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(released))),
+            ResolveStep::Done(Err(ResolveError::Provider(_)))
+        ));
     }
 }

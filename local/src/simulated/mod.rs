@@ -32,13 +32,12 @@ mod refusal;
 
 use refusal::refusal;
 
-use crate::adapters::sqlite_file::{OpenError, OpenMode, SharedConnection};
-use crate::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, KeyHistory, ListedCharge, Lookup, PaymentError,
-    Receipt,
+use crate::sqlite_file::{OpenError, OpenMode, SharedConnection};
+use charge_once::contracts::payment::{
+    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
 };
-use crate::domain::clock::Time;
-use crate::domain::order::Order;
+use charge_once::domain::clock::Time;
+use charge_once::domain::order::Order;
 
 pub const TIMEOUT_AFTER_CHARGE_CUSTOMER: &str = "cus_timeout_after_charge";
 /// Stripe's test payment method that always asks for authentication.
@@ -153,7 +152,7 @@ impl SimulatedProvider {
                          customer, payment_method, status, charge_id, charged)
                      SELECT :at, '', order_id, amount, currency, customer, payment_method,
                          'authenticated', id, 1 FROM payment_intents WHERE id = :id",
-                    named_params! {":at": crate::domain::clock::wall_ms(), ":id": payment_id},
+                    named_params! {":at": charge_once::domain::clock::wall_ms(), ":id": payment_id},
                 )?;
             }
             Ok(changed == 1)
@@ -257,7 +256,7 @@ fn charge_blocking(
              VALUES (:at, :key, :order, :amount, :currency, :customer, :method, :status,
                  :charge_id, :charged)",
             named_params! {
-                ":at": crate::domain::clock::wall_ms(), ":key": key, ":order": order.id(),
+                ":at": charge_once::domain::clock::wall_ms(), ":key": key, ":order": order.id(),
                 ":amount": amount_of(order), ":currency": order.currency(),
                 ":customer": order.customer(), ":method": order.payment_method(),
                 ":status": status, ":charge_id": payment_id, ":charged": i64::from(charged),
@@ -318,7 +317,7 @@ fn new_payment(
             ":id": payment_id, ":order": order.id(), ":amount": amount_of(order),
             ":currency": order.currency(), ":customer": order.customer(),
             ":method": order.payment_method(), ":status": intent_status,
-            ":at": crate::domain::clock::wall_ms(),
+            ":at": charge_once::domain::clock::wall_ms(),
         },
     )?;
     Ok(payment_id)
@@ -357,7 +356,7 @@ fn find_blocking(conn: &mut Connection, order: &Order) -> Result<Lookup, rusqlit
     .map(|found| match found {
         Some((id, status)) if status == "succeeded" => Lookup::Succeeded(receipt(id)),
         Some((payment_id, status)) => Lookup::Open {
-            awaits_customer: status == crate::contracts::payment::AWAITS_CUSTOMER,
+            awaits_customer: status == charge_once::contracts::payment::AWAITS_CUSTOMER,
             payment_id,
             status,
         },
@@ -379,23 +378,9 @@ fn cancel_blocking(conn: &mut Connection, payment_id: &str) -> Result<Cancel, ru
              payment_method, status, charge_id, charged)
          SELECT :at, '', order_id, amount, currency, customer, payment_method, 'canceled', id, 0
              FROM payment_intents WHERE id = :id",
-        named_params! {":at": crate::domain::clock::wall_ms(), ":id": payment_id},
+        named_params! {":at": charge_once::domain::clock::wall_ms(), ":id": payment_id},
     )?;
     Ok(Cancel::Cancelled)
-}
-
-/// Whether any of the order's keys reached this ledger.
-fn history_blocking(conn: &mut Connection, order: &Order) -> Result<KeyHistory, rusqlite::Error> {
-    let received: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM charges WHERE order_id = :order AND idempotency_key <> '')",
-        named_params! {":order": order.id()},
-        |row| row.get(0),
-    )?;
-    Ok(if received {
-        KeyHistory::Received
-    } else {
-        KeyHistory::NeverReceived
-    })
 }
 
 /// The ledger's payments, as the provider lists them.
@@ -464,16 +449,6 @@ impl ChargePath for SimulatedProvider {
         let id = payment_id.to_owned();
         self.conn
             .call(move |conn| cancel_blocking(conn, &id))
-            .await
-            .map_err(ledger_error)
-    }
-
-    /// The ledger knows every key it received: an order it never saw was charged
-    /// elsewhere, if at all.
-    async fn key_history(&self, order: &Order) -> Result<KeyHistory, PaymentError> {
-        let order = order.clone();
-        self.conn
-            .call(move |conn| history_blocking(conn, &order))
             .await
             .map_err(ledger_error)
     }
@@ -664,20 +639,11 @@ mod tests {
             }
         }
         assert!(p.ledger("ord-x").unwrap().is_empty());
-        let received = with(50, "EUR", "cus_1", "pm_card_visa");
-        assert_eq!(
-            p.key_history(&received).await.unwrap(),
-            KeyHistory::NeverReceived
-        );
         // At the minimum, and in a currency without a listed minimum, it charges.
         for (amount, currency) in [(50, "EUR"), (30, "GBP"), (1, "ISK")] {
             let order = with(amount, currency, "cus_1", "pm_card_visa");
             let key = format!("k#{currency}");
             assert!(p.charge(&order, &key).await.is_ok(), "{amount} {currency}");
         }
-        assert_eq!(
-            p.key_history(&received).await.unwrap(),
-            KeyHistory::Received
-        );
     }
 }

@@ -13,11 +13,13 @@ use async_trait::async_trait;
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_params};
 
-use crate::adapters::sqlite_file::{CallError, OpenMode, SharedConnection};
-use crate::contracts::schema::{self, Problem, Value};
-use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
-use crate::domain::clock::Time;
-use crate::domain::{Key, Record};
+use crate::sqlite_file::{CallError, OpenMode, SharedConnection};
+use charge_once::contracts::schema::{self, Problem, Value};
+use charge_once::contracts::store::{
+    IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome,
+};
+use charge_once::domain::clock::Time;
+use charge_once::domain::{Key, Record};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     pk             TEXT PRIMARY KEY NOT NULL,

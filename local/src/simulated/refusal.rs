@@ -3,8 +3,8 @@
 //! customer or payment method id of the wrong kind. The simulator answers these as
 //! Stripe does: a 400 that stores nothing under the key.
 
-use crate::contracts::payment::PaymentError;
-use crate::domain::order::Order;
+use charge_once::contracts::payment::PaymentError;
+use charge_once::domain::order::Order;
 
 /// Stripe's presentment currencies (lower case), as its supported-currencies page
 /// lists them.
