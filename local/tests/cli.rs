@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -420,4 +421,111 @@ fn a_file_that_is_not_an_sqs_event_is_refused_clearly() {
         stderr.contains("Cargo.toml is not an SQS event"),
         "{stderr}"
     );
+}
+
+/// What README's "Try it" says of the first two `make run`s: the outcome counts of
+/// its table (outcome → first run, second run) and the partial batch response it shows.
+fn readme_says(readme: &str) -> (Vec<(String, u32, u32)>, Value) {
+    let section = readme
+        .split("## Try it")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has a Try it section");
+    let counts = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let outcome = cells.first()?.strip_suffix('`')?;
+            Some((
+                outcome.to_owned(),
+                cells.get(1)?.parse().ok()?,
+                cells.get(2)?.parse().ok()?,
+            ))
+        })
+        .collect();
+    let response = section
+        .split("```json\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("README shows the response");
+    (counts, serde_json::from_str(response).unwrap())
+}
+
+/// How many records of each outcome a run's log lines name, and its stdout.
+fn run_shows(db: &Path) -> (BTreeMap<String, u32>, Value) {
+    let out = charge_once(db, &["invoke", "events/sqs-batch.json"]);
+    let mut counts = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stderr).lines() {
+        if let Some(rest) = line.split("outcome=\"").nth(1) {
+            let outcome = rest.split('"').next().unwrap().to_owned();
+            *counts.entry(outcome).or_insert(0) += 1;
+        }
+    }
+    (counts, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Where README and the runs disagree, one line each (empty: they agree).
+fn disagreements(readme: &str, runs: [&(BTreeMap<String, u32>, Value); 2]) -> Vec<String> {
+    let (counts, response) = readme_says(readme);
+    let mut found = Vec::new();
+    for (run, shown) in runs.iter().enumerate() {
+        let said: BTreeMap<String, u32> = counts
+            .iter()
+            .map(|(o, first, second)| (o.clone(), if run == 0 { *first } else { *second }))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        if said != shown.0 {
+            found.push(format!(
+                "run {}: README says {said:?}, it logs {:?}",
+                run + 1,
+                shown.0
+            ));
+        }
+        if shown.1 != response {
+            found.push(format!(
+                "run {}: README shows {response}, it prints {}",
+                run + 1,
+                shown.1
+            ));
+        }
+    }
+    let records = event_records("events/sqs-batch.json");
+    let first: u32 = counts.iter().map(|(_, n, _)| n).sum();
+    if usize::try_from(first).unwrap() != records {
+        found.push(format!(
+            "README counts {first} records, the event has {records}"
+        ));
+    }
+    found
+}
+
+fn event_records(event: &str) -> usize {
+    let text = std::fs::read_to_string(root().join(event)).unwrap();
+    let event: Value = serde_json::from_str(&text).unwrap();
+    event["Records"].as_array().unwrap().len()
+}
+
+#[test]
+fn make_run_prints_and_logs_what_the_readme_says_and_a_readme_that_drifted_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("readme.sqlite3");
+    let first = run_shows(&db);
+    let second = run_shows(&db);
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let found = disagreements(&readme, [&first, &second]);
+    assert!(
+        found.is_empty(),
+        "README's Try it drifted:\n{}",
+        found.join("\n")
+    );
+    // A README that still told of one failure and three charges on the second run.
+    let drifted = readme
+        .replace("| `charged` | 3 | 0 |", "| `charged` | 3 | 3 |")
+        .replace(
+            r#",{"itemIdentifier":"00000010-1100-0000-0000-000000001011"}"#,
+            "",
+        );
+    let found = disagreements(&drifted, [&first, &second]);
+    assert_eq!(found.len(), 3, "{found:#?}");
 }
