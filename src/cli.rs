@@ -167,6 +167,7 @@ impl Parts {
         }
         let tls = wiring::tls(config)?;
         let sdk = wiring::sdk_config(&tls).await;
+        wiring::require_credentials(&sdk).await?;
         Ok(Self { tls, sdk })
     }
 

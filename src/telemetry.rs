@@ -15,6 +15,10 @@ use crate::drivers::metrics::{
 
 use crate::adapters::emf::{Emf, InstallError};
 
+/// The log level when none is set: info, and the SDK's configuration loader only at
+/// error.
+pub const DEFAULT_DIRECTIVES: &str = "info,aws_config=error";
+
 /// How logs are written, from the environment as `lambda_runtime`'s default subscriber
 /// reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +39,13 @@ impl LogSettings {
                 other => other.to_owned(),
             }
         });
+        // By default the SDK's own configuration chatter (a config file not found, a
+        // credential provider that found nothing) stays below the line: what matters
+        // reaches the command's own error.
         let directives = lambda_level
             .or_else(|| get("RUST_LOG"))
             .filter(|d| !d.trim().is_empty())
-            .unwrap_or_else(|| "info".to_owned());
+            .unwrap_or_else(|| DEFAULT_DIRECTIVES.to_owned());
         let json =
             get("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.trim().eq_ignore_ascii_case("json"));
         Self { directives, json }
@@ -49,8 +56,8 @@ impl LogSettings {
 /// falls back to `info`. Called once at cold start; a second call is a no-op.
 pub fn init() {
     let settings = LogSettings::from_lookup(|k| std::env::var(k).ok());
-    let filter =
-        EnvFilter::try_new(&settings.directives).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(&settings.directives)
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_DIRECTIVES));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -120,7 +127,7 @@ mod tests {
 
     #[test]
     fn lambdas_log_level_wins_over_rust_log_and_info_is_the_default() {
-        assert_eq!(settings(&[]).directives, "info");
+        assert_eq!(settings(&[]).directives, DEFAULT_DIRECTIVES);
         assert_eq!(settings(&[("RUST_LOG", "warn")]).directives, "warn");
         let both = settings(&[("AWS_LAMBDA_LOG_LEVEL", "DEBUG"), ("RUST_LOG", "warn")]);
         assert_eq!(both.directives, "debug");

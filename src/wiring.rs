@@ -30,6 +30,13 @@ pub enum WiringError {
     ApiKey(Box<ApiKeyError>),
     #[error("the payment API client")]
     Http(#[from] HttpSetupError),
+    /// Outside Lambda, the SDK's credential chain found nothing (its own error lists
+    /// every provider it tried; the line names what to set instead).
+    #[error(
+        "no AWS credentials: configure a profile (aws configure, AWS_PROFILE) or set \
+         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    )]
+    NoCredentials,
 }
 
 impl From<ApiKeyError> for WiringError {
@@ -56,6 +63,23 @@ pub async fn sdk_config(tls: &Tls) -> aws_config::SdkConfig {
         .timeout_config(timeouts)
         .load()
         .await
+}
+
+/// How long the credential chain may take outside Lambda before a command says it has
+/// none (the instance metadata service answers within a second where there is one).
+const CREDENTIALS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Outside Lambda: the operator's credentials, resolved once before any command, so a
+/// terminal without any says so in one line instead of every call's SDK error.
+pub async fn require_credentials(sdk: &aws_config::SdkConfig) -> Result<(), WiringError> {
+    use aws_credential_types::provider::ProvideCredentials as _;
+    let provider = sdk
+        .credentials_provider()
+        .ok_or(WiringError::NoCredentials)?;
+    match tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials()).await {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(WiringError::NoCredentials),
+    }
 }
 
 /// The DynamoDB store on IDEMPOTENCY_TABLE.

@@ -186,3 +186,32 @@ fn a_file_that_is_not_an_sqs_event_is_refused_clearly() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_command_without_aws_credentials_says_so_in_one_line_and_touches_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_str().unwrap();
+    let out = Command::new(BIN)
+        .arg("inspect")
+        .arg("ord-1001")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // No profile, no keys, and no instance metadata service to ask (this machine
+        // has none; loopback-only tests must not look for one).
+        .env("HOME", home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_REGION", "eu-west-1")
+        // Never reached: the check comes before any call.
+        .env("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:9")
+        .env("IDEMPOTENCY_TABLE", "orders")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("no AWS credentials"), "{stderr}");
+    assert!(lines[0].contains("AWS_PROFILE"), "{stderr}");
+}
