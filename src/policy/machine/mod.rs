@@ -357,10 +357,7 @@ impl Machine {
 
     fn charge_step(&self) -> Step {
         Step::Charge {
-            key: self
-                .rules
-                .provider_key
-                .then(|| self.key.provider_key(self.attempt)),
+            key: self.key.provider_key(self.attempt),
         }
     }
 

@@ -63,7 +63,7 @@ fn written() -> Input {
 
 fn charge(key: &str) -> Step {
     Step::Charge {
-        key: Some(key.to_owned()),
+        key: key.to_owned(),
     }
 }
 
