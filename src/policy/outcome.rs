@@ -9,6 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::contracts::payment::PaymentError;
+use crate::contracts::schema;
 use crate::contracts::store::StoreError;
 use crate::domain::State;
 use crate::domain::clock::Time;
@@ -198,11 +199,12 @@ impl RetryCause {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
     #[error(
-        "item written by the legacy consumer is not `hecho`: it gave the provider no \
-         idempotency key, so it is never taken over"
+        "item written by the legacy consumer is not `{done}`: it gave the provider no \
+         idempotency key, so it is never taken over",
+        done = schema::state::DONE
     )]
     LegacyItemNotDone,
-    #[error("item has an unknown `estado`")]
+    #[error("item has an unknown `{state}`", state = schema::attr::STATE)]
     UnknownState,
     /// A reconciliation lookup found a charge that may still succeed.
     #[error(
@@ -226,9 +228,8 @@ pub enum ReconcileCause {
     UnexpectedStatus { payment_id: String, status: String },
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
-        "charged {receipt} under attempt {attempt} but the record moved on (estado \
-         {:?}, intento {record_attempt:?}, recibo {record_receipt:?})",
-        state.as_ref().map(crate::contracts::schema::state_value)
+        "charged {receipt} under attempt {attempt} but the record moved on ({})",
+        schema::stored_fields(state.as_ref(), *record_attempt, record_receipt.as_deref())
     )]
     RecordMovedOn {
         receipt: String,

@@ -110,11 +110,6 @@ impl OutcomeKind {
     pub fn is_ack(self) -> bool {
         self.handling() == Ack
     }
-
-    /// Counts one record that ended so.
-    pub fn count(self) {
-        metrics::counter!(self.name()).increment(1);
-    }
 }
 
 #[cfg(test)]
