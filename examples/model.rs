@@ -19,7 +19,7 @@
 //!   confirm it later;
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
-//!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
+//!   no retry can fix (`Handling::DeadLetter`) is sent to the DLQ by the consumer and
 //!   then acknowledged, and the send may fail or its acknowledgement be lost;
 //! * time: a clock that moves in ticks, so leases end, keys age and records pass
 //!   `expires`; TTL removes items past `expires`;
@@ -56,7 +56,7 @@ use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Owner, Record, State as RecordState};
 use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
 use charge_once::policy::outcome::Outcome;
-use charge_once::policy::retry::Class;
+use charge_once::policy::outcome_kind::Handling;
 use charge_once::policy::rules::Rules;
 use charge_once::policy::table::{apply, holds};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -681,7 +681,7 @@ impl ChargeModel {
     /// A delivery ended: ack, back to the queue, or the DLQ; a poison outcome starts
     /// the dead letter's send (acknowledged first under the mutant).
     fn finish(&self, s: &mut State, c: usize, outcome: &Outcome) {
-        if outcome.class() == Class::Poison {
+        if outcome.handling() == Handling::DeadLetter {
             let consumer = &mut s.consumers[c];
             consumer.dead_lettering = true;
             consumer.step = Step::Done(outcome.clone());
@@ -691,7 +691,7 @@ impl ChargeModel {
             return;
         }
         let consumer = s.consumers.remove(c);
-        if outcome.is_ack() {
+        if outcome.handling().is_ack() {
             let paid = s.table.as_ref().is_some_and(|r| {
                 r.state == RecordState::Done
                     && r.receipt

@@ -17,7 +17,8 @@ use crate::domain::Identity;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
-use crate::policy::retry::{self, Backoff, Class, Disposition, Jitter};
+use crate::policy::outcome_kind::{Handling, Wait};
+use crate::policy::retry::{self, Backoff, Disposition, Jitter};
 
 /// The batch cannot be judged at all: the whole batch is retried.
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +70,10 @@ pub struct Entry<'a> {
 }
 
 impl Entry<'_> {
-    /// Whether the message is left out of `batchItemFailures`.
-    pub fn is_ack(&self) -> bool {
-        self.outcome.is_ack() || self.dead_lettered == Some(true)
+    /// Whether the message is left out of `batchItemFailures`: acknowledged with its
+    /// effect, or a dead letter whose send succeeded.
+    pub fn acknowledged(&self) -> bool {
+        self.outcome.handling().is_ack() || self.dead_lettered == Some(true)
     }
 
     /// The delay SQS is told, in whole seconds; `None` when it is not retried.
@@ -100,6 +102,10 @@ impl Entry<'_> {
         }
     }
 }
+
+/// A record retried for want of anything better: the failure ahead of it went to the
+/// DLQ, or its own dead letter's send failed (the next delivery sends it again).
+const BACKOFF: Handling = Handling::Retry(Wait::Backoff);
 
 /// Parses every record; an invalid one has its outcome at once.
 pub fn parse(records: &[SqsMessage]) -> Result<Vec<Entry<'_>>, BatchError> {
@@ -277,7 +283,7 @@ impl InOrder {
 
     /// Record `i` ended with `outcome`.
     pub fn ended(&mut self, i: usize, outcome: &RecordOutcome) {
-        if !outcome.is_ack() {
+        if !outcome.handling().is_ack() {
             self.stopped_at = self.stopped_at.or(Some(i));
         }
     }
@@ -294,11 +300,18 @@ pub struct Retries<'b> {
 
 impl Retries<'_> {
     /// One record's disposition, delivered `receive_count` times (1 when the attribute
-    /// is missing).
-    pub fn dispose(&self, class: Class, receive_count: Option<u32>, jitter: Jitter) -> Disposition {
+    /// is missing), its wait ending `until` when it has an end.
+    pub fn dispose(
+        &self,
+        handling: Handling,
+        until: Option<Time>,
+        receive_count: Option<u32>,
+        jitter: Jitter,
+    ) -> Disposition {
         let receives = receive_count.unwrap_or(1);
         retry::dispose(
-            class,
+            handling,
+            until,
             receives,
             self.now,
             self.backoff,
@@ -308,8 +321,9 @@ impl Retries<'_> {
     }
 }
 
-/// Each record's disposition by its class (`policy/retry/mod.rs`); a skipped record waits as
-/// long as the failure ahead of it, or the backoff when that one went to the DLQ.
+/// Each record's disposition by its handling (`policy/outcome_kind.rs`, drawn by
+/// `policy/retry/mod.rs`); a skipped record waits as long as the failure ahead of it, or
+/// the backoff when that one went to the DLQ.
 pub fn dispose(
     entries: &mut [Entry<'_>],
     retries: &Retries<'_>,
@@ -317,13 +331,16 @@ pub fn dispose(
 ) {
     let own: Vec<Disposition> = entries
         .iter()
-        .map(|e| retries.dispose(e.outcome.class(), e.receive_count, jitter()))
+        .map(|e| {
+            let (handling, until) = (e.outcome.handling(), e.outcome.until());
+            retries.dispose(handling, until, e.receive_count, jitter())
+        })
         .collect();
     for (entry, mine) in entries.iter_mut().zip(&own) {
         entry.disposition = match entry.outcome {
             RecordOutcome::Skipped { behind, .. } => match own.get(behind) {
                 Some(&Disposition::Retry(delay)) => Disposition::Retry(delay),
-                _ => retries.dispose(Class::Transient, entry.receive_count, jitter()),
+                _ => retries.dispose(BACKOFF, None, entry.receive_count, jitter()),
             },
             _ => *mine,
         };
@@ -347,7 +364,7 @@ pub fn dead_lettered(
 ) {
     entry.dead_lettered = Some(sent.is_ok());
     if let Err(e) = sent {
-        entry.disposition = retries.dispose(Class::Transient, entry.receive_count, jitter);
+        entry.disposition = retries.dispose(BACKOFF, None, entry.receive_count, jitter);
         entry.queue_error = Some(e);
     }
 }
@@ -386,7 +403,7 @@ pub fn response(entries: &[Entry<'_>]) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
     let mut listed = HashSet::new();
     for entry in entries {
-        if !entry.is_ack() && listed.insert(entry.message_id) {
+        if !entry.acknowledged() && listed.insert(entry.message_id) {
             response.add_failure(entry.message_id);
         }
     }
@@ -627,9 +644,9 @@ mod tests {
             &retries(&BACKOFF),
             Jitter::new(0.0),
         );
-        assert!(entries[0].is_ack());
+        assert!(entries[0].acknowledged());
         assert_eq!(entries[0].retry_in_s(), None);
-        assert!(!entries[1].is_ack());
+        assert!(!entries[1].acknowledged());
         assert!(
             entries[1].retry_in_s().is_some(),
             "retried with the backoff"
