@@ -11,13 +11,11 @@
 //! order charged at the real provider), keeps the key and refuses.
 
 use crate::contracts::payment::{Cancel, KeyHistory, Lookup, PaymentError};
-use crate::contracts::store::{
-    CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
-    WriteOutcome,
-};
+use crate::contracts::store::{ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
-use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
+use crate::domain::{Identity, Key, Owner, Record, State};
+use crate::policy::lease::Lease;
 use crate::policy::table::same_order;
 
 /// What `resolve` did.
@@ -149,17 +147,11 @@ enum Phase {
 /// outcome come in; the next step comes out. Time and the owner token are inputs.
 #[derive(Debug)]
 pub struct Resolver {
-    key: Key,
-    fingerprint: Fingerprint,
-    owner: Owner,
+    /// The record's key, owner, attempt, lease end, creation once leased, and the
+    /// charge to record: shared with the record's machine.
+    lease: Lease,
     now: Time,
-    lease_until: Time,
-    expires: Time,
     confirmed: Confirmed,
-    attempt: u32,
-    /// The record's creation, once leased: where lookups of its payments start.
-    created: Option<Time>,
-    receipt: Option<String>,
     phase: Phase,
 }
 
@@ -174,55 +166,37 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
-        let Identity { key, fingerprint } = Identity::of(order);
         let resolver = Self {
-            key,
-            fingerprint,
-            owner,
+            lease: Lease::new(Identity::of(order), owner, lease_until, expires),
             now,
-            lease_until,
-            expires,
             confirmed,
-            attempt: 1,
-            created: None,
-            receipt: None,
             phase: Phase::Reading,
         };
         (resolver, ResolveStep::Read)
     }
 
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.lease.key
     }
 
     /// Where a lookup of the order's payments starts: the record's creation less a
     /// margin for clocks (`policy/machine/payments.rs`).
     pub fn lookup_since(&self) -> Time {
-        crate::policy::machine::lookup_since(self.created)
+        crate::policy::machine::lookup_since(self.lease.created)
     }
 
     /// The request of a write step.
     pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
         match kind {
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
-                pk: &self.key,
-                fingerprint: &self.fingerprint,
-                owner: &self.owner,
+                pk: &self.lease.key,
+                fingerprint: &self.lease.fingerprint,
+                owner: &self.lease.owner,
                 now: self.now,
-                lease_until: self.lease_until,
+                lease_until: self.lease.until,
             }),
-            ResolveWrite::Complete => Write::Complete(CompleteRequest {
-                pk: &self.key,
-                owner: &self.owner,
-                attempt: self.attempt,
-                receipt: self.receipt.as_deref().unwrap_or(""),
-                expires: self.expires,
-            }),
-            ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
-                pk: &self.key,
-                owner: &self.owner,
-                kind,
-            }),
+            ResolveWrite::Complete => Write::Complete(self.lease.complete_request()),
+            ResolveWrite::Release(kind) => Write::Release(self.lease.release_request(kind)),
         }
     }
 
@@ -235,8 +209,7 @@ impl Resolver {
             }
             (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
             (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
-                self.attempt = record.attempt();
-                self.created = record.created;
+                self.lease.granted(&record);
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
             }
@@ -255,8 +228,8 @@ impl Resolver {
             (Phase::CheckingHistory, ResolveInput::History(history)) => self.on_history(history),
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
-                    receipt: self.receipt.take().unwrap_or_default(),
-                    attempt: self.attempt,
+                    receipt: self.lease.receipt.take().unwrap_or_default(),
+                    attempt: self.lease.attempt,
                 }))
             }
             (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(WriteOutcome::Applied(r)))) => {
@@ -283,7 +256,7 @@ impl Resolver {
             }));
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
-        let same = same_order(&record, &self.fingerprint);
+        let same = same_order(&record, &self.lease.fingerprint);
         if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
         }
@@ -312,7 +285,7 @@ impl Resolver {
                 ResolveError::Pending { charge_id, status },
             ),
             Ok(Lookup::Succeeded(receipt)) => {
-                self.receipt = Some(receipt.id);
+                self.lease.receipt = Some(receipt.id);
                 self.phase = Phase::Completing;
                 ResolveStep::Write(ResolveWrite::Complete)
             }
@@ -368,6 +341,7 @@ fn check(
 mod tests {
     use super::*;
     use crate::contracts::payment::Receipt;
+    use crate::domain::Fingerprint;
 
     fn record(state: State, until: Option<i64>) -> Record {
         let until = until.map(Time::from_ms);
