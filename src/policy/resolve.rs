@@ -498,4 +498,99 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn every_write_of_resolve_is_its_own_lease_fenced_on_its_owner() {
+        let mut resolver = start(Confirmed::default());
+        let owner = Owner::new("resolve-t");
+        match resolver.write(ResolveWrite::Lease) {
+            Write::LeaseForResolve(req) => {
+                assert_eq!(req.owner, &owner);
+                assert_eq!(req.fingerprint, &Fingerprint::of(&order()));
+                assert_eq!(req.lease_until, Time::from_ms(200));
+            }
+            other => panic!("{other:?}"),
+        }
+        leased(&mut resolver);
+        match resolver.write(ResolveWrite::Release(ReleaseKind::KeepKey)) {
+            Write::Release(req) => {
+                assert_eq!((req.owner, req.kind), (&owner, ReleaseKind::KeepKey))
+            }
+            other => panic!("{other:?}"),
+        }
+        match resolver.write(ResolveWrite::Complete) {
+            Write::Complete(req) => assert_eq!((req.owner, req.attempt), (&owner, 2)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_complete_refused_because_the_record_moved_is_a_change_to_run_again() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let found = Lookup::Succeeded(Receipt::new("ch_r"));
+        resolver.on(ResolveInput::Looked(Ok(found)));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(WriteOutcome::Refused(None)))),
+            ResolveStep::Done(Err(ResolveError::Changed))
+        ));
+    }
+
+    #[test]
+    fn an_open_payment_is_cancelled_and_looked_up_again_and_still_open_keeps_the_key() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let open = || Lookup::Open {
+            payment_id: "pi_open".into(),
+            status: "requires_payment_method".into(),
+            awaits_customer: false,
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(open()))),
+            ResolveStep::Cancel { payment_id } if payment_id == "pi_open"
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Cancelled(Ok(Cancel::Cancelled))),
+            ResolveStep::Lookup
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(open()))),
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+        ));
+        let released = WriteOutcome::Applied(record(State::Free, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(released))),
+            ResolveStep::Done(Err(ResolveError::StillOpen { payment_id })) if payment_id == "pi_open"
+        ));
+    }
+
+    #[test]
+    fn another_payload_or_an_unchecked_legacy_record_is_refused_before_any_write() {
+        let mut resolver = start(Confirmed::default());
+        let other = Record {
+            fingerprint: Some(Fingerprint::new("another")),
+            ..record(State::Free, None)
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Read(Ok(Some(other)))),
+            ResolveStep::Done(Err(ResolveError::FingerprintMismatch))
+        ));
+        let legacy = Record {
+            fingerprint: None,
+            ..record(State::InProgress, None)
+        };
+        let mut unchecked = start(Confirmed::default());
+        assert!(matches!(
+            unchecked.on(ResolveInput::Read(Ok(Some(legacy.clone())))),
+            ResolveStep::Done(Err(ResolveError::LegacyFormat))
+        ));
+        let mut checked = start(Confirmed {
+            legacy_format_checked: true,
+            ..Confirmed::default()
+        });
+        assert!(matches!(
+            checked.on(ResolveInput::Read(Ok(Some(legacy)))),
+            ResolveStep::Write(ResolveWrite::Lease)
+        ));
+    }
 }
