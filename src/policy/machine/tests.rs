@@ -418,7 +418,7 @@ fn a_lost_reserve_is_judged_by_the_record_it_returns_with_no_provider_call() {
             Outcome::DeclineLimit { declines: 3 },
         ),
         (
-            "a legacy-format en-curso item is never taken over",
+            "a legacy-format item in progress is never taken over",
             refused(legacy.clone()),
             Outcome::NeedsReconciliation {
                 cause: ReconcileCause::LegacyItemNotDone,
