@@ -19,7 +19,7 @@
 //!   confirm it later;
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
-//!   no retry can fix (`retry::Class::Poison`) is sent to the DLQ by the consumer and
+//!   no retry can fix (`Handling::DeadLetter`) is sent to the DLQ by the consumer and
 //!   then acknowledged, and the send may fail or its acknowledgement be lost;
 //! * time: a clock that moves in ticks, so leases end, keys age and records pass
 //!   `expires`; TTL removes items past `expires`;
@@ -56,7 +56,7 @@ use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Owner, Record, State as RecordState};
 use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
 use charge_once::policy::outcome::Outcome;
-use charge_once::policy::retry::Class;
+use charge_once::policy::outcome_kind::Handling;
 use charge_once::policy::rules::Rules;
 use charge_once::policy::table::{apply, holds};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -96,6 +96,9 @@ struct Params {
     msgs: &'static [Payload],
     /// The batch acknowledges a dead letter before its send succeeded (a mutant).
     ack_before_dead_letter: bool,
+    /// The driver sends the charge without the key the machine names (a mutant): the
+    /// provider can replay nothing.
+    drop_provider_key: bool,
     /// Budgets of nondeterministic faults, crashes and redrives in one run, and of
     /// open payments someone else confirms.
     confirms: u8,
@@ -122,6 +125,7 @@ impl Params {
             // Two copies of the order (SNS fan-out) and the same id with another amount.
             msgs: &[Payload::Order, Payload::Order, Payload::Other],
             ack_before_dead_letter: false,
+            drop_provider_key: false,
             confirms: 1,
             faults: 2,
             crashes: 1,
@@ -196,7 +200,7 @@ fn mutant(name: &str) -> Option<Params> {
             p.retention = 1;
             p.sweep_lag = None;
         }
-        "no-provider-key" => p.rules.provider_key = false,
+        "no-provider-key" => p.drop_provider_key = true,
         "pending-is-absent" => p.rules.pending_is_live = false,
         "reconcile-never" => p.rules.reconcile_old_keys = false,
         "records-outlive-messages" => p.retention = 1,
@@ -525,6 +529,8 @@ impl ChargeModel {
                 next
             }
             Step::Charge { key } => {
+                // The mutant's driver drops the key the machine asked to charge under.
+                let key = (!self.p.drop_provider_key).then_some(key);
                 let answer = self.charge(s, c, key, env);
                 s.consumers[c].machine.on(Input::Charged(answer))
             }
@@ -675,7 +681,7 @@ impl ChargeModel {
     /// A delivery ended: ack, back to the queue, or the DLQ; a poison outcome starts
     /// the dead letter's send (acknowledged first under the mutant).
     fn finish(&self, s: &mut State, c: usize, outcome: &Outcome) {
-        if outcome.class() == Class::Poison {
+        if outcome.handling() == Handling::DeadLetter {
             let consumer = &mut s.consumers[c];
             consumer.dead_lettering = true;
             consumer.step = Step::Done(outcome.clone());
@@ -685,7 +691,7 @@ impl ChargeModel {
             return;
         }
         let consumer = s.consumers.remove(c);
-        if outcome.is_ack() {
+        if outcome.handling().is_ack() {
             let paid = s.table.as_ref().is_some_and(|r| {
                 r.state == RecordState::Done
                     && r.receipt
@@ -799,7 +805,7 @@ impl Model for ChargeModel {
             }
         }
         for (c, consumer) in s.consumers.iter().enumerate() {
-            let envs = envs(s, consumer);
+            let envs = envs(s, consumer, !p.drop_provider_key);
             actions.extend(envs.into_iter().map(|env| Action::Step(c, env)));
             if s.crashes > 0 {
                 actions.push(Action::Crash(c));
@@ -1152,7 +1158,7 @@ fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<Paymen
 
 /// The environments a consumer's next step may meet: the faults left, the deadline,
 /// and whether its charge's key is known.
-fn envs(s: &State, consumer: &Consumer) -> Vec<Env> {
+fn envs(s: &State, consumer: &Consumer, keyed: bool) -> Vec<Env> {
     let faulty = s.faults > 0;
     let live = s.now <= consumer.deadline;
     let mut envs = vec![Env::Normal];
@@ -1165,7 +1171,7 @@ fn envs(s: &State, consumer: &Consumer) -> Vec<Env> {
             envs.extend([Env::SdkRetry, Env::AnswerLost, Env::StoreError]);
         }
         Step::Charge { key } if live => {
-            let known = key.as_deref().is_some_and(|k| s.key_entry(k).is_some());
+            let known = keyed && s.key_entry(key).is_some();
             if !known {
                 envs.push(Env::Decline);
                 if s.confirms > 0 {

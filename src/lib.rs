@@ -7,23 +7,19 @@
 //!
 //! ## Layout
 //!
-//! The folders are the layers, each importing only those below it. Each starts where
-//! the one below ends: [`domain`] owns words and no behaviour beyond their rules;
-//! [`contracts`] owns the ports, data and traits only; [`policy`] starts at the first
-//! decision and ends before any I/O; [`drivers`] starts where a decision meets a call
-//! and ends at the contract's trait; [`adapters`] start behind a trait and do I/O only.
+//! The folders are the layers, from the bottom up; a module imports only from its own
+//! layer and those below it, never from one above (`tests/layers.rs` reads the source
+//! and fails on a `crate::<module>` that runs up):
 //!
-//! | module | owns |
-//! | --- | --- |
-//! | [`domain`] | the words every layer shares: time, the order, its key, fingerprint and record |
-//! | [`contracts`] | the ports: the idempotency table (and its stored format), the payment provider, the queue |
-//! | [`policy`] | every decision, pure: outcomes, the table's write specification, the state machines, the deadline budget, retries and breakers, the batch's plan, the audit's findings |
-//! | [`drivers`] | run the policy through the contracts: one record, the batch, `resolve`, the audit |
-//! | [`adapters`] | I/O only, what runs in Lambda: DynamoDB, the HTTP provider and its key, SQS, TLS, EMF |
-//! | [`config`], [`wiring`], [`telemetry`] | cold start: every setting validated once; the clients and parts both entry points build; logs and metric units |
-//! | [`commands`] | what the commands outside Lambda read and print, the same from both binaries |
-//! | [`audit_lambda`] | the scheduled audit's entry in Lambda, beside `main.rs`'s consumer loop |
-//! | [`crash_points`] | named steps where the pinned-crash test kills the process (feature `crash-points` only) |
+//! | layer | starts and ends | owns | imports from |
+//! | --- | --- | --- | --- |
+//! | 1 | [`domain`] | the words every layer shares: time, the order, its key, fingerprint and record | nothing of the crate |
+//! | 2 | [`contracts`] | the ports, data and traits only: the idempotency table (and its stored format), the payment provider, the queue | `domain` |
+//! | 3 | [`policy`] | every decision, pure (no I/O, no AWS types): outcomes, the table's write specification, the state machines and their lease, the deadline budget, retries and breakers, the batch's plan, the audit's findings | `domain`, `contracts` |
+//! | 4 | [`config`], [`crash_points`] | every setting validated once at cold start; the named steps where the pinned-crash test kills the process (feature `crash-points` only) | the layers above, up to `policy` |
+//! | 5 | [`drivers`] | run the policy through the contracts and own the clock, tokens, timeouts, metrics and log lines: one record, the batch (and its edge to the event source's types), `resolve`, the audit | up to `config` |
+//! | 6 | [`adapters`] | I/O only, implementing the contracts, and only what runs in Lambda: DynamoDB, the HTTP provider and its key, SQS, TLS, EMF | up to `drivers` (in practice `domain`, `contracts`, `config`, `crash_points`) |
+//! | 7 | [`telemetry`], [`wiring`], [`commands`], [`audit_lambda`]; the binary's `main.rs`, `cli.rs` | the entry files: logs and metric units; the clients and parts both entry points build; what the commands outside Lambda read and print (the same from the local member's binary, `local/`); the scheduled audit's entry in Lambda; the consumer loop and the command line | everything |
 //!
 //! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`]: the
 //! Lambda function, and outside Lambda the operator's commands on the real parts

@@ -46,6 +46,24 @@ pub fn state_value(state: &State) -> &str {
     }
 }
 
+/// A record's state, attempt and receipt as an operator finds them in the console:
+/// under their stored names, absent ones said so (`estado hecho, intento 2, recibo
+/// pi_1`). Outcomes that show a record to a person render it here, so the stored names
+/// are written in this module only.
+pub fn stored_fields(state: Option<&State>, attempt: Option<u32>, receipt: Option<&str>) -> String {
+    const ABSENT: &str = "(absent)";
+    let attempt = attempt.map(|n| n.to_string());
+    format!(
+        "{} {}, {} {}, {} {}",
+        attr::STATE,
+        state.map_or(ABSENT, state_value),
+        attr::ATTEMPT,
+        attempt.as_deref().unwrap_or(ABSENT),
+        attr::RECEIPT,
+        receipt.unwrap_or(ABSENT),
+    )
+}
+
 /// A stored `estado`; an unknown value is kept as it is and never taken over.
 pub fn parse_state(value: &str) -> State {
     match value {
@@ -180,6 +198,18 @@ mod tests {
         assert_eq!(item[attr::STATE], Value::S("hecho".into()));
         assert!(!item.contains_key(attr::OWNER));
         assert_eq!(read(&item).unwrap(), record());
+    }
+
+    #[test]
+    fn a_record_shown_to_an_operator_uses_the_stored_names() {
+        assert_eq!(
+            stored_fields(Some(&State::Done), Some(2), Some("pi_1")),
+            "estado hecho, intento 2, recibo pi_1"
+        );
+        assert_eq!(
+            stored_fields(None, None, None),
+            "estado (absent), intento (absent), recibo (absent)"
+        );
     }
 
     #[test]

@@ -172,7 +172,6 @@ impl Charger<'_> {
                     on_written(&mut machine, answer)
                 }
                 Step::Charge { key } => {
-                    let key = key.unwrap_or_default();
                     let answer = self.charge(order, &key, deadline, calls).await;
                     on_charged(&mut machine, answer)
                 }

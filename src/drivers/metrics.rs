@@ -1,5 +1,13 @@
 //! The names of the metrics the drivers count (their units are set in `telemetry.rs`);
-//! each record outcome is counted under its own name (`policy/outcome_kind.rs`).
+//! each record outcome is counted under its own name (`policy/outcome_kind.rs`), here:
+//! the policy only names outcomes, the drivers count them.
+
+use crate::policy::outcome_kind::OutcomeKind;
+
+/// Counts one record that ended as `kind`, under the kind's declared name.
+pub fn count_outcome(kind: OutcomeKind) {
+    metrics::counter!(kind.name()).increment(1);
+}
 
 /// Histogram of every store call, ms.
 pub const STORE_LATENCY: &str = "store_latency_ms";

@@ -7,6 +7,7 @@
 //! | [`outcome`] | how the state machine ends a record: typed causes |
 //! | [`table`] | the write specification: each write's condition and effect, how a refused reservation is judged |
 //! | [`rules`] | the safety rules, each switchable for a mutant of the model |
+//! | [`lease`] | the lease core the two machines share: whose record, which attempt, the complete and release writes |
 //! | [`machine`] | the state machine of one record |
 //! | [`resolve`] | the state machine of `resolve` |
 //! | [`pacing`] | the pace of provider calls: slower on rate limits, faster on successes, under a fleet budget |
@@ -18,6 +19,7 @@
 pub mod audit;
 pub mod batch;
 pub mod deadline;
+pub mod lease;
 pub mod machine;
 pub mod outcome;
 pub mod outcome_kind;

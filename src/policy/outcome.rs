@@ -9,11 +9,11 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::contracts::payment::PaymentError;
+use crate::contracts::schema;
 use crate::contracts::store::StoreError;
 use crate::domain::State;
 use crate::domain::clock::Time;
-use crate::policy::outcome_kind::{Handling, Level, OutcomeKind};
-use crate::policy::retry::Class;
+use crate::policy::outcome_kind::{Handling, Level, OutcomeKind, Wait};
 use crate::policy::retry::breaker::Dependency;
 
 /// The end of one record. Only the first three acknowledge the message.
@@ -198,11 +198,12 @@ impl RetryCause {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReconcileCause {
     #[error(
-        "item written by the legacy consumer is not `hecho`: it gave the provider no \
-         idempotency key, so it is never taken over"
+        "item written by the legacy consumer is not `{done}`: it gave the provider no \
+         idempotency key, so it is never taken over",
+        done = schema::state::DONE
     )]
     LegacyItemNotDone,
-    #[error("item has an unknown `estado`")]
+    #[error("item has an unknown `{state}`", state = schema::attr::STATE)]
     UnknownState,
     /// A reconciliation lookup found a charge that may still succeed.
     #[error(
@@ -226,9 +227,8 @@ pub enum ReconcileCause {
     UnexpectedStatus { payment_id: String, status: String },
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
-        "charged {receipt} under attempt {attempt} but the record moved on (estado \
-         {:?}, intento {record_attempt:?}, recibo {record_receipt:?})",
-        state.as_ref().map(crate::contracts::schema::state_value)
+        "charged {receipt} under attempt {attempt} but the record moved on ({})",
+        schema::stored_fields(state.as_ref(), *record_attempt, record_receipt.as_deref())
     )]
     RecordMovedOn {
         receipt: String,
@@ -261,31 +261,32 @@ impl Outcome {
         }
     }
 
-    /// Whether the message is acknowledged (left out of `batchItemFailures`).
-    pub fn is_ack(&self) -> bool {
-        self.kind().is_ack()
-    }
-
     /// Stable name for logs and metrics.
     pub fn name(&self) -> &'static str {
         self.kind().name()
     }
 
-    /// What retrying it can do (ARCHITECTURE.md, "Retries"): its kind's handling, and
-    /// the wait its cause calls for. A charge the provider still holds `pending` is
-    /// retried, though its kind goes to the DLQ otherwise: it settles by itself.
-    pub fn class(&self) -> Class {
-        match (self.kind().handling(), self) {
-            (_, Self::NeedsReconciliation { cause }) if cause.is_pending() => Class::Pending,
-            (Handling::Ack, _) => Class::Done,
-            (Handling::DeadLetter, _) => Class::Poison,
-            (Handling::Retry, Self::Deferred { until, .. }) => Class::Deferred { until: *until },
-            (Handling::Retry, Self::InProgress { until }) => Class::InProgress { until: *until },
-            (Handling::Retry, Self::Declined { .. }) => Class::Declined,
-            (Handling::Retry, Self::FailedRetryable { cause, .. }) if cause.is_throttled() => {
-                Class::RateLimited
+    /// What becomes of the message: its kind's declared handling (which says whether
+    /// it is acknowledged, dead-lettered or retried, and the class of its delay), but
+    /// for the one cause that differs from its kind: a charge the provider still holds
+    /// `pending` is retried after the retry cap, though its kind goes to the DLQ
+    /// otherwise, since it settles by itself.
+    pub fn handling(&self) -> Handling {
+        match self {
+            Self::NeedsReconciliation { cause } if cause.is_pending() => {
+                Handling::Retry(Wait::Settle)
             }
-            (Handling::Retry, _) => Class::Transient,
+            _ => self.kind().handling(),
+        }
+    }
+
+    /// When the wait its handling names ends, when it has one: the holder's lease, or
+    /// the breaker's next probe.
+    pub fn until(&self) -> Option<Time> {
+        match self {
+            Self::InProgress { until } => *until,
+            Self::Deferred { until, .. } => Some(*until),
+            _ => None,
         }
     }
 
@@ -503,7 +504,7 @@ mod tests {
             attempt: 2,
         };
         for acked in [charged, reconciled, Outcome::Duplicate { receipt: None }] {
-            assert!(acked.is_ack(), "{acked:?}");
+            assert!(acked.handling().is_ack(), "{acked:?}");
             assert_eq!(acked.kind().level(), Level::Info);
             assert_eq!(acked.reason(), None);
         }
@@ -525,7 +526,7 @@ mod tests {
                 attempt: Some(1),
             },
         ] {
-            assert!(!failed.is_ack(), "{failed:?}");
+            assert!(!failed.handling().is_ack(), "{failed:?}");
             assert_ne!(failed.kind().level(), Level::Info, "{failed:?}");
             assert!(failed.reason().is_some(), "{failed:?}");
         }
@@ -538,8 +539,44 @@ mod tests {
             attempt: 1,
         };
         assert_eq!(strong.name(), "authentication_required");
-        assert_eq!(strong.class(), Class::Poison, "dead-lettered at once");
+        assert_eq!(
+            strong.handling(),
+            Handling::DeadLetter,
+            "dead-lettered at once"
+        );
         assert_eq!(strong.details().payment, Some("pi_1"));
+    }
+
+    #[test]
+    fn a_pending_charge_is_retried_to_settle_while_every_other_reconciliation_is_dead_lettered() {
+        let pending = Outcome::NeedsReconciliation {
+            cause: ReconcileCause::PendingAtProvider {
+                charge_id: "pi_1".into(),
+                status: "processing".into(),
+            },
+        };
+        assert_eq!(pending.kind(), OutcomeKind::NeedsReconciliation);
+        assert_eq!(pending.handling(), Handling::Retry(Wait::Settle));
+        let by_hand = Outcome::NeedsReconciliation {
+            cause: ReconcileCause::KeyReused {
+                provider_key: "cobro#A#1".into(),
+            },
+        };
+        assert_eq!(by_hand.handling(), Handling::DeadLetter);
+        assert_eq!(by_hand.handling(), by_hand.kind().handling());
+    }
+
+    #[test]
+    fn a_wait_with_an_end_carries_it() {
+        let at = Time::from_ms(42);
+        assert_eq!(Outcome::InProgress { until: Some(at) }.until(), Some(at));
+        let deferred = Outcome::Deferred {
+            dependency: Dependency::Store,
+            until: at,
+        };
+        assert_eq!(deferred.until(), Some(at));
+        assert_eq!(deferred.handling(), Handling::Retry(Wait::BreakerProbe));
+        assert_eq!(Outcome::Conflict.until(), None);
     }
 
     #[test]
@@ -578,8 +615,11 @@ mod tests {
             ] {
                 let outcome = Outcome::retryable(cause, Some(1));
                 assert_eq!(outcome.name(), "rate_limited", "{outcome:?}");
-                assert_eq!(outcome.class(), Class::RateLimited, "{outcome:?}");
-                assert!(!outcome.is_ack());
+                assert_eq!(
+                    outcome.handling(),
+                    Handling::Retry(Wait::Backpressure),
+                    "{outcome:?}"
+                );
             }
         }
         let outage = Outcome::retryable(
@@ -589,7 +629,7 @@ mod tests {
             Some(1),
         );
         assert_eq!(outage.name(), "failed_retryable");
-        assert_eq!(outage.class(), Class::Transient);
+        assert_eq!(outage.handling(), Handling::Retry(Wait::Backoff));
     }
 
     #[test]

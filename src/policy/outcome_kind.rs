@@ -1,14 +1,16 @@
 //! Every way a record can end, declared once: its name (the log line's `outcome` and
 //! the metric counted under it), its log level (who must act), and what becomes of
-//! the message (acknowledged, dead-lettered, retried). The state machine's
-//! [`crate::policy::outcome::Outcome`] and the batch's own endings map onto these kinds;
-//! every derived answer (`is_ack`, the level, the name) reads this table. The
-//! dashboard in `template.yaml`, ARCHITECTURE.md's table of outcomes and the metrics
-//! listed in docs/operate.md are checked against it (`tests/template/rules.rs`; the
-//! docs by the tests below).
+//! the message (acknowledged, dead-lettered, or retried after a delay of which class).
+//! The state machine's [`crate::policy::outcome::Outcome`] and the batch's own endings
+//! map onto these kinds; every derived answer (`is_ack`, the level, the name, the
+//! delay's class) reads this table, and one function (`Outcome::handling`) overrides it
+//! where a cause differs from its kind. The dashboard in `template.yaml`,
+//! ARCHITECTURE.md's table of outcomes and the metrics listed in docs/operate.md are
+//! checked against it (`tests/template/rules.rs`; the docs by the tests below).
 
 use Handling::{Ack, DeadLetter, Retry};
 use Level::{Error, Info, Warn};
+use Wait::{Backoff, Backpressure, Behind, BreakerProbe, Decline, LeaseEnd};
 
 /// Who must act on an outcome: nobody (info), maybe later (warn), a human (error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,9 +27,43 @@ pub enum Handling {
     Ack,
     /// No retry can fix it: the dead-letter queue at once, with its reason.
     DeadLetter,
-    /// Listed in `batchItemFailures`, with a delay chosen by its cause
-    /// (`policy/retry/mod.rs`).
-    Retry,
+    /// Listed in `batchItemFailures`, invisible for a delay of this class, which
+    /// `policy/retry/mod.rs` draws.
+    Retry(Wait),
+}
+
+impl Handling {
+    /// Whether the message is acknowledged with its effect: the one place this is
+    /// answered (a dead letter is acknowledged too, but only once its send succeeded,
+    /// which the batch knows: `plan::Entry::acknowledged`).
+    pub fn is_ack(self) -> bool {
+        self == Ack
+    }
+}
+
+/// The class of a retried record's delay, by its cause (ARCHITECTURE.md, "Retries").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Transient or unknown (a failed call, a deadline, a record not started): back
+    /// off on the receive count.
+    Backoff,
+    /// Another delivery holds a lease on the order: until it ends, plus a little (the
+    /// backoff when its end is unknown).
+    LeaseEnd,
+    /// A breaker is open: the backoff, but no longer than until shortly after the
+    /// breaker lets a probe through, and never below half the step.
+    BreakerProbe,
+    /// Refused for the provider's rate or on a locked customer after the waits the
+    /// invocation could afford: backpressure, not an outage; back in seconds.
+    Backpressure,
+    /// Declined below the order's limit: card networks penalise rapid retries.
+    Decline,
+    /// The provider holds the charge `pending`: it settles by itself, and the retry
+    /// reconciles again.
+    Settle,
+    /// Skipped behind a failure of its group: as long as that one waits, or the
+    /// backoff when it went to the DLQ (`plan::dispose`).
+    Behind,
 }
 
 /// One declared ending.
@@ -43,7 +79,7 @@ pub struct Declaration {
 /// Declares the kinds and their table together, so that each kind stands in the table
 /// once, at its own place.
 macro_rules! declare {
-    ($($kind:ident => $name:literal, $level:ident, $handling:ident;)*) => {
+    ($($kind:ident => $name:literal, $level:ident, $handling:expr;)*) => {
         /// The kinds of ending, in the order of [`DECLARED`].
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum OutcomeKind {
@@ -60,32 +96,32 @@ macro_rules! declare {
     };
 }
 
-// The declaration. Two causes refine it, each in one place of `policy/outcome.rs`:
+// The declaration. A cause refines it in one place each, `policy/outcome.rs`:
 // `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
-// `pending` (it settles by itself, so it is retried after the retry cap,
-// `Outcome::class`); and `failed_retryable` is an error, not a warning, when a setting
-// is wrong (`Outcome::level`); a `failed_retryable` refused for the provider's rate
-// or on a locked customer is `rate_limited` (`Outcome::kind`): backpressure, back in
-// seconds. A decline at the order's limit is `decline_limit`, not
-// `declined`: the one is retried, the other dead-lettered.
+// `pending` (it settles by itself, so it is retried after the retry cap:
+// `Outcome::handling`, the one override); `failed_retryable` is an error, not a
+// warning, when a setting is wrong (`Outcome::level`); a `failed_retryable` refused for
+// the provider's rate or on a locked customer is `rate_limited` (`Outcome::kind`):
+// backpressure, back in seconds. A decline at the order's limit is `decline_limit`,
+// not `declined`: the one is retried, the other dead-lettered.
 declare! {
     Charged => "charged", Info, Ack;
     Reconciled => "reconciled", Info, Ack;
     Duplicate => "duplicate", Info, Ack;
     Conflict => "conflict", Error, DeadLetter;
-    InProgress => "in_progress", Warn, Retry;
-    Declined => "declined", Warn, Retry;
+    InProgress => "in_progress", Warn, Retry(LeaseEnd);
+    Declined => "declined", Warn, Retry(Decline);
     DeclineLimit => "decline_limit", Warn, DeadLetter;
     Rejected => "rejected", Error, DeadLetter;
-    FailedRetryable => "failed_retryable", Warn, Retry;
-    RateLimited => "rate_limited", Warn, Retry;
-    Deadline => "deadline", Warn, Retry;
-    Deferred => "deferred", Warn, Retry;
+    FailedRetryable => "failed_retryable", Warn, Retry(Backoff);
+    RateLimited => "rate_limited", Warn, Retry(Backpressure);
+    Deadline => "deadline", Warn, Retry(Backoff);
+    Deferred => "deferred", Warn, Retry(BreakerProbe);
     NeedsReconciliation => "needs_reconciliation", Error, DeadLetter;
     AuthenticationRequired => "authentication_required", Warn, DeadLetter;
     Invalid => "invalid", Warn, DeadLetter;
-    Unstarted => "unstarted", Warn, Retry;
-    Skipped => "skipped", Info, Retry;
+    Unstarted => "unstarted", Warn, Retry(Backoff);
+    Skipped => "skipped", Info, Retry(Behind);
 }
 
 impl OutcomeKind {
@@ -104,16 +140,6 @@ impl OutcomeKind {
 
     pub fn handling(self) -> Handling {
         self.declared().handling
-    }
-
-    /// Whether the message is acknowledged with its effect.
-    pub fn is_ack(self) -> bool {
-        self.handling() == Ack
-    }
-
-    /// Counts one record that ended so.
-    pub fn count(self) {
-        metrics::counter!(self.name()).increment(1);
     }
 }
 
@@ -137,7 +163,7 @@ mod tests {
     fn only_acknowledged_kinds_log_at_info_but_a_skip_which_waits_for_another() {
         for declared in DECLARED.iter() {
             let quiet = declared.level == Info;
-            let expected = declared.handling == Ack || declared.kind == OutcomeKind::Skipped;
+            let expected = declared.handling.is_ack() || declared.handling == Retry(Behind);
             assert_eq!(quiet, expected, "{declared:?}");
         }
     }
@@ -148,7 +174,7 @@ mod tests {
             OutcomeKind::Declined.name(),
             OutcomeKind::DeclineLimit.name()
         );
-        assert_eq!(OutcomeKind::Declined.handling(), Retry);
+        assert_eq!(OutcomeKind::Declined.handling(), Retry(Decline));
         assert_eq!(OutcomeKind::DeclineLimit.handling(), DeadLetter);
     }
 

@@ -10,13 +10,11 @@
 //! every key to, so its certain "not found" stands.
 
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
-use crate::contracts::store::{
-    CompleteRequest, ReleaseKind, ReleaseRequest, ResolveLeaseRequest, StoreError, Write,
-    WriteOutcome,
-};
+use crate::contracts::store::{ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
-use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
+use crate::domain::{Identity, Key, Owner, Record, State};
+use crate::policy::lease::Lease;
 use crate::policy::table::same_order;
 
 /// What `resolve` did.
@@ -136,17 +134,11 @@ enum Phase {
 /// outcome come in; the next step comes out. Time and the owner token are inputs.
 #[derive(Debug)]
 pub struct Resolver {
-    key: Key,
-    fingerprint: Fingerprint,
-    owner: Owner,
+    /// The record's key, owner, attempt, lease end, creation once leased, and the
+    /// charge to record: shared with the record's machine.
+    lease: Lease,
     now: Time,
-    lease_until: Time,
-    expires: Time,
     confirmed: Confirmed,
-    attempt: u32,
-    /// The record's creation, once leased: where lookups of its payments start.
-    created: Option<Time>,
-    receipt: Option<String>,
     phase: Phase,
 }
 
@@ -161,55 +153,37 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
-        let Identity { key, fingerprint } = Identity::of(order);
         let resolver = Self {
-            key,
-            fingerprint,
-            owner,
+            lease: Lease::new(Identity::of(order), owner, lease_until, expires),
             now,
-            lease_until,
-            expires,
             confirmed,
-            attempt: 1,
-            created: None,
-            receipt: None,
             phase: Phase::Reading,
         };
         (resolver, ResolveStep::Read)
     }
 
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.lease.key
     }
 
     /// Where a lookup of the order's payments starts: the record's creation less a
     /// margin for clocks (`policy/machine/payments.rs`).
     pub fn lookup_since(&self) -> Time {
-        crate::policy::machine::lookup_since(self.created)
+        crate::policy::machine::lookup_since(self.lease.created)
     }
 
     /// The request of a write step.
     pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
         match kind {
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
-                pk: &self.key,
-                fingerprint: &self.fingerprint,
-                owner: &self.owner,
+                pk: &self.lease.key,
+                fingerprint: &self.lease.fingerprint,
+                owner: &self.lease.owner,
                 now: self.now,
-                lease_until: self.lease_until,
+                lease_until: self.lease.until,
             }),
-            ResolveWrite::Complete => Write::Complete(CompleteRequest {
-                pk: &self.key,
-                owner: &self.owner,
-                attempt: self.attempt,
-                receipt: self.receipt.as_deref().unwrap_or(""),
-                expires: self.expires,
-            }),
-            ResolveWrite::Release(kind) => Write::Release(ReleaseRequest {
-                pk: &self.key,
-                owner: &self.owner,
-                kind,
-            }),
+            ResolveWrite::Complete => Write::Complete(self.lease.complete_request()),
+            ResolveWrite::Release(kind) => Write::Release(self.lease.release_request(kind)),
         }
     }
 
@@ -222,8 +196,7 @@ impl Resolver {
             }
             (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
             (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
-                self.attempt = record.attempt();
-                self.created = record.created;
+                self.lease.granted(&record);
                 self.phase = Phase::Looking;
                 ResolveStep::Lookup
             }
@@ -241,8 +214,8 @@ impl Resolver {
             },
             (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
                 ResolveStep::Done(Ok(Resolution::Completed {
-                    receipt: self.receipt.take().unwrap_or_default(),
-                    attempt: self.attempt,
+                    receipt: self.lease.receipt.take().unwrap_or_default(),
+                    attempt: self.lease.attempt,
                 }))
             }
             (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(WriteOutcome::Applied(r)))) => {
@@ -269,7 +242,7 @@ impl Resolver {
             }));
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
-        let same = same_order(&record, &self.fingerprint);
+        let same = same_order(&record, &self.lease.fingerprint);
         if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
         }
@@ -298,7 +271,7 @@ impl Resolver {
                 ResolveError::Pending { charge_id, status },
             ),
             Ok(Lookup::Succeeded(receipt)) => {
-                self.receipt = Some(receipt.id);
+                self.lease.receipt = Some(receipt.id);
                 self.phase = Phase::Completing;
                 ResolveStep::Write(ResolveWrite::Complete)
             }
@@ -340,6 +313,7 @@ fn check(
 mod tests {
     use super::*;
     use crate::contracts::payment::Receipt;
+    use crate::domain::Fingerprint;
 
     fn record(state: State, until: Option<i64>) -> Record {
         let until = until.map(Time::from_ms);
@@ -466,6 +440,101 @@ mod tests {
         assert!(matches!(
             resolver.on(ResolveInput::Written(Ok(released))),
             ResolveStep::Done(Err(ResolveError::Provider(_)))
+        ));
+    }
+
+    #[test]
+    fn every_write_of_resolve_is_its_own_lease_fenced_on_its_owner() {
+        let mut resolver = start(Confirmed::default());
+        let owner = Owner::new("resolve-t");
+        match resolver.write(ResolveWrite::Lease) {
+            Write::LeaseForResolve(req) => {
+                assert_eq!(req.owner, &owner);
+                assert_eq!(req.fingerprint, &Fingerprint::of(&order()));
+                assert_eq!(req.lease_until, Time::from_ms(200));
+            }
+            other => panic!("{other:?}"),
+        }
+        leased(&mut resolver);
+        match resolver.write(ResolveWrite::Release(ReleaseKind::KeepKey)) {
+            Write::Release(req) => {
+                assert_eq!((req.owner, req.kind), (&owner, ReleaseKind::KeepKey))
+            }
+            other => panic!("{other:?}"),
+        }
+        match resolver.write(ResolveWrite::Complete) {
+            Write::Complete(req) => assert_eq!((req.owner, req.attempt), (&owner, 2)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_complete_refused_because_the_record_moved_is_a_change_to_run_again() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let found = Lookup::Succeeded(Receipt::new("ch_r"));
+        resolver.on(ResolveInput::Looked(Ok(found)));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(WriteOutcome::Refused(None)))),
+            ResolveStep::Done(Err(ResolveError::Changed))
+        ));
+    }
+
+    #[test]
+    fn an_open_payment_is_cancelled_and_looked_up_again_and_still_open_keeps_the_key() {
+        let mut resolver = start(Confirmed::default());
+        leased(&mut resolver);
+        let open = || Lookup::Open {
+            payment_id: "pi_open".into(),
+            status: "requires_payment_method".into(),
+            awaits_customer: false,
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(open()))),
+            ResolveStep::Cancel { payment_id } if payment_id == "pi_open"
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Cancelled(Ok(Cancel::Cancelled))),
+            ResolveStep::Lookup
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Looked(Ok(open()))),
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::KeepKey))
+        ));
+        let released = WriteOutcome::Applied(record(State::Free, None));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(released))),
+            ResolveStep::Done(Err(ResolveError::StillOpen { payment_id })) if payment_id == "pi_open"
+        ));
+    }
+
+    #[test]
+    fn another_payload_or_an_unchecked_legacy_record_is_refused_before_any_write() {
+        let mut resolver = start(Confirmed::default());
+        let other = Record {
+            fingerprint: Some(Fingerprint::new("another")),
+            ..record(State::Free, None)
+        };
+        assert!(matches!(
+            resolver.on(ResolveInput::Read(Ok(Some(other)))),
+            ResolveStep::Done(Err(ResolveError::FingerprintMismatch))
+        ));
+        let legacy = Record {
+            fingerprint: None,
+            ..record(State::InProgress, None)
+        };
+        let mut unchecked = start(Confirmed::default());
+        assert!(matches!(
+            unchecked.on(ResolveInput::Read(Ok(Some(legacy.clone())))),
+            ResolveStep::Done(Err(ResolveError::LegacyFormat))
+        ));
+        let mut checked = start(Confirmed {
+            legacy_format_checked: true,
+            ..Confirmed::default()
+        });
+        assert!(matches!(
+            checked.on(ResolveInput::Read(Ok(Some(legacy)))),
+            ResolveStep::Write(ResolveWrite::Lease)
         ));
     }
 }

@@ -5,7 +5,10 @@
 //! the partial batch response. This layer runs the groups concurrently (bounded; one
 //! customer's groups one after another), each in message order, within the deadline margin, isolating panics; then makes the
 //! queue calls (the DLQ at once, or a delay chosen by the cause, told to SQS).
-//! `report.rs` writes one line per record and counts its metrics.
+//! `report.rs` writes one line per record and counts its metrics. The event source's
+//! types stop here: each SQS record is read into the plan's own `plan::Message`, and
+//! the plan's `plan::Response` is written back as the `SqsBatchResponse` (the edge,
+//! below).
 
 mod report;
 
@@ -13,7 +16,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::{FutureExt, StreamExt};
 use lambda_runtime::{Context, LambdaEvent};
 use tracing::{Instrument, info_span, warn};
@@ -27,7 +30,7 @@ use crate::drivers::charge::{Charger, Settings};
 use crate::drivers::metrics::QUEUE_FAILURES;
 pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
 pub use crate::policy::batch::plan::BatchError;
-use crate::policy::batch::plan::{self, Entry, InOrder, Retries, Schedule};
+use crate::policy::batch::plan::{self, Entry, InOrder, Message, Response, Retries, Schedule};
 use crate::policy::deadline::{self, CallKind};
 use crate::policy::retry::{self, Backoff, Jitter};
 
@@ -142,7 +145,8 @@ impl Consumer {
         deadline: Time,
     ) -> Result<SqsBatchResponse, BatchError> {
         let started = Instant::now();
-        let mut entries = plan::parse(&event.records)?;
+        let messages: Vec<Message<'_>> = event.records.iter().map(message).collect();
+        let mut entries = plan::parse(&messages)?;
         let schedule = plan::schedule(&mut entries, self.limits.fifo_failure_scope);
         // The records' calls end early enough for the queue steps to follow.
         let records_deadline = self.settings.budget.records_deadline(deadline);
@@ -155,11 +159,11 @@ impl Consumer {
             longest: retry::longest_delay(started.elapsed()),
         };
         plan::dispose(&mut entries, &retries, Jitter::random);
-        self.send_dead_letters(&mut entries, deadline, &retries)
+        self.send_dead_letters(&event.records, &mut entries, deadline, &retries)
             .await;
         self.change_visibility(&mut entries, deadline).await;
         entries.iter().for_each(report::report);
-        Ok(plan::response(&entries))
+        Ok(batch_response(plan::response(&entries)))
     }
 
     /// Chains run concurrently (at most `max_concurrency` at once), each its groups one
@@ -247,9 +251,11 @@ impl Consumer {
         .await
     }
 
-    /// Sends the dead letters; each is acknowledged only once its send succeeded.
+    /// Sends the dead letters, each from its record as it came (`records`, one per
+    /// entry, in order); each is acknowledged only once its send succeeded.
     async fn send_dead_letters(
         &self,
+        records: &[SqsMessage],
         entries: &mut [Entry<'_>],
         deadline: Time,
         retries: &Retries<'_>,
@@ -261,7 +267,7 @@ impl Consumer {
         let letters: Vec<DeadLetter<'_>> = chosen
             .iter()
             .map(|&i| DeadLetter {
-                message: entries[i].message,
+                message: &records[i],
                 message_id: entries[i].message_id,
                 note: report::note(&entries[i]),
             })
@@ -321,5 +327,79 @@ impl Consumer {
             .count();
         metrics::counter!(QUEUE_FAILURES).increment(failures as u64);
         results
+    }
+}
+
+/// The edge, in: what the plan reads of an SQS record. A receive count that is not a
+/// number reads as absent (the plan takes it as the first delivery).
+fn message(record: &SqsMessage) -> Message<'_> {
+    let attribute = |name: &str| record.attributes.get(name).map(String::as_str);
+    Message {
+        message_id: record.message_id.as_deref(),
+        body: record.body.as_deref(),
+        receive_count: attribute("ApproximateReceiveCount").and_then(|n| n.parse().ok()),
+        trace_header: attribute("AWSTraceHeader"),
+        message_group_id: attribute("MessageGroupId"),
+        event_source_arn: record.event_source_arn.as_deref(),
+        receipt_handle: record.receipt_handle.as_deref(),
+    }
+}
+
+/// The edge, out: the plan's response as the event source takes it.
+fn batch_response(response: Response<'_>) -> SqsBatchResponse {
+    let mut batch = SqsBatchResponse::default();
+    for message_id in response.failures {
+        batch.add_failure(message_id);
+    }
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_edge_reads_what_the_plan_needs_from_an_sqs_record() {
+        let mut record = SqsMessage::default();
+        record.message_id = Some("m1".into());
+        record.body = Some("{}".into());
+        record.event_source_arn = Some("arn:aws:sqs:eu-west-1:1:orders.fifo".into());
+        record.receipt_handle = Some("rh".into());
+        for (name, value) in [
+            ("ApproximateReceiveCount", "3"),
+            ("AWSTraceHeader", "Root=1-a-b"),
+            ("MessageGroupId", "g1"),
+        ] {
+            record.attributes.insert(name.into(), value.into());
+        }
+        assert_eq!(
+            message(&record),
+            Message {
+                message_id: Some("m1"),
+                body: Some("{}"),
+                receive_count: Some(3),
+                trace_header: Some("Root=1-a-b"),
+                message_group_id: Some("g1"),
+                event_source_arn: Some("arn:aws:sqs:eu-west-1:1:orders.fifo"),
+                receipt_handle: Some("rh"),
+            }
+        );
+        record
+            .attributes
+            .insert("ApproximateReceiveCount".into(), "many".into());
+        assert_eq!(message(&record).receive_count, None);
+    }
+
+    #[test]
+    fn the_edge_writes_each_failure_of_the_plan_into_the_batch_response() {
+        let batch = batch_response(Response {
+            failures: vec!["m0", "m2"],
+        });
+        let ids: Vec<&str> = batch
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(ids, ["m0", "m2"]);
     }
 }

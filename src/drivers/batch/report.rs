@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::info_span;
 
-use crate::drivers::metrics::DEAD_LETTERED;
+use crate::drivers::metrics::{DEAD_LETTERED, count_outcome};
 use crate::policy::batch::ending::RecordOutcome;
 use crate::policy::batch::plan::Entry;
 use crate::policy::outcome::Details;
@@ -48,7 +48,7 @@ pub fn note(entry: &Entry<'_>) -> String {
 /// is paid for at every record.
 pub fn report(entry: &Entry<'_>) {
     let kind = entry.outcome.kind();
-    kind.count();
+    count_outcome(kind);
     if entry.dead_lettered == Some(true) {
         metrics::counter!(DEAD_LETTERED).increment(1);
     }

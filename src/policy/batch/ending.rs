@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::domain::clock::Time;
 use crate::domain::order::OrderError;
 use crate::policy::outcome::Outcome;
 use crate::policy::outcome_kind::{Handling, Level, OutcomeKind};
-use crate::policy::retry::Class;
 
 /// A record that is not an order: it fails on its own, with no I/O.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +73,6 @@ impl RecordOutcome {
         }
     }
 
-    pub fn is_ack(&self) -> bool {
-        self.kind().is_ack()
-    }
-
     /// Who must act: its kind's level, or the state machine's outcome's own.
     pub fn level(&self) -> Level {
         match self {
@@ -85,14 +81,21 @@ impl RecordOutcome {
         }
     }
 
-    /// What retrying it can do; a skipped record waits as long as the failure ahead
-    /// of it (`plan::dispose`).
-    pub fn class(&self) -> Class {
-        match (self, self.kind().handling()) {
-            (Self::Processed(outcome), _) => outcome.class(),
-            (_, Handling::Ack) => Class::Done,
-            (_, Handling::DeadLetter) => Class::Poison,
-            (_, Handling::Retry) => Class::Transient,
+    /// What becomes of the message: the state machine's outcome's handling, or its
+    /// kind's; a skipped record waits as long as the failure ahead of it
+    /// (`plan::dispose`).
+    pub fn handling(&self) -> Handling {
+        match self {
+            Self::Processed(outcome) => outcome.handling(),
+            _ => self.kind().handling(),
+        }
+    }
+
+    /// When the wait its handling names ends, when it has one.
+    pub fn until(&self) -> Option<Time> {
+        match self {
+            Self::Processed(outcome) => outcome.until(),
+            _ => None,
         }
     }
 

@@ -2,22 +2,22 @@
 //! [`Entry`] per record, and the rules that fill it in. Parsing, grouping (by order;
 //! FIFO: by message group or the whole batch), the rule that stops a group after its
 //! first failure, each record's disposition, the queue calls to ask for, and the
-//! partial batch response. No I/O, clock or randomness in here: the batch's I/O layer
-//! (`mod.rs`) runs the records and makes the queue calls, and hands the time and the
-//! jitter in.
+//! partial batch response. No I/O, clock, randomness or AWS types in here: the plan
+//! reads its own [`Message`] and answers its own [`Response`]; the batch's I/O layer
+//! (`drivers/batch/`) converts them from and to the event source's types, runs the
+//! records, makes the queue calls, and hands the time and the jitter in.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
-
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsMessage};
 
 use crate::contracts::queue::{QueueError, VisibilityChange};
 use crate::domain::Identity;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
-use crate::policy::retry::{self, Backoff, Class, Disposition, Jitter};
+use crate::policy::outcome_kind::{Handling, Wait};
+use crate::policy::retry::{self, Backoff, Disposition, Jitter};
 
 /// The batch cannot be judged at all: the whole batch is retried.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,32 @@ pub enum FifoScope {
     Batch,
 }
 
+/// One message of the batch, as the plan reads it: only what it decides on, borrowed
+/// from the event source's record, which the driver keeps (a dead letter is sent from
+/// it, body and attributes unchanged).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Message<'a> {
+    pub message_id: Option<&'a str>,
+    pub body: Option<&'a str>,
+    /// `ApproximateReceiveCount`, when it is a number.
+    pub receive_count: Option<u32>,
+    /// `AWSTraceHeader` (X-Ray), when present.
+    pub trace_header: Option<&'a str>,
+    /// `MessageGroupId`: FIFO queues only.
+    pub message_group_id: Option<&'a str>,
+    /// The queue it came from; a FIFO queue's ends in `.fifo`.
+    pub event_source_arn: Option<&'a str>,
+    /// What a visibility change names it by.
+    pub receipt_handle: Option<&'a str>,
+}
+
+/// The partial batch response: the message ids to deliver again, each once, in
+/// message order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response<'a> {
+    pub failures: Vec<&'a str>,
+}
+
 /// A valid order with what the table knows it by, derived once per record.
 #[derive(Debug)]
 pub struct Valid {
@@ -46,7 +72,7 @@ pub struct Valid {
 /// One record of the batch, from its parse to its place in the response.
 #[derive(Debug)]
 pub struct Entry<'a> {
-    pub message: &'a SqsMessage,
+    pub message: Message<'a>,
     pub message_id: &'a str,
     /// `ApproximateReceiveCount`: the last delivery before the DLQ stands out.
     pub receive_count: Option<u32>,
@@ -69,9 +95,10 @@ pub struct Entry<'a> {
 }
 
 impl Entry<'_> {
-    /// Whether the message is left out of `batchItemFailures`.
-    pub fn is_ack(&self) -> bool {
-        self.outcome.is_ack() || self.dead_lettered == Some(true)
+    /// Whether the message is left out of `batchItemFailures`: acknowledged with its
+    /// effect, or a dead letter whose send succeeded.
+    pub fn acknowledged(&self) -> bool {
+        self.outcome.handling().is_ack() || self.dead_lettered == Some(true)
     }
 
     /// The delay SQS is told, in whole seconds; `None` when it is not retried.
@@ -101,18 +128,21 @@ impl Entry<'_> {
     }
 }
 
+/// A record retried for want of anything better: the failure ahead of it went to the
+/// DLQ, or its own dead letter's send failed (the next delivery sends it again).
+const BACKOFF: Handling = Handling::Retry(Wait::Backoff);
+
 /// Parses every record; an invalid one has its outcome at once.
-pub fn parse(records: &[SqsMessage]) -> Result<Vec<Entry<'_>>, BatchError> {
-    records
+pub fn parse<'a>(messages: &[Message<'a>]) -> Result<Vec<Entry<'a>>, BatchError> {
+    messages
         .iter()
         .enumerate()
-        .map(|(index, message)| {
+        .map(|(index, &message)| {
             let message_id = message
                 .message_id
-                .as_deref()
                 .filter(|id| !id.is_empty())
                 .ok_or(BatchError::MissingMessageId { index })?;
-            let order = match message.body.as_deref() {
+            let order = match message.body {
                 None => Err(InvalidRecord::NoBody),
                 Some(body) => Order::parse(body)
                     .map(|order| Valid {
@@ -121,12 +151,11 @@ pub fn parse(records: &[SqsMessage]) -> Result<Vec<Entry<'_>>, BatchError> {
                     })
                     .map_err(InvalidRecord::from),
             };
-            let attribute = |name: &str| message.attributes.get(name).map(String::as_str);
             Ok(Entry {
                 message,
                 message_id,
-                receive_count: attribute("ApproximateReceiveCount").and_then(|n| n.parse().ok()),
-                trace_id: attribute("AWSTraceHeader").and_then(trace_root),
+                receive_count: message.receive_count,
+                trace_id: message.trace_header.and_then(trace_root),
                 outcome: match order {
                     Ok(_) => RecordOutcome::NoOutcome,
                     Err(_) => RecordOutcome::Invalid,
@@ -168,7 +197,7 @@ pub struct Schedule {
 /// whole batch as one group (the batch scope, or a record without a group: then only
 /// the whole batch's order is known).
 pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
-    let schedule = if !entries.iter().any(|e| is_fifo(e.message)) {
+    let schedule = if !entries.iter().any(|e| is_fifo(&e.message)) {
         let keyed = entries
             .iter()
             .enumerate()
@@ -218,20 +247,19 @@ fn customer<'e>(entry: &'e Entry<'_>) -> Option<&'e str> {
         .map(|valid| valid.order.customer())
 }
 
-fn is_fifo(message: &SqsMessage) -> bool {
+fn is_fifo(message: &Message<'_>) -> bool {
     message
         .event_source_arn
-        .as_deref()
         .is_some_and(|arn| arn.ends_with(".fifo"))
 }
 
 /// The records' indices by `MessageGroupId`, each group in message order; `None` when
 /// a record has no group.
 fn message_groups(entries: &[Entry<'_>]) -> Option<Vec<Vec<usize>>> {
-    let keyed: Option<Vec<(usize, &String)>> = entries
+    let keyed: Option<Vec<(usize, &str)>> = entries
         .iter()
         .enumerate()
-        .map(|(i, e)| Some((i, e.message.attributes.get("MessageGroupId")?)))
+        .map(|(i, e)| Some((i, e.message.message_group_id?)))
         .collect();
     keyed.map(group_in_order)
 }
@@ -277,7 +305,7 @@ impl InOrder {
 
     /// Record `i` ended with `outcome`.
     pub fn ended(&mut self, i: usize, outcome: &RecordOutcome) {
-        if !outcome.is_ack() {
+        if !outcome.handling().is_ack() {
             self.stopped_at = self.stopped_at.or(Some(i));
         }
     }
@@ -294,11 +322,18 @@ pub struct Retries<'b> {
 
 impl Retries<'_> {
     /// One record's disposition, delivered `receive_count` times (1 when the attribute
-    /// is missing).
-    pub fn dispose(&self, class: Class, receive_count: Option<u32>, jitter: Jitter) -> Disposition {
+    /// is missing), its wait ending `until` when it has an end.
+    pub fn dispose(
+        &self,
+        handling: Handling,
+        until: Option<Time>,
+        receive_count: Option<u32>,
+        jitter: Jitter,
+    ) -> Disposition {
         let receives = receive_count.unwrap_or(1);
         retry::dispose(
-            class,
+            handling,
+            until,
             receives,
             self.now,
             self.backoff,
@@ -308,8 +343,9 @@ impl Retries<'_> {
     }
 }
 
-/// Each record's disposition by its class (`policy/retry/mod.rs`); a skipped record waits as
-/// long as the failure ahead of it, or the backoff when that one went to the DLQ.
+/// Each record's disposition by its handling (`policy/outcome_kind.rs`, drawn by
+/// `policy/retry/mod.rs`); a skipped record waits as long as the failure ahead of it, or
+/// the backoff when that one went to the DLQ.
 pub fn dispose(
     entries: &mut [Entry<'_>],
     retries: &Retries<'_>,
@@ -317,13 +353,16 @@ pub fn dispose(
 ) {
     let own: Vec<Disposition> = entries
         .iter()
-        .map(|e| retries.dispose(e.outcome.class(), e.receive_count, jitter()))
+        .map(|e| {
+            let (handling, until) = (e.outcome.handling(), e.outcome.until());
+            retries.dispose(handling, until, e.receive_count, jitter())
+        })
         .collect();
     for (entry, mine) in entries.iter_mut().zip(&own) {
         entry.disposition = match entry.outcome {
             RecordOutcome::Skipped { behind, .. } => match own.get(behind) {
                 Some(&Disposition::Retry(delay)) => Disposition::Retry(delay),
-                _ => retries.dispose(Class::Transient, entry.receive_count, jitter()),
+                _ => retries.dispose(BACKOFF, None, entry.receive_count, jitter()),
             },
             _ => *mine,
         };
@@ -347,7 +386,7 @@ pub fn dead_lettered(
 ) {
     entry.dead_lettered = Some(sent.is_ok());
     if let Err(e) = sent {
-        entry.disposition = retries.dispose(Class::Transient, entry.receive_count, jitter);
+        entry.disposition = retries.dispose(BACKOFF, None, entry.receive_count, jitter);
         entry.queue_error = Some(e);
     }
 }
@@ -360,11 +399,8 @@ pub fn visibility_changes<'a>(entries: &mut [Entry<'a>]) -> Vec<(usize, Visibili
         let Some(delay_s) = entry.retry_in_s() else {
             continue;
         };
-        let message: &'a SqsMessage = entry.message;
-        match (
-            message.event_source_arn.as_deref(),
-            message.receipt_handle.as_deref(),
-        ) {
+        let message = entry.message;
+        match (message.event_source_arn, message.receipt_handle) {
             (Some(queue_arn), Some(receipt_handle)) => changes.push((
                 i,
                 VisibilityChange {
@@ -382,15 +418,14 @@ pub fn visibility_changes<'a>(entries: &mut [Entry<'a>]) -> Vec<(usize, Visibili
 
 /// The partial batch response: every record not acknowledged, each message id once
 /// (SQS can hand one message twice in a batch).
-pub fn response(entries: &[Entry<'_>]) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
+pub fn response<'a>(entries: &[Entry<'a>]) -> Response<'a> {
     let mut listed = HashSet::new();
-    for entry in entries {
-        if !entry.is_ack() && listed.insert(entry.message_id) {
-            response.add_failure(entry.message_id);
-        }
-    }
-    response
+    let failures = entries
+        .iter()
+        .filter(|entry| !entry.acknowledged() && listed.insert(entry.message_id))
+        .map(|entry| entry.message_id)
+        .collect();
+    Response { failures }
 }
 
 #[cfg(test)]
@@ -398,13 +433,17 @@ mod tests {
     use super::*;
     use crate::policy::outcome::Outcome;
 
-    fn message(id: &str, body: &str) -> SqsMessage {
-        let mut m = SqsMessage::default();
-        m.message_id = Some(id.to_owned());
-        m.body = Some(body.to_owned());
-        m.event_source_arn = Some("arn:aws:sqs:eu-west-1:123456789012:orders".to_owned());
-        m.receipt_handle = Some(format!("rh-{id}"));
-        m
+    /// A message of a standard queue; its text is leaked, as a test's records live
+    /// for the whole test anyway.
+    fn message(id: &str, body: &str) -> Message<'static> {
+        let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+        Message {
+            message_id: Some(leak(id.to_owned())),
+            body: Some(leak(body.to_owned())),
+            event_source_arn: Some("arn:aws:sqs:eu-west-1:123456789012:orders"),
+            receipt_handle: Some(leak(format!("rh-{id}"))),
+            ..Message::default()
+        }
     }
 
     fn order(id: &str) -> String {
@@ -417,13 +456,12 @@ mod tests {
         )
     }
 
-    fn fifo(mut m: SqsMessage, group: Option<&str>) -> SqsMessage {
-        m.event_source_arn = Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo".to_owned());
-        if let Some(group) = group {
-            m.attributes
-                .insert("MessageGroupId".to_owned(), group.to_owned());
+    fn fifo(m: Message<'static>, group: Option<&'static str>) -> Message<'static> {
+        Message {
+            event_source_arn: Some("arn:aws:sqs:eu-west-1:123456789012:orders.fifo"),
+            message_group_id: group,
+            ..m
         }
-        m
     }
 
     fn declined() -> RecordOutcome {
@@ -578,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_skipped_record_waits_as_long_as_the_failure_ahead_or_the_backoff_behind_a_dead_letter() {
-        let records: Vec<SqsMessage> = (0..4)
+        let records: Vec<Message<'_>> = (0..4)
             .map(|i| message(&format!("m{i}"), &order("A")))
             .collect();
         let mut entries = parse(&records).unwrap();
@@ -627,14 +665,14 @@ mod tests {
             &retries(&BACKOFF),
             Jitter::new(0.0),
         );
-        assert!(entries[0].is_ack());
+        assert!(entries[0].acknowledged());
         assert_eq!(entries[0].retry_in_s(), None);
-        assert!(!entries[1].is_ack());
+        assert!(!entries[1].acknowledged());
         assert!(
             entries[1].retry_in_s().is_some(),
             "retried with the backoff"
         );
-        assert_eq!(response(&entries).batch_item_failures.len(), 1);
+        assert_eq!(response(&entries).failures.len(), 1);
     }
 
     #[test]
@@ -671,11 +709,6 @@ mod tests {
         ];
         let mut entries = parse(&records).unwrap();
         entries[2].outcome = charged();
-        let failed: Vec<String> = response(&entries)
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect();
-        assert_eq!(failed, ["m0"]);
+        assert_eq!(response(&entries).failures, ["m0"]);
     }
 }

@@ -16,10 +16,9 @@ use payments::Looking;
 pub use payments::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
 
-use crate::contracts::store::{
-    CompleteRequest, ReleaseKind, ReleaseRequest, ReserveRequest, StoreError, Write, WriteOutcome,
-};
-use crate::domain::{Fingerprint, Identity, Key, Owner, Record, State};
+use crate::contracts::store::{ReleaseKind, ReserveRequest, StoreError, Write, WriteOutcome};
+use crate::domain::{Identity, Owner, Record, State};
+use crate::policy::lease::Lease;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use crate::policy::rules::Rules;
 use crate::policy::table::{Reservation, judge};
@@ -80,47 +79,33 @@ pub struct Start {
 /// One record's state machine.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Machine {
-    key: Key,
-    fingerprint: Fingerprint,
-    owner: Owner,
+    /// The record's key, owner, attempt, lease end (the invocation deadline), creation
+    /// once reserved, and the charge to record: shared with `resolve`.
+    lease: Lease,
     started_at: Time,
-    /// The record's creation, once reserved: where lookups of its payments start.
-    created: Option<Time>,
-    deadline: Time,
-    expires: Time,
     max_declines: u32,
     key_ttl: Duration,
     rules: Rules,
     phase: Phase,
-    attempt: u32,
     must_reconcile: bool,
     /// Open payments cancelled in this attempt.
     cancels: u8,
-    /// The charge to record, and the outcome once it is recorded.
-    receipt: Option<String>,
+    /// The outcome once the charge is recorded.
     success: Option<Outcome>,
 }
 
 impl Machine {
     /// A record about to be reserved; the first step is [`WriteKind::Reserve`].
     pub fn new(start: Start) -> (Self, Step) {
-        let Identity { key, fingerprint } = start.identity;
         let machine = Self {
-            key,
-            fingerprint,
-            owner: start.owner,
+            lease: Lease::new(start.identity, start.owner, start.deadline, start.expires),
             started_at: start.now,
-            created: None,
-            deadline: start.deadline,
-            expires: start.expires,
             max_declines: start.max_declines,
             key_ttl: start.key_ttl,
             rules: start.rules,
             phase: Phase::Reserving,
-            attempt: 1,
             must_reconcile: false,
             cancels: 0,
-            receipt: None,
             success: None,
         };
         (machine, Step::Write(WriteKind::Reserve))
@@ -128,49 +113,38 @@ impl Machine {
 
     /// The attempt whose key the machine is on.
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.lease.attempt
     }
 
     /// Where a lookup of the order's payments starts (the record's creation, less a
     /// margin for clocks): a customer's older payments are never read.
     pub fn lookup_since(&self) -> Time {
-        lookup_since(self.created.or(Some(self.started_at)))
+        lookup_since(self.lease.created.or(Some(self.started_at)))
     }
 
     /// The reservation request (its time is the record's start).
     fn reserve_request(&self) -> ReserveRequest<'_> {
         ReserveRequest {
-            pk: &self.key,
-            fingerprint: &self.fingerprint,
-            owner: &self.owner,
+            pk: &self.lease.key,
+            fingerprint: &self.lease.fingerprint,
+            owner: &self.lease.owner,
             now: self.started_at,
-            lease_until: self.deadline,
-            expires: self.expires,
+            lease_until: self.lease.until,
+            expires: self.lease.expires,
             max_declines: self.max_declines,
         }
     }
 
     /// The request of a write step; `now` is the time it is sent.
     pub fn write(&self, kind: WriteKind, now: Time) -> Write<'_> {
-        let complete = CompleteRequest {
-            pk: &self.key,
-            owner: &self.owner,
-            attempt: self.attempt,
-            receipt: self.receipt.as_deref().unwrap_or(""),
-            expires: self.expires,
-        };
         match kind {
             WriteKind::Reserve => Write::Reserve(self.reserve_request()),
-            WriteKind::Complete => Write::Complete(complete),
-            WriteKind::CompleteAttempt => Write::CompleteAttempt(complete),
-            WriteKind::Release(kind) => Write::Release(ReleaseRequest {
-                pk: &self.key,
-                owner: &self.owner,
-                kind,
-            }),
+            WriteKind::Complete => Write::Complete(self.lease.complete_request()),
+            WriteKind::CompleteAttempt => Write::CompleteAttempt(self.lease.complete_request()),
+            WriteKind::Release(kind) => Write::Release(self.lease.release_request(kind)),
             WriteKind::NextAttempt => Write::NextAttempt {
-                pk: &self.key,
-                owner: &self.owner,
+                pk: &self.lease.key,
+                owner: &self.lease.owner,
                 now,
             },
         }
@@ -209,7 +183,7 @@ impl Machine {
                     phase: phase.name(),
                     answer: input.name(),
                 },
-                Some(self.attempt),
+                Some(self.lease.attempt),
             )),
         }
     }
@@ -223,8 +197,7 @@ impl Machine {
         let req = self.reserve_request();
         let outcome = match judge(answer, &req) {
             Reservation::Won(record) => {
-                self.attempt = record.attempt();
-                self.created = record.created;
+                self.lease.granted(&record);
                 let age = record
                     .sent
                     .unwrap_or(self.started_at)
@@ -243,10 +216,10 @@ impl Machine {
 
     /// The move to the next attempt's key, after reconciliation found nothing.
     fn on_moved_key(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
-        let attempt = Some(self.attempt);
+        let attempt = Some(self.lease.attempt);
         match answer {
             Ok(WriteOutcome::Applied(record)) => {
-                self.attempt = record.attempt();
+                self.lease.attempt = record.attempt();
                 self.phase = Phase::Charging;
                 self.charge_step()
             }
@@ -271,13 +244,13 @@ impl Machine {
                 let success = Outcome::Charged {
                     receipt: receipt.id.clone(),
                     charge: receipt.charge.clone(),
-                    attempt: self.attempt,
+                    attempt: self.lease.attempt,
                 };
                 self.complete(receipt, success)
             }
             Err(NoAnswer::NoTime) => Step::Done(Outcome::Deadline {
                 before: Call::Charge,
-                attempt: Some(self.attempt),
+                attempt: Some(self.lease.attempt),
             }),
             Err(NoAnswer::TimedOut) => self.after_uncertain_charge(RetryCause::ChargeTimedOut),
             // The original outcome is unknown and may still become a payment: look
@@ -320,7 +293,7 @@ impl Machine {
                 return Step::Done(store_no_answer(
                     Call::Complete,
                     no_answer,
-                    Some(self.attempt),
+                    Some(self.lease.attempt),
                 ));
             }
         };
@@ -335,8 +308,8 @@ impl Machine {
             }
             WriteOutcome::Refused(old) => Step::Done(Outcome::NeedsReconciliation {
                 cause: ReconcileCause::RecordMovedOn {
-                    receipt: self.receipt.clone().unwrap_or_default(),
-                    attempt: self.attempt,
+                    receipt: self.lease.receipt.clone().unwrap_or_default(),
+                    attempt: self.lease.attempt,
                     state: old.as_ref().map(|r| r.state.clone()),
                     record_attempt: old.as_ref().and_then(|r| r.attempt),
                     record_receipt: old.and_then(|r| r.receipt),
@@ -357,15 +330,12 @@ impl Machine {
 
     fn charge_step(&self) -> Step {
         Step::Charge {
-            key: self
-                .rules
-                .provider_key
-                .then(|| self.key.provider_key(self.attempt)),
+            key: self.lease.provider_key(),
         }
     }
 
     fn complete(&mut self, receipt: Receipt, success: Outcome) -> Step {
-        self.receipt = Some(receipt.id);
+        self.lease.receipt = Some(receipt.id);
         self.success = Some(success);
         self.phase = Phase::Completing;
         Step::Write(WriteKind::Complete)
@@ -382,7 +352,7 @@ impl Machine {
     }
 
     fn is_done_with(&self, record: &Record) -> bool {
-        record.state == State::Done && record.receipt.as_deref() == self.receipt.as_deref()
+        record.state == State::Done && record.receipt.as_deref() == self.lease.receipt.as_deref()
     }
 
     fn release(&mut self, kind: ReleaseKind, then: Outcome) -> Step {
@@ -391,7 +361,7 @@ impl Machine {
     }
 
     fn after_failed_charge(&mut self, e: PaymentError) -> Step {
-        let attempt = self.attempt;
+        let attempt = self.lease.attempt;
         match e {
             PaymentError::Declined {
                 code,
@@ -433,7 +403,7 @@ impl Machine {
                 ReleaseKind::KeepKey,
                 Outcome::NeedsReconciliation {
                     cause: ReconcileCause::KeyReused {
-                        provider_key: self.key.provider_key(attempt),
+                        provider_key: self.lease.provider_key(),
                     },
                 },
             ),
@@ -469,7 +439,7 @@ impl Machine {
             let declined = Outcome::Declined {
                 code: "authentication_required".to_owned(),
                 decline_code: None,
-                attempt: self.attempt,
+                attempt: self.lease.attempt,
             };
             return self.release(ReleaseKind::Declined, declined);
         }
@@ -487,7 +457,7 @@ impl Machine {
                 reset_declines: false,
             }
         };
-        self.release(kind, Outcome::retryable(cause, Some(self.attempt)))
+        self.release(kind, Outcome::retryable(cause, Some(self.lease.attempt)))
     }
 }
 

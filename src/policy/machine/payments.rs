@@ -53,7 +53,7 @@ impl Machine {
         why: Looking,
         answer: Result<Lookup, NoAnswer<PaymentError>>,
     ) -> Step {
-        let attempt = Some(self.attempt);
+        let attempt = Some(self.lease.attempt);
         let found = match answer {
             Ok(found) => found,
             Err(NoAnswer::NoTime) => {
@@ -76,7 +76,7 @@ impl Machine {
                 let success = Outcome::Reconciled {
                     receipt: receipt.id.clone(),
                     charge: receipt.charge.clone(),
-                    attempt: self.attempt,
+                    attempt: self.lease.attempt,
                 };
                 self.complete(receipt, success)
             }
@@ -144,7 +144,7 @@ impl Machine {
         Outcome::Declined {
             code: "payment_failed".to_owned(),
             decline_code: None,
-            attempt: self.attempt,
+            attempt: self.lease.attempt,
         }
     }
 
@@ -153,7 +153,7 @@ impl Machine {
     fn keep_key_after_server_error(&mut self, status: u16) -> Step {
         let outcome = Outcome::retryable(
             RetryCause::ServerErrorUnsettled { status },
-            Some(self.attempt),
+            Some(self.lease.attempt),
         );
         self.release(ReleaseKind::KeepKey, outcome)
     }
@@ -163,7 +163,7 @@ impl Machine {
     fn await_customer(&mut self, payment_id: Option<String>) -> Step {
         let outcome = Outcome::AuthenticationRequired {
             payment_id,
-            attempt: self.attempt,
+            attempt: self.lease.attempt,
         };
         self.release(ReleaseKind::KeepKey, outcome)
     }
@@ -174,7 +174,7 @@ impl Machine {
         why: Looking,
         answer: Result<Cancel, NoAnswer<PaymentError>>,
     ) -> Step {
-        let attempt = Some(self.attempt);
+        let attempt = Some(self.lease.attempt);
         match answer {
             Ok(Cancel::Cancelled | Cancel::NotCancellable) if self.cancels + 1 < MAX_CANCELS => {
                 self.cancels += 1;

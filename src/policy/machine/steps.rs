@@ -32,9 +32,9 @@ pub enum WriteKind {
 pub enum Step {
     /// Perform [`super::Machine::write`] for this kind; answer with [`Input::Written`].
     Write(WriteKind),
-    /// Charge the order under this provider key (`None`: only under a mutant);
-    /// answer with [`Input::Charged`].
-    Charge { key: Option<String> },
+    /// Charge the order under this provider key (`<pk>#<attempt>`); answer with
+    /// [`Input::Charged`].
+    Charge { key: String },
     /// Look the order's payment up; answer with [`Input::Looked`].
     Lookup,
     /// Cancel the order's open payment `payment_id`; answer with [`Input::Cancelled`].

@@ -1,16 +1,19 @@
 //! The machine's rules as scripts: each case feeds a sequence of answers and checks
-//! the steps asked for and the outcome, one case per rule of ARCHITECTURE.md, "The
-//! state machine". No store, provider or clock: they run in milliseconds.
+//! the steps asked for and the outcome, one case (or a table of cases) per rule of
+//! ARCHITECTURE.md, "The state machine": the reserve and how a lost one is judged, the
+//! charge, reconciliation of an old key, a replayed 5xx, a payment in flight, one
+//! success per order, complete and release, and a call with no answer (no time left,
+//! a timeout, a store error). No store, provider or clock: they run in milliseconds.
 
 use std::time::Duration;
 
 use super::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use crate::contracts::payment::{Cancel, FailureKind, Lookup, PaymentError, Receipt};
-use crate::contracts::store::{ReleaseKind, WriteOutcome};
+use crate::contracts::store::{ReleaseKind, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
-use crate::domain::{Identity, Owner, Record, State};
-use crate::policy::outcome::{Outcome, ReconcileCause, RetryCause};
+use crate::domain::{Fingerprint, Identity, Owner, Record, State};
+use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause};
 use crate::policy::rules::Rules;
 
 const NOW_MS: i64 = 1_800_000_000_000;
@@ -63,7 +66,7 @@ fn written() -> Input {
 
 fn charge(key: &str) -> Step {
     Step::Charge {
-        key: Some(key.to_owned()),
+        key: key.to_owned(),
     }
 }
 
@@ -357,4 +360,751 @@ fn lookups_start_at_the_records_creation_less_the_clock_margin() {
     machine.on(won());
     let created = reserved(1, Duration::ZERO).created.unwrap();
     assert_eq!(machine.lookup_since(), created - super::LOOKUP_CLOCK_MARGIN);
+}
+
+// ---- Reserve: won, or lost and judged ----
+
+fn refused(record: Record) -> Input {
+    Input::Written(Ok(WriteOutcome::Refused(Some(record))))
+}
+
+/// The record another holder left: `owner`, its lease ending `lease_s` from now.
+fn held_by(owner: &str, lease_s: i64) -> Record {
+    Record {
+        owner: Some(Owner::new(owner)),
+        lease_until: Some(Time::from_ms(NOW_MS + lease_s * 1000)),
+        ..reserved(1, Duration::ZERO)
+    }
+}
+
+#[test]
+fn a_lost_reserve_is_judged_by_the_record_it_returns_with_no_provider_call() {
+    let now = Time::from_ms(NOW_MS);
+    let legacy = Record {
+        fingerprint: None,
+        owner: None,
+        ..reserved(1, Duration::ZERO)
+    };
+    let cases: Vec<(&str, Input, Outcome)> = vec![
+        (
+            "another payload under the same id is a conflict",
+            refused(Record {
+                fingerprint: Some(Fingerprint::new("another")),
+                ..reserved(1, Duration::ZERO)
+            }),
+            Outcome::Conflict,
+        ),
+        (
+            "a live lease of another holder is in progress until it ends",
+            refused(held_by("someone else", 30)),
+            Outcome::InProgress {
+                until: Some(now + Duration::from_secs(30)),
+            },
+        ),
+        (
+            "an item swept between the write and its read is in progress, end unknown",
+            Input::Written(Ok(WriteOutcome::Refused(None))),
+            Outcome::InProgress { until: None },
+        ),
+        (
+            "an order at its decline limit is not sent to the provider",
+            refused(Record {
+                state: State::Free,
+                owner: None,
+                lease_until: None,
+                declines: Some(3),
+                ..reserved(2, Duration::ZERO)
+            }),
+            Outcome::DeclineLimit { declines: 3 },
+        ),
+        (
+            "a legacy-format item in progress is never taken over",
+            refused(legacy.clone()),
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::LegacyItemNotDone,
+            },
+        ),
+        (
+            "a legacy-format done item is a duplicate",
+            refused(Record {
+                state: State::Done,
+                receipt: Some("ch_legacy".into()),
+                ..legacy
+            }),
+            Outcome::Duplicate {
+                receipt: Some("ch_legacy".into()),
+            },
+        ),
+        (
+            "an unknown state needs a person",
+            refused(Record {
+                state: State::Other("pagado".into()),
+                ..reserved(1, Duration::ZERO)
+            }),
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::UnknownState,
+            },
+        ),
+    ];
+    for (rule, answer, expected) in cases {
+        assert_eq!(run(vec![(RESERVE, answer)]), expected, "{rule}");
+    }
+}
+
+#[test]
+fn our_own_reserve_retried_by_the_sdk_is_won_and_charged_under_the_records_attempt() {
+    let outcome = run(vec![
+        (RESERVE, refused(held_by("me", 60))),
+        (
+            charge("cobro#o-1#1"),
+            Input::Charged(Ok(Receipt::new("pi_1"))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(matches!(outcome, Outcome::Charged { .. }), "{outcome:?}");
+}
+
+#[test]
+fn a_takeover_of_an_ended_lease_replays_the_same_key() {
+    let outcome = run(vec![
+        (RESERVE, applied(reserved(2, Duration::from_secs(600)))),
+        (
+            charge("cobro#o-1#2"),
+            Input::Charged(Ok(Receipt::new("pi_2"))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(
+        matches!(outcome, Outcome::Charged { attempt: 2, .. }),
+        "{outcome:?}"
+    );
+}
+
+// ---- The charge's answers ----
+
+#[test]
+fn a_refusal_for_good_or_an_unexpected_status_releases_and_keeps_the_key() {
+    let cases = [
+        (
+            PaymentError::Rejected {
+                status: 404,
+                code: Some("resource_missing".into()),
+            },
+            "rejected",
+        ),
+        (
+            PaymentError::UnexpectedStatus {
+                payment_id: "pi_x".into(),
+                status: "requires_capture".into(),
+            },
+            "needs_reconciliation",
+        ),
+    ];
+    for (answer, name) in cases {
+        let outcome = run(vec![
+            (RESERVE, won()),
+            (charge("cobro#o-1#1"), failed(answer)),
+            (release(ReleaseKind::KeepKey), written()),
+        ]);
+        assert_eq!(outcome.name(), name, "{outcome:?}");
+    }
+}
+
+#[test]
+fn a_decline_that_names_no_payment_looks_for_open_ones_before_the_next_key() {
+    let declined = PaymentError::Declined {
+        code: "card_declined".into(),
+        decline_code: Some("insufficient_funds".into()),
+        payment_id: None,
+    };
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), failed(declined)),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (release(ReleaseKind::Declined), written()),
+    ]);
+    assert!(matches!(outcome, Outcome::Declined { .. }), "{outcome:?}");
+}
+
+#[test]
+fn a_failed_release_still_ends_the_record_with_the_outcome_it_released_for() {
+    let declined = || PaymentError::Declined {
+        code: "card_declined".into(),
+        decline_code: None,
+        payment_id: None,
+    };
+    for release_answer in [
+        Input::Written(Err(NoAnswer::TimedOut)),
+        Input::Written(Err(NoAnswer::NoTime)),
+        Input::Written(Err(NoAnswer::Failed(store_error()))),
+        Input::Written(Ok(WriteOutcome::Refused(None))),
+    ] {
+        let outcome = run(vec![
+            (RESERVE, won()),
+            (charge("cobro#o-1#1"), failed(declined())),
+            (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+            (release(ReleaseKind::Declined), release_answer),
+        ]);
+        assert!(matches!(outcome, Outcome::Declined { .. }), "{outcome:?}");
+    }
+}
+
+// ---- Reconciliation of a key older than PROVIDER_KEY_TTL ----
+
+fn old_key() -> Input {
+    applied(reserved(1, TTL + Duration::from_secs(60)))
+}
+
+#[test]
+fn an_old_key_found_charged_completes_with_that_payment_and_sends_nothing() {
+    let outcome = run(vec![
+        (RESERVE, old_key()),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Succeeded(Receipt::new("pi_old")))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(
+        matches!(&outcome, Outcome::Reconciled { receipt, attempt: 1, .. } if receipt == "pi_old"),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_old_key_with_a_pending_payment_keeps_the_key_and_retries_to_settle() {
+    let outcome = run(vec![
+        (RESERVE, old_key()),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Pending {
+                charge_id: "pi_sepa".into(),
+                status: "processing".into(),
+            })),
+        ),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::PendingAtProvider { .. }
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_old_key_with_a_payment_awaiting_the_customer_keeps_the_key_and_is_dead_lettered() {
+    let outcome = run(vec![
+        (RESERVE, old_key()),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Open {
+                payment_id: "pi_3ds".into(),
+                status: "requires_action".into(),
+                awaits_customer: true,
+            })),
+        ),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert!(
+        matches!(&outcome, Outcome::AuthenticationRequired { payment_id: Some(id), .. } if id == "pi_3ds"),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_old_key_with_an_open_payment_cancels_it_and_looks_again_before_the_next_key() {
+    let outcome = run(vec![
+        (RESERVE, old_key()),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Open {
+                payment_id: "pi_open".into(),
+                status: "requires_payment_method".into(),
+                awaits_customer: false,
+            })),
+        ),
+        (
+            Step::Cancel {
+                payment_id: "pi_open".into(),
+            },
+            Input::Cancelled(Ok(Cancel::Cancelled)),
+        ),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (
+            Step::Write(WriteKind::NextAttempt),
+            applied(reserved(2, Duration::ZERO)),
+        ),
+        (
+            charge("cobro#o-1#2"),
+            Input::Charged(Ok(Receipt::new("pi_2"))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(
+        matches!(outcome, Outcome::Charged { attempt: 2, .. }),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn the_move_to_the_next_key_fails_safe_when_the_lease_is_lost_or_the_store_fails() {
+    let lost = run(vec![
+        (RESERVE, old_key()),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (
+            Step::Write(WriteKind::NextAttempt),
+            Input::Written(Ok(WriteOutcome::Refused(None))),
+        ),
+    ]);
+    assert_eq!(
+        lost,
+        Outcome::FailedRetryable {
+            cause: RetryCause::LeaseLostBeforeNextAttempt,
+            attempt: Some(1),
+        }
+    );
+    let failed = run(vec![
+        (RESERVE, old_key()),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (
+            Step::Write(WriteKind::NextAttempt),
+            Input::Written(Err(NoAnswer::Failed(store_error()))),
+        ),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert!(
+        matches!(
+            &failed,
+            Outcome::FailedRetryable {
+                cause: RetryCause::Store {
+                    call: Call::NextAttempt,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_failed_or_timed_out_lookup_releases_and_keeps_the_key() {
+    for answer in [
+        Err(NoAnswer::TimedOut),
+        Err(NoAnswer::Failed(PaymentError::retryable(
+            FailureKind::Server(503),
+        ))),
+    ] {
+        let outcome = run(vec![
+            (RESERVE, old_key()),
+            (Step::Lookup, Input::Looked(answer)),
+            (release(ReleaseKind::KeepKey), written()),
+        ]);
+        assert_eq!(outcome.name(), "failed_retryable", "{outcome:?}");
+    }
+}
+
+// ---- A payment in flight, and one awaiting the customer ----
+
+#[test]
+fn a_payment_in_flight_that_failed_is_cancelled_and_counts_as_a_decline() {
+    let processing = PaymentError::Pending {
+        charge_id: "pi_sepa".into(),
+        status: "processing".into(),
+    };
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), failed(processing)),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Open {
+                payment_id: "pi_sepa".into(),
+                status: "requires_payment_method".into(),
+                awaits_customer: false,
+            })),
+        ),
+        (
+            Step::Cancel {
+                payment_id: "pi_sepa".into(),
+            },
+            Input::Cancelled(Ok(Cancel::Cancelled)),
+        ),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (release(ReleaseKind::Declined), written()),
+    ]);
+    assert!(
+        matches!(&outcome, Outcome::Declined { code, .. } if code == "payment_failed"),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_authentication_request_the_customer_confirmed_since_completes_the_record() {
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (
+            charge("cobro#o-1#1"),
+            failed(PaymentError::AuthenticationRequired {
+                payment_id: Some("pi_3ds".into()),
+            }),
+        ),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Succeeded(Receipt::new("pi_3ds")))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(matches!(outcome, Outcome::Reconciled { .. }), "{outcome:?}");
+}
+
+#[test]
+fn an_authentication_request_with_nothing_found_keeps_the_key_and_names_its_payment() {
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (
+            charge("cobro#o-1#1"),
+            failed(PaymentError::AuthenticationRequired {
+                payment_id: Some("pi_3ds".into()),
+            }),
+        ),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert!(
+        matches!(&outcome, Outcome::AuthenticationRequired { payment_id: Some(id), .. } if id == "pi_3ds"),
+        "{outcome:?}"
+    );
+}
+
+// ---- One success per order: cancel, look again, at most three cancels ----
+
+fn declined_naming(payment_id: &str) -> Input {
+    failed(PaymentError::Declined {
+        code: "card_declined".into(),
+        decline_code: None,
+        payment_id: Some(payment_id.into()),
+    })
+}
+
+fn open(payment_id: &str) -> Input {
+    Input::Looked(Ok(Lookup::Open {
+        payment_id: payment_id.into(),
+        status: "requires_payment_method".into(),
+        awaits_customer: false,
+    }))
+}
+
+fn cancel(payment_id: &str) -> Step {
+    Step::Cancel {
+        payment_id: payment_id.into(),
+    }
+}
+
+#[test]
+fn a_refused_cancel_means_the_payment_changed_so_the_machine_looks_again() {
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), declined_naming("pi_1")),
+        (cancel("pi_1"), Input::Cancelled(Ok(Cancel::NotCancellable))),
+        (
+            Step::Lookup,
+            Input::Looked(Ok(Lookup::Succeeded(Receipt::new("pi_1")))),
+        ),
+        (COMPLETE, written()),
+    ]);
+    assert!(
+        matches!(&outcome, Outcome::Reconciled { receipt, .. } if receipt == "pi_1"),
+        "someone confirmed the declined payment: {outcome:?}"
+    );
+}
+
+#[test]
+fn at_most_three_cancels_per_attempt_then_the_record_retries_with_its_key() {
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), declined_naming("pi_1")),
+        (cancel("pi_1"), Input::Cancelled(Ok(Cancel::Cancelled))),
+        (Step::Lookup, open("pi_2")),
+        (cancel("pi_2"), Input::Cancelled(Ok(Cancel::Cancelled))),
+        (Step::Lookup, open("pi_3")),
+        (cancel("pi_3"), Input::Cancelled(Ok(Cancel::Cancelled))),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert_eq!(
+        outcome,
+        Outcome::FailedRetryable {
+            cause: RetryCause::OpenPaymentsLeft(3),
+            attempt: Some(1),
+        }
+    );
+}
+
+#[test]
+fn a_cancel_that_fails_or_times_out_keeps_the_key() {
+    for answer in [
+        Err(NoAnswer::TimedOut),
+        Err(NoAnswer::Failed(PaymentError::retryable(
+            FailureKind::Connection,
+        ))),
+    ] {
+        let outcome = run(vec![
+            (RESERVE, won()),
+            (charge("cobro#o-1#1"), declined_naming("pi_1")),
+            (cancel("pi_1"), Input::Cancelled(answer)),
+            (release(ReleaseKind::KeepKey), written()),
+        ]);
+        assert_eq!(outcome.name(), "failed_retryable", "{outcome:?}");
+    }
+}
+
+// ---- Complete ----
+
+fn charged_then(complete: Input) -> Vec<(Step, Input)> {
+    vec![
+        (RESERVE, won()),
+        (
+            charge("cobro#o-1#1"),
+            Input::Charged(Ok(Receipt::new("pi_1"))),
+        ),
+        (COMPLETE, complete),
+    ]
+}
+
+#[test]
+fn a_complete_refused_by_a_record_already_done_with_our_receipt_is_our_own_retried_write() {
+    let done = Record {
+        state: State::Done,
+        receipt: Some("pi_1".into()),
+        ..reserved(1, Duration::ZERO)
+    };
+    let outcome = run(charged_then(refused(done)));
+    assert!(matches!(outcome, Outcome::Charged { .. }), "{outcome:?}");
+}
+
+#[test]
+fn a_charge_the_record_moved_on_from_needs_a_person() {
+    let moved = Record {
+        state: State::Free,
+        attempt: Some(2),
+        owner: None,
+        ..reserved(2, Duration::ZERO)
+    };
+    let mut script = charged_then(refused(held_by("someone else", 60)));
+    script.push((Step::Write(WriteKind::CompleteAttempt), refused(moved)));
+    let outcome = run(script);
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::NeedsReconciliation {
+                cause: ReconcileCause::RecordMovedOn {
+                    attempt: 1,
+                    record_attempt: Some(2),
+                    ..
+                }
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn a_store_error_on_complete_fails_the_record_without_a_release() {
+    let outcome = run(charged_then(Input::Written(Err(NoAnswer::Failed(
+        store_error(),
+    )))));
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::FailedRetryable {
+                cause: RetryCause::Store {
+                    call: Call::Complete,
+                    ..
+                },
+                attempt: Some(1),
+            }
+        ),
+        "the retry replays the key and gets the same receipt: {outcome:?}"
+    );
+}
+
+#[test]
+fn every_write_after_the_reserve_is_fenced_on_our_owner_and_names_the_attempt() {
+    let (mut machine, _) = start();
+    machine.on(applied(reserved(2, Duration::ZERO)));
+    machine.on(Input::Charged(Ok(Receipt::new("pi_2"))));
+    let now = Time::from_ms(NOW_MS);
+    let me = Owner::new("me");
+    match machine.write(WriteKind::Complete, now) {
+        Write::Complete(req) => {
+            assert_eq!((req.owner, req.attempt, req.receipt), (&me, 2, "pi_2"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match machine.write(WriteKind::Release(ReleaseKind::KeepKey), now) {
+        Write::Release(req) => {
+            assert_eq!((req.owner, req.kind), (&me, ReleaseKind::KeepKey));
+        }
+        other => panic!("{other:?}"),
+    }
+    match machine.write(WriteKind::Reserve, now) {
+        Write::Reserve(req) => {
+            assert_eq!(req.owner, &me);
+            assert_eq!(req.lease_until, Time::from_ms(NOW_MS + 60_000));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---- A call with no answer ----
+
+fn store_error() -> StoreError {
+    StoreError::backend(
+        "UpdateItem",
+        "cobro#o-1",
+        std::io::Error::other("connection reset"),
+    )
+}
+
+/// The scripts that reach each call of the machine, the call's answer left out.
+fn up_to(call: Call) -> Vec<(Step, Input)> {
+    let declined = || declined_naming("pi_1");
+    match call {
+        Call::Reserve => vec![],
+        Call::Charge => vec![(RESERVE, won())],
+        Call::Lookup => vec![(RESERVE, old_key())],
+        Call::NextAttempt => vec![
+            (RESERVE, old_key()),
+            (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        ],
+        Call::Cancel => vec![(RESERVE, won()), (charge("cobro#o-1#1"), declined())],
+        Call::Complete => vec![
+            (RESERVE, won()),
+            (
+                charge("cobro#o-1#1"),
+                Input::Charged(Ok(Receipt::new("pi_1"))),
+            ),
+        ],
+        Call::Read => unreachable!("the machine reads nothing"),
+    }
+}
+
+/// No answer of either kind: not started for want of time, or timed out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Silence {
+    NoTime,
+    TimedOut,
+}
+
+impl Silence {
+    fn of<E>(self) -> NoAnswer<E> {
+        match self {
+            Self::NoTime => NoAnswer::NoTime,
+            Self::TimedOut => NoAnswer::TimedOut,
+        }
+    }
+}
+
+/// The step that makes `call`, and no answer to it.
+fn no_answer(call: Call, silence: Silence) -> (Step, Input) {
+    let store = || silence.of();
+    let provider = || silence.of();
+    match call {
+        Call::Reserve => (RESERVE, Input::Written(Err(store()))),
+        Call::NextAttempt => (
+            Step::Write(WriteKind::NextAttempt),
+            Input::Written(Err(store())),
+        ),
+        Call::Complete => (COMPLETE, Input::Written(Err(store()))),
+        Call::Charge => (charge("cobro#o-1#1"), Input::Charged(Err(provider()))),
+        Call::Lookup => (Step::Lookup, Input::Looked(Err(provider()))),
+        Call::Cancel => (cancel("pi_1"), Input::Cancelled(Err(provider()))),
+        Call::Read => unreachable!("the machine reads nothing"),
+    }
+}
+
+#[test]
+fn no_call_starts_without_time_left_and_the_record_ends_at_once_as_deadline() {
+    for call in [
+        Call::Reserve,
+        Call::Charge,
+        Call::Lookup,
+        Call::NextAttempt,
+        Call::Cancel,
+        Call::Complete,
+    ] {
+        let mut script = up_to(call);
+        script.push(no_answer(call, Silence::NoTime));
+        let outcome = run(script);
+        let attempt = (call != Call::Reserve).then_some(1);
+        assert_eq!(
+            outcome,
+            Outcome::Deadline {
+                before: call,
+                attempt
+            },
+            "no release either: the lease ends at the deadline"
+        );
+    }
+}
+
+#[test]
+fn a_store_call_that_times_out_fails_the_record_with_a_retry_and_no_further_write() {
+    for call in [Call::Reserve, Call::NextAttempt, Call::Complete] {
+        let mut script = up_to(call);
+        script.push(no_answer(call, Silence::TimedOut));
+        let outcome = run(script);
+        let attempt = (call != Call::Reserve).then_some(1);
+        assert_eq!(
+            outcome,
+            Outcome::FailedRetryable {
+                cause: RetryCause::StoreTimedOut(call),
+                attempt
+            }
+        );
+    }
+}
+
+#[test]
+fn a_store_error_on_the_reserve_fails_the_record_before_any_charge() {
+    let outcome = run(vec![(
+        RESERVE,
+        Input::Written(Err(NoAnswer::Failed(store_error()))),
+    )]);
+    assert!(
+        matches!(
+            &outcome,
+            Outcome::FailedRetryable {
+                cause: RetryCause::Store {
+                    call: Call::Reserve,
+                    ..
+                },
+                attempt: None,
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_answer_out_of_phase_fails_the_record_safely_and_a_done_machine_stays_done() {
+    let (mut machine, _) = start();
+    let step = machine.on(Input::Looked(Ok(Lookup::NotFound)));
+    let Step::Done(outcome) = step else {
+        panic!("{step:?}");
+    };
+    assert_eq!(
+        outcome,
+        Outcome::FailedRetryable {
+            cause: RetryCause::OutOfPhase {
+                phase: "reserving",
+                answer: "looked up",
+            },
+            attempt: Some(1),
+        }
+    );
+    assert_eq!(machine.on(won()), Step::Done(outcome));
 }

@@ -9,32 +9,7 @@ pub mod breaker;
 use std::time::Duration;
 
 use crate::domain::clock::Time;
-
-/// Why a record was not acknowledged, as far as retrying it is concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// Acknowledged: nothing to retry.
-    Done,
-    /// Transient or unknown (a failed call, a deadline, a record not started): back
-    /// off on the receive count.
-    Transient,
-    /// A breaker is open until then: the backoff, but no longer than until shortly
-    /// after the breaker lets a probe through, and never below half the step.
-    Deferred { until: Time },
-    /// Another delivery holds a lease on the order until then (`None`: unknown).
-    InProgress { until: Option<Time> },
-    /// Refused for the provider's rate or on a locked customer after the waits the
-    /// invocation could afford: backpressure, not an outage; back in seconds.
-    RateLimited,
-    /// Declined below the order's limit: card networks penalise rapid retries.
-    Declined,
-    /// The provider holds the charge `pending`: it settles by itself, and the retry
-    /// reconciles again.
-    Pending,
-    /// No retry can fix it (invalid, conflict, rejected, declined at the limit, a
-    /// record to reconcile by hand): the DLQ at once, with its reason.
-    Poison,
-}
+use crate::policy::outcome_kind::{Handling, Wait};
 
 /// What the batch does with one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,39 +114,48 @@ impl Backoff {
     }
 }
 
-/// The disposition of a record of class `class`, delivered for the `receive_count`th
-/// time, at `now`; no delay exceeds `longest`.
+/// The disposition of a record whose outcome is handled so (`policy/outcome_kind.rs`),
+/// delivered for the `receive_count`th time, at `now`; `until` is when the wait its
+/// cause names ends (the holder's lease, the breaker's probe), when known. No delay
+/// exceeds `longest`.
 pub fn dispose(
-    class: Class,
+    handling: Handling,
+    until: Option<Time>,
     receive_count: u32,
     now: Time,
     backoff: &Backoff,
     jitter: Jitter,
     longest: Duration,
 ) -> Disposition {
-    let delay = match class {
-        Class::Done => return Disposition::Ack,
-        Class::Poison => return Disposition::DeadLetter,
-        Class::Transient => backoff.delay(receive_count, jitter),
-        Class::RateLimited => jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1),
+    let wait = match handling {
+        Handling::Ack => return Disposition::Ack,
+        Handling::DeadLetter => return Disposition::DeadLetter,
+        Handling::Retry(wait) => wait,
+    };
+    let delay = match (wait, until) {
+        // A skipped record's own delay is the backoff: it is used when the failure
+        // ahead of it was not retried (`plan::dispose`).
+        (Wait::Backoff | Wait::Behind, _) => backoff.delay(receive_count, jitter),
+        (Wait::Backpressure, _) => jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1),
         // Waiting past the breaker's next probe only delays the recovery; half the
         // step stays the floor, so the receives of an outage last as long as the
         // backoff's (`shortest_path`).
-        Class::Deferred { until } => {
+        (Wait::BreakerProbe, Some(until)) => {
             let after_probe = now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1);
             backoff
                 .delay(receive_count, jitter)
                 .min(after_probe.max(backoff.step(receive_count) / 2))
         }
-        Class::InProgress { until: Some(until) } => {
+        (Wait::LeaseEnd, Some(until)) => {
             now.until(until) + jitter.between(AFTER_LEASE.0, AFTER_LEASE.1)
         }
-        Class::InProgress { until: None } => backoff.delay(receive_count, jitter),
-        Class::Declined => {
+        // An end not known: the backoff.
+        (Wait::BreakerProbe | Wait::LeaseEnd, None) => backoff.delay(receive_count, jitter),
+        (Wait::Decline, _) => {
             let long = backoff.cap * DECLINE_FACTOR;
             jitter.between(long / 2, long)
         }
-        Class::Pending => jitter.between(backoff.cap / 2, backoff.cap),
+        (Wait::Settle, _) => jitter.between(backoff.cap / 2, backoff.cap),
     };
     Disposition::Retry(delay.clamp(MIN_DELAY, longest.max(MIN_DELAY)))
 }
@@ -192,9 +176,11 @@ mod tests {
     };
     const LONGEST: Duration = Duration::from_secs(12 * 3600);
 
-    fn retry_in(class: Class, receive_count: u32, jitter: f64) -> Duration {
+    /// The delay of a record waiting `wait` (until `until`, when it has an end).
+    fn waiting(wait: Wait, until: Option<Time>, receive_count: u32, jitter: f64) -> Duration {
         match dispose(
-            class,
+            Handling::Retry(wait),
+            until,
             receive_count,
             Time::from_ms(0),
             &BACKOFF,
@@ -202,8 +188,12 @@ mod tests {
             LONGEST,
         ) {
             Disposition::Retry(delay) => delay,
-            other => panic!("{class:?}: {other:?}"),
+            other => panic!("{wait:?}: {other:?}"),
         }
+    }
+
+    fn retry_in(wait: Wait, receive_count: u32, jitter: f64) -> Duration {
+        waiting(wait, None, receive_count, jitter)
     }
 
     #[test]
@@ -217,8 +207,8 @@ mod tests {
     fn jitter_keeps_each_delay_in_the_upper_half_of_its_step_and_never_zero() {
         for n in 1..=10 {
             let step = BACKOFF.step(n);
-            let low = retry_in(Class::Transient, n, 0.0);
-            let high = retry_in(Class::Transient, n, 0.999_999);
+            let low = retry_in(Wait::Backoff, n, 0.0);
+            let high = retry_in(Wait::Backoff, n, 0.999_999);
             assert_eq!(low, step / 2, "receive {n}");
             assert!(
                 high <= step && high > step * 99 / 100,
@@ -235,7 +225,7 @@ mod tests {
     #[test]
     fn retries_of_one_outage_do_not_arrive_in_lockstep() {
         let mut delays: Vec<u32> = (0..100)
-            .map(|i| whole_seconds(retry_in(Class::Transient, 6, f64::from(i) / 100.0)))
+            .map(|i| whole_seconds(retry_in(Wait::Backoff, 6, f64::from(i) / 100.0)))
             .collect();
         delays.dedup();
         assert!(delays.len() > 90, "{} distinct delays", delays.len());
@@ -244,22 +234,13 @@ mod tests {
     #[test]
     fn in_progress_waits_until_the_holders_lease_ends_plus_a_little() {
         let until = Time::from_ms(0) + Duration::from_secs(42);
-        let delay = retry_in(Class::InProgress { until: Some(until) }, 1, 0.5);
+        let delay = waiting(Wait::LeaseEnd, Some(until), 1, 0.5);
         assert_eq!(delay, Duration::from_secs(45));
         // A lease that already ended: a second or so, never 0.
-        let ended = retry_in(
-            Class::InProgress {
-                until: Some(Time::from_ms(-5)),
-            },
-            1,
-            0.0,
-        );
+        let ended = waiting(Wait::LeaseEnd, Some(Time::from_ms(-5)), 1, 0.0);
         assert_eq!(ended, Duration::from_secs(1));
         // Unknown holder: the backoff.
-        assert_eq!(
-            retry_in(Class::InProgress { until: None }, 2, 0.0),
-            Duration::from_secs(30)
-        );
+        assert_eq!(retry_in(Wait::LeaseEnd, 2, 0.0), Duration::from_secs(30));
     }
 
     #[test]
@@ -267,22 +248,22 @@ mod tests {
         // Receive 8: step 900 s, the backoff draws 675..900 s.
         let soon = Time::from_ms(0) + Duration::from_secs(10);
         assert_eq!(
-            retry_in(Class::Deferred { until: soon }, 8, 0.5),
+            waiting(Wait::BreakerProbe, Some(soon), 8, 0.5),
             Duration::from_secs(450)
         );
         let late = Time::from_ms(0) + Duration::from_secs(600);
         assert_eq!(
-            retry_in(Class::Deferred { until: late }, 8, 0.5),
+            waiting(Wait::BreakerProbe, Some(late), 8, 0.5),
             Duration::from_secs(603)
         );
         let never = Time::from_ms(0) + Duration::from_secs(5000);
         assert_eq!(
-            retry_in(Class::Deferred { until: never }, 8, 0.5),
-            retry_in(Class::Transient, 8, 0.5)
+            waiting(Wait::BreakerProbe, Some(never), 8, 0.5),
+            retry_in(Wait::Backoff, 8, 0.5)
         );
         // Early on, the step's half is the floor: 15 s on the first receive.
         assert_eq!(
-            retry_in(Class::Deferred { until: soon }, 1, 0.0),
+            waiting(Wait::BreakerProbe, Some(soon), 1, 0.0),
             Duration::from_secs(15)
         );
     }
@@ -295,10 +276,10 @@ mod tests {
         let bound = BACKOFF.cap;
         for receives in [1, 2, 5, 6, 50, 250] {
             for jitter in [0.0, 0.5, 0.999_999] {
-                assert!(retry_in(Class::Transient, receives, jitter) <= BACKOFF.cap);
+                assert!(retry_in(Wait::Backoff, receives, jitter) <= BACKOFF.cap);
                 for open_for in [0, 1, 60, 899, 900] {
                     let until = Time::from_ms(0) + Duration::from_secs(open_for);
-                    let delay = retry_in(Class::Deferred { until }, receives, jitter);
+                    let delay = waiting(Wait::BreakerProbe, Some(until), receives, jitter);
                     assert!(delay <= bound, "{receives} {jitter} {open_for}: {delay:?}");
                 }
             }
@@ -307,32 +288,33 @@ mod tests {
 
     #[test]
     fn a_decline_waits_longer_than_any_transient_failure_and_a_pending_charge_the_cap() {
-        let decline = retry_in(Class::Declined, 1, 0.0);
+        let decline = retry_in(Wait::Decline, 1, 0.0);
         assert!(decline >= BACKOFF.cap, "{decline:?}");
-        assert_eq!(retry_in(Class::Pending, 1, 0.999_999).as_secs(), 899);
-        assert_eq!(retry_in(Class::Pending, 1, 0.0), BACKOFF.cap / 2);
+        assert_eq!(retry_in(Wait::Settle, 1, 0.999_999).as_secs(), 899);
+        assert_eq!(retry_in(Wait::Settle, 1, 0.0), BACKOFF.cap / 2);
     }
 
     #[test]
     fn a_rate_limited_record_comes_back_in_seconds_whatever_its_receive_count() {
         for receives in [1, 5, 50] {
             assert_eq!(
-                retry_in(Class::RateLimited, receives, 0.0),
+                retry_in(Wait::Backpressure, receives, 0.0),
                 Duration::from_secs(1)
             );
             assert_eq!(
-                retry_in(Class::RateLimited, receives, 0.5),
+                retry_in(Wait::Backpressure, receives, 0.5),
                 Duration::from_secs(3)
             );
-            assert!(retry_in(Class::RateLimited, receives, 0.999_999) <= Duration::from_secs(5));
+            assert!(retry_in(Wait::Backpressure, receives, 0.999_999) <= Duration::from_secs(5));
         }
     }
 
     #[test]
-    fn poison_goes_to_the_dead_letter_queue_and_done_is_acknowledged() {
-        let dispose = |class| {
+    fn a_dead_letter_goes_to_the_dead_letter_queue_and_an_ack_is_acknowledged() {
+        let dispose = |handling| {
             dispose(
-                class,
+                handling,
+                None,
                 1,
                 Time::from_ms(0),
                 &BACKOFF,
@@ -340,8 +322,8 @@ mod tests {
                 LONGEST,
             )
         };
-        assert_eq!(dispose(Class::Poison), Disposition::DeadLetter);
-        assert_eq!(dispose(Class::Done), Disposition::Ack);
+        assert_eq!(dispose(Handling::DeadLetter), Disposition::DeadLetter);
+        assert_eq!(dispose(Handling::Ack), Disposition::Ack);
     }
 
     #[test]
@@ -350,7 +332,8 @@ mod tests {
         let longest = longest_delay(Duration::from_secs(60));
         assert_eq!(longest, Duration::from_secs(12 * 3600 - 300 - 60));
         let delay = match dispose(
-            Class::InProgress { until: Some(far) },
+            Handling::Retry(Wait::LeaseEnd),
+            Some(far),
             1,
             Time::from_ms(0),
             &BACKOFF,
@@ -367,7 +350,8 @@ mod tests {
         };
         assert_eq!(
             dispose(
-                Class::Declined,
+                Handling::Retry(Wait::Decline),
+                None,
                 1,
                 Time::from_ms(0),
                 &slow,
