@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("adapters", 6),
     ("telemetry", 7),
     ("wiring", 7),
+    ("commands", 7),
     ("audit_lambda", 7),
     ("cli", 7),
     ("main", 7),
