@@ -640,7 +640,7 @@ impl ChargeModel {
         Ok(match found {
             (Some(i), _, _) => Lookup::Succeeded(Receipt::new(format!("ch{i}"))),
             (None, Some(i), _) => Lookup::Pending {
-                charge_id: format!("ch{i}"),
+                payment_id: format!("ch{i}"),
                 status: "pending".to_owned(),
             },
             (None, None, Some(i)) => Lookup::Open {
@@ -1145,7 +1145,7 @@ fn replay(entry: &KeyEntry, payload: Payload) -> Result<Receipt, NoAnswer<Paymen
     match entry.stored {
         Stored::Charged(i) => Ok(Receipt::new(format!("ch{i}"))),
         Stored::ChargedPending(i) => Err(NoAnswer::Failed(PaymentError::Pending {
-            charge_id: format!("ch{i}"),
+            payment_id: format!("ch{i}"),
             status: "pending".to_owned(),
         })),
         Stored::Declined(i) => Err(NoAnswer::Failed(declined(i))),

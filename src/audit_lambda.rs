@@ -8,7 +8,7 @@ use std::time::Duration;
 use lambda_runtime::{LambdaEvent, service_fn};
 
 use crate::adapters::emf::Emf;
-use crate::contracts::payment::ChargeListing;
+use crate::contracts::payment::PaymentListing;
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::audit::{Window, audit};
 use crate::policy::audit::INCOMPLETE_METRIC;
@@ -18,7 +18,7 @@ pub async fn serve(
     since: Duration,
     stuck_after: Duration,
     store: Arc<dyn IdempotencyStore>,
-    provider: Arc<dyn ChargeListing>,
+    provider: Arc<dyn PaymentListing>,
     metrics: &'static Emf,
 ) -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {

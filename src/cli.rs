@@ -2,7 +2,7 @@
 //! with the operator's credentials: the DynamoDB table in IDEMPOTENCY_TABLE and the
 //! provider at PAYMENT_API_URL. `invoke` runs the real handler once on an SQS event
 //! file, `inspect` prints an order's record, `resolve` settles one with the provider,
-//! `audit` holds the table against the provider's charges. Local runs on an SQLite
+//! `audit` holds the table against the provider's payments. Local runs on an SQLite
 //! file with the simulator are the local member's binary (`local/`). Edge code: errors
 //! are `anyhow`. stdout carries only the command's JSON; logs go to stderr.
 
@@ -66,7 +66,7 @@ pub enum Command {
     /// charge; pending → nothing (run again once final); not found → `libre` with the
     /// next attempt. Refuses a live lease.
     ///
-    /// The order's fields (from the DLQ message) are needed to find its charge. A new
+    /// The order's fields (from the DLQ message) are needed to find its payment. A new
     /// key is given only when the provider the function sends every key to
     /// (PAYMENT_API_URL and its key, as the function has them) says for certain that
     /// nothing was charged.
@@ -90,11 +90,11 @@ pub enum Command {
         #[arg(long)]
         retry_declined: bool,
     },
-    /// Hold the table against the provider's charges: one JSON line per finding on
+    /// Hold the table against the provider's payments: one JSON line per finding on
     /// stdout, a summary on stderr. Exit 0: clean; 1: findings; 2: the audit could
     /// not read everything (never "clean" after a partial read).
     Audit {
-        /// How far back: charges and records created since then.
+        /// How far back: payments and records created since then.
         #[arg(long, default_value = "1d", value_parser = humantime::parse_duration)]
         since: Duration,
         /// An `en-curso` record whose lease ended longer ago than this is stuck.

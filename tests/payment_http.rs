@@ -19,7 +19,7 @@ use charge_once::adapters::api_key;
 use charge_once::adapters::payment_http::{HttpProvider, STRIPE_VERSION};
 use charge_once::config::{Config, Secret};
 use charge_once::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, Limiter, Lookup, PaymentError,
+    Cancel, ChargePath, FailureKind, Limiter, Lookup, PaymentError, PaymentListing,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -164,7 +164,7 @@ async fn a_decline_and_its_replay_are_declined_with_their_code_and_leave_one_ope
     );
     assert_eq!(intents[0]["metadata"]["order_id"], order.id());
     match provider()
-        .find_charge(&order, Time::from_ms(0))
+        .find_payment(&order, Time::from_ms(0))
         .await
         .unwrap()
     {
@@ -193,7 +193,7 @@ async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_
     assert_eq!(intents[0]["id"], payment_id.as_str());
     assert_eq!(
         provider()
-            .find_charge(&order, Time::from_ms(0))
+            .find_payment(&order, Time::from_ms(0))
             .await
             .unwrap(),
         Lookup::Open {
@@ -205,7 +205,7 @@ async fn a_payment_that_needs_the_customer_names_its_payment_intent_which_stays_
     // The customer confirms it on the shop's page: the lookup finds it paid.
     localstripe::authenticate(&payment_id).await;
     match provider()
-        .find_charge(&order, Time::from_ms(0))
+        .find_payment(&order, Time::from_ms(0))
         .await
         .unwrap()
     {
@@ -224,7 +224,7 @@ async fn an_open_payment_is_cancelled_once_and_a_succeeded_one_cannot_be() {
         "{declined:?}"
     );
     let Lookup::Open { payment_id, .. } = provider()
-        .find_charge(&order, Time::from_ms(0))
+        .find_payment(&order, Time::from_ms(0))
         .await
         .unwrap()
     else {
@@ -240,7 +240,7 @@ async fn an_open_payment_is_cancelled_once_and_a_succeeded_one_cannot_be() {
     );
     assert_eq!(
         provider()
-            .find_charge(&order, Time::from_ms(0))
+            .find_payment(&order, Time::from_ms(0))
             .await
             .unwrap(),
         Lookup::NotFound,
@@ -289,7 +289,7 @@ async fn a_lookup_reads_every_page_of_the_customers_payments() {
     }
     let order = order_of(&unique_id(), 4321, &payer);
     assert_eq!(
-        p.find_charge(&order, Time::from_ms(0)).await.unwrap(),
+        p.find_payment(&order, Time::from_ms(0)).await.unwrap(),
         Lookup::NotFound
     );
     let receipt = p.charge(&order, &key(&order, 1)).await.unwrap();
@@ -297,14 +297,14 @@ async fn a_lookup_reads_every_page_of_the_customers_payments() {
         localstripe::payment_intents_of(&payer.customer).await.len(),
         101
     );
-    match p.find_charge(&order, Time::from_ms(0)).await.unwrap() {
+    match p.find_payment(&order, Time::from_ms(0)).await.unwrap() {
         Lookup::Succeeded(found) => assert_eq!(found.id, receipt.id),
         other => panic!("expected the order's payment on page two, got {other:?}"),
     }
     // The same order id with another amount is not this order's payment.
     let other_amount = order_of(order.id(), 4322, &payer);
     assert_eq!(
-        p.find_charge(&other_amount, Time::from_ms(0))
+        p.find_payment(&other_amount, Time::from_ms(0))
             .await
             .unwrap(),
         Lookup::NotFound
@@ -339,7 +339,7 @@ async fn a_lookup_bounded_by_the_records_creation_reads_one_page_past_thousands_
     let receipt = provider().charge(&order, &key(&order, 1)).await.unwrap();
 
     assert_eq!(
-        provider().find_charge(&order, since).await.unwrap(),
+        provider().find_payment(&order, since).await.unwrap(),
         Lookup::Succeeded(receipt.clone())
     );
     let bounded = listings_of(&payer.customer).await;
@@ -352,7 +352,7 @@ async fn a_lookup_bounded_by_the_records_creation_reads_one_page_past_thousands_
 
     // From the epoch the order's payment is past the pages a lookup reads: an error,
     // never a false "not found" that would send a new key.
-    let unbounded = provider().find_charge(&order, Time::from_ms(0)).await;
+    let unbounded = provider().find_payment(&order, Time::from_ms(0)).await;
     assert!(
         matches!(
             unbounded,
@@ -388,12 +388,12 @@ async fn every_request_the_provider_makes_carries_the_pinned_version() {
         panic!("expected a decline naming its PaymentIntent")
     };
     assert!(matches!(
-        p.find_charge(&order, now() - Duration::from_secs(60))
+        p.find_payment(&order, now() - Duration::from_secs(60))
             .await
             .unwrap(),
         Lookup::Open { .. }
     ));
-    assert!(p.charge_by_id(&payment_id).await.unwrap().is_some());
+    assert!(p.payment_by_id(&payment_id).await.unwrap().is_some());
     assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
 
     let seen = localstripe::requests_seen(None).await;
@@ -537,7 +537,7 @@ async fn a_certificate_in_aws_ca_bundle_is_trusted_by_both_clients() {
         &tls,
     )
     .unwrap();
-    let looked_up = provider.charge_by_id("ch_bundle").await;
+    let looked_up = provider.payment_by_id("ch_bundle").await;
     match &looked_up {
         Err(error) => assert!(
             chain(error).contains("unexpected provider response"),
@@ -763,8 +763,8 @@ async fn a_2xx_payment_without_a_status_is_not_a_receipt() {
     assert!(
         matches!(
             &result,
-            Err(PaymentError::Pending { charge_id, status })
-                if charge_id == "pi_without_status" && status == "unknown"
+            Err(PaymentError::Pending { payment_id, status })
+                if payment_id == "pi_without_status" && status == "unknown"
         ),
         "{result:?}"
     );
@@ -1172,7 +1172,7 @@ async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_on
     let declined = order_of(&unique_id(), 555, &declining);
     assert!(p.charge(&declined, &key(&declined, 1)).await.is_err());
 
-    let listed = p.charges_since(since).await.unwrap();
+    let listed = p.payments_since(since).await.unwrap();
     let mine: Vec<_> = listed
         .iter()
         .filter(|c| c.customer.as_deref() == Some(payer.customer.as_str()))
@@ -1194,7 +1194,7 @@ async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_on
     assert!(!theirs[0].succeeded());
     // Nothing was made after a time to come.
     let later = since + Duration::from_secs(3600);
-    assert!(p.charges_since(later).await.unwrap().is_empty());
+    assert!(p.payments_since(later).await.unwrap().is_empty());
     // The server filters on `created` itself, before the page is cut: a page of 100
     // says there is more, the next holds the rest, and a time to come lists nothing.
     let page = |created: i64, after: Option<&str>| {
@@ -1233,12 +1233,12 @@ async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_on
     );
 
     let (id, o) = &made[0];
-    let one = p.charge_by_id(id).await.unwrap().expect("found by id");
+    let one = p.payment_by_id(id).await.unwrap().expect("found by id");
     assert_eq!(one.order_id.as_deref(), Some(o.id()));
     assert!(one.succeeded());
-    assert_eq!(p.charge_by_id("pi_never_issued").await.unwrap(), None);
+    assert_eq!(p.payment_by_id("pi_never_issued").await.unwrap(), None);
     // A receipt is whatever the table holds: it stays one path segment.
-    assert_eq!(p.charge_by_id("../customers").await.unwrap(), None);
+    assert_eq!(p.payment_by_id("../customers").await.unwrap(), None);
 }
 
 /// Stripe stores a 500 under its key and says its payment may still appear: the record

@@ -307,8 +307,8 @@ async fn a_pending_charge_found_by_reconciliation_is_left_to_a_human() {
         matches!(
             &outcome,
             Outcome::NeedsReconciliation {
-                cause: ReconcileCause::PendingAtProvider { charge_id, .. }
-            } if *charge_id == pending
+                cause: ReconcileCause::PendingAtProvider { payment_id, .. }
+            } if *payment_id == pending
         ),
         "{outcome:?}"
     );

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    Cancel, ChargePath, FailureKind, ListedPayment, Lookup, PaymentError, PaymentListing, Receipt,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -48,7 +48,7 @@ pub struct Call {
 
 #[derive(Clone, Debug)]
 enum Stored {
-    Charged { charge_id: String, params: String },
+    Charged { payment_id: String, params: String },
     Declined { params: String },
     AuthenticationRequired { params: String, payment_id: String },
     ServerError { params: String },
@@ -195,7 +195,7 @@ impl ChargePath for TestProvider {
         };
         if let Some(stored) = replay {
             let (stored_params, result) = match &stored {
-                Stored::Charged { charge_id, params } => (params, Ok(Receipt::new(charge_id))),
+                Stored::Charged { payment_id, params } => (params, Ok(Receipt::new(payment_id))),
                 Stored::Declined { params } => (params, Err(declined())),
                 Stored::AuthenticationRequired { params, payment_id } => (
                     params,
@@ -289,7 +289,7 @@ impl ChargePath for TestProvider {
         }
     }
 
-    async fn find_charge(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
+    async fn find_payment(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
         let delay = {
             let mut state = self.state.lock().unwrap();
             state.lookups.push(order.id().to_owned());
@@ -304,7 +304,7 @@ impl ChargePath for TestProvider {
         }
         if let Some((_, _, id)) = state.pending.iter().find(mine) {
             return Ok(Lookup::Pending {
-                charge_id: id.clone(),
+                payment_id: id.clone(),
                 status: "pending".to_owned(),
             });
         }
@@ -336,14 +336,14 @@ impl ChargePath for TestProvider {
 }
 
 #[async_trait]
-impl ChargeListing for TestProvider {
+impl PaymentListing for TestProvider {
     /// Not served: the audit is tested on the simulator and stripe-stateful-mock,
     /// which keep what it reads (currency, customer, creation time).
-    async fn charges_since(&self, _: Time) -> Result<Vec<ListedCharge>, PaymentError> {
+    async fn payments_since(&self, _: Time) -> Result<Vec<ListedPayment>, PaymentError> {
         panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
 
-    async fn charge_by_id(&self, _: &str) -> Result<Option<ListedCharge>, PaymentError> {
+    async fn payment_by_id(&self, _: &str) -> Result<Option<ListedPayment>, PaymentError> {
         panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
 }
@@ -358,7 +358,7 @@ impl TestProvider {
         state.by_key.insert(
             key.to_owned(),
             Stored::Charged {
-                charge_id: id.clone(),
+                payment_id: id.clone(),
                 params,
             },
         );

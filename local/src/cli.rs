@@ -97,7 +97,7 @@ pub enum Command {
     /// stdout, a summary on stderr. Exit 0: clean; 1: findings; 2: the audit could
     /// not read everything, or refused to start.
     Audit {
-        /// How far back: charges and records created since then.
+        /// How far back: payments and records created since then.
         #[arg(long, default_value = "1d", value_parser = humantime::parse_duration)]
         since: Duration,
         /// An `en-curso` record whose lease ended longer ago than this is stuck.

@@ -40,56 +40,56 @@ const ADD_RECHAZOS: &str = "ALTER TABLE idempotency ADD COLUMN rechazos INTEGER"
 
 const RESERVE: &str = "INSERT INTO idempotency
         (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
-    VALUES (:pk, :en_curso, :titular, :hasta, :huella, :expira, :now_ms, 1, :now_ms)
+    VALUES (:pk, :in_progress, :owner, :lease_until, :fingerprint, :expires, :now_ms, 1, :now_ms)
     ON CONFLICT (pk) DO UPDATE SET
-        estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
-        huella = :huella, expira = :expira,
+        estado = :in_progress, titular = :owner, en_curso_hasta = :lease_until,
+        huella = :fingerprint, expira = :expires,
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
-    WHERE (estado <> :hecho AND expira < :now_s AND huella IS NOT NULL)
-       OR (huella = :huella
-           AND (rechazos IS NULL OR rechazos < :max_rechazos)
-           AND (estado = :libre OR (estado = :en_curso AND en_curso_hasta < :now_ms)))
+    WHERE (estado <> :done AND expira < :now_s AND huella IS NOT NULL)
+       OR (huella = :fingerprint
+           AND (rechazos IS NULL OR rechazos < :max_declines)
+           AND (estado = :free OR (estado = :in_progress AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
-    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL,
+    SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
         intento = NULL, enviado = NULL, rechazos = NULL
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
-    SET estado = :hecho, recibo = :recibo, expira = :expira, titular = NULL, en_curso_hasta = NULL,
+    SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
         intento = NULL, enviado = NULL, rechazos = NULL
-    WHERE pk = :pk AND intento = :intento AND estado <> :hecho
+    WHERE pk = :pk AND intento = :attempt AND estado <> :done
     RETURNING *";
 const RELEASE: &str = "UPDATE idempotency
-    SET estado = :libre, titular = NULL, en_curso_hasta = NULL
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    SET estado = :free, titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const RELEASE_DECLINED: &str = "UPDATE idempotency
-    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+    SET estado = :free, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
         rechazos = COALESCE(rechazos, 0) + 1
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const RELEASE_NEXT: &str = "UPDATE idempotency
-    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    SET estado = :free, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const RELEASE_NEXT_RESET: &str = "UPDATE idempotency
-    SET estado = :libre, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
+    SET estado = :free, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
         rechazos = NULL
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const NEXT_ATTEMPT: &str = "UPDATE idempotency
     SET intento = intento + 1, enviado = :now_ms
-    WHERE pk = :pk AND estado = :en_curso AND titular = :titular
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const RESOLVE: &str = "UPDATE idempotency
-    SET estado = :en_curso, titular = :titular, en_curso_hasta = :hasta,
-        huella = COALESCE(huella, :huella), intento = COALESCE(intento, 1),
+    SET estado = :in_progress, titular = :owner, en_curso_hasta = :lease_until,
+        huella = COALESCE(huella, :fingerprint), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
-    WHERE pk = :pk AND estado <> :hecho
-      AND (estado <> :en_curso OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
-      AND (huella IS NULL OR huella = :huella)
+    WHERE pk = :pk AND estado <> :done
+      AND (estado <> :in_progress OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
+      AND (huella IS NULL OR huella = :fingerprint)
     RETURNING *";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
@@ -174,9 +174,9 @@ impl SqliteStore {
 /// The `estado` values the statements bind (never SQL literals): one mapping, the
 /// schema's.
 const STATES: [(&str, &str); 3] = [
-    (":en_curso", schema::state::IN_PROGRESS),
-    (":hecho", schema::state::DONE),
-    (":libre", schema::state::FREE),
+    (":in_progress", schema::state::IN_PROGRESS),
+    (":done", schema::state::DONE),
+    (":free", schema::state::FREE),
 ];
 
 /// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
@@ -235,42 +235,42 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
         Write::Reserve(req) => (
             RESERVE,
             vec![
-                (":titular", text(req.owner)),
-                (":hasta", int(req.lease_until.as_ms())),
-                (":huella", text(req.fingerprint)),
-                (":expira", int(req.expires.as_secs())),
+                (":owner", text(req.owner)),
+                (":lease_until", int(req.lease_until.as_ms())),
+                (":fingerprint", text(req.fingerprint)),
+                (":expires", int(req.expires.as_secs())),
                 (":now_ms", int(req.now.as_ms())),
                 (":now_s", int(req.now.as_secs())),
-                (":max_rechazos", int(i64::from(req.max_declines))),
+                (":max_declines", int(i64::from(req.max_declines))),
             ],
         ),
         Write::Complete(req) => (
             COMPLETE,
             vec![
-                (":titular", text(req.owner)),
-                (":recibo", text(req.receipt)),
-                (":expira", int(req.expires.as_secs())),
+                (":owner", text(req.owner)),
+                (":receipt", text(req.receipt)),
+                (":expires", int(req.expires.as_secs())),
             ],
         ),
         Write::CompleteAttempt(req) => (
             COMPLETE_ATTEMPT,
             vec![
-                (":intento", int(i64::from(req.attempt))),
-                (":recibo", text(req.receipt)),
-                (":expira", int(req.expires.as_secs())),
+                (":attempt", int(i64::from(req.attempt))),
+                (":receipt", text(req.receipt)),
+                (":expires", int(req.expires.as_secs())),
             ],
         ),
-        Write::Release(req) => (release_sql(req.kind), vec![(":titular", text(req.owner))]),
+        Write::Release(req) => (release_sql(req.kind), vec![(":owner", text(req.owner))]),
         Write::NextAttempt { owner, now, .. } => (
             NEXT_ATTEMPT,
-            vec![(":titular", text(owner)), (":now_ms", int(now.as_ms()))],
+            vec![(":owner", text(owner)), (":now_ms", int(now.as_ms()))],
         ),
         Write::LeaseForResolve(req) => (
             RESOLVE,
             vec![
-                (":titular", text(req.owner)),
-                (":hasta", int(req.lease_until.as_ms())),
-                (":huella", text(req.fingerprint)),
+                (":owner", text(req.owner)),
+                (":lease_until", int(req.lease_until.as_ms())),
+                (":fingerprint", text(req.fingerprint)),
                 (":now_ms", int(req.now.as_ms())),
             ],
         ),

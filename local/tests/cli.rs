@@ -80,7 +80,7 @@ fn message_ids(event: &str, positions: &[usize]) -> Vec<String> {
 fn charges(db: &Path) -> Vec<(String, i64)> {
     let conn = rusqlite::Connection::open(db).unwrap();
     let mut stmt = conn
-        .prepare("SELECT order_id, SUM(charged) FROM charges GROUP BY order_id HAVING SUM(charged) > 0 ORDER BY order_id")
+        .prepare("SELECT order_id, SUM(charged) FROM calls GROUP BY order_id HAVING SUM(charged) > 0 ORDER BY order_id")
         .unwrap();
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
@@ -130,7 +130,7 @@ fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
     )
     .unwrap();
     assert_eq!(
-        (summary["audit"].as_str(), summary["charges"].as_u64()),
+        (summary["audit"].as_str(), summary["payments"].as_u64()),
         // Three succeeded, two declined (cancelled) and one awaiting authentication.
         (Some("clean"), Some(6))
     );
@@ -193,7 +193,7 @@ fn timeout_after_charge_fails_first_then_succeeds_with_one_charge_in_the_ledger(
         ledger[0]["idempotency_key"], ledger[1]["idempotency_key"],
         "the retry replayed the key"
     );
-    assert_eq!(shown["record"]["recibo"], ledger[0]["charge_id"]);
+    assert_eq!(shown["record"]["recibo"], ledger[0]["payment_id"]);
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
     let provider_calls = || {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.query_row(
-            "SELECT COUNT(*) FROM charges WHERE order_id = 'ord-5001' AND idempotency_key <> ''",
+            "SELECT COUNT(*) FROM calls WHERE order_id = 'ord-5001' AND idempotency_key <> ''",
             [],
             |r| r.get::<_, i64>(0),
         )

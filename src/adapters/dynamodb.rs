@@ -32,58 +32,58 @@ const SCAN_MAX_PAGES: usize = 100_000;
 /// expression (several are DynamoDB reserved words; aliasing all avoids the trap).
 const NAMES: &[(&str, &str)] = &[
     ("#pk", attr::PK),
-    ("#estado", attr::STATE),
-    ("#creado", attr::CREATED),
-    ("#expira", attr::EXPIRES),
-    ("#recibo", attr::RECEIPT),
-    ("#huella", attr::FINGERPRINT),
-    ("#titular", attr::OWNER),
-    ("#hasta", attr::LEASE_UNTIL),
-    ("#intento", attr::ATTEMPT),
-    ("#enviado", attr::SENT),
-    ("#rechazos", attr::DECLINES),
+    ("#state", attr::STATE),
+    ("#created", attr::CREATED),
+    ("#expires", attr::EXPIRES),
+    ("#receipt", attr::RECEIPT),
+    ("#fingerprint", attr::FINGERPRINT),
+    ("#owner", attr::OWNER),
+    ("#lease_until", attr::LEASE_UNTIL),
+    ("#attempt", attr::ATTEMPT),
+    ("#sent", attr::SENT),
+    ("#declines", attr::DECLINES),
 ];
 
-const RESERVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
-     #huella = :huella, #expira = :expira, #creado = if_not_exists(#creado, :now_ms), \
-     #intento = if_not_exists(#intento, :uno), #enviado = if_not_exists(#enviado, :now_ms)";
+const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
+     #fingerprint = :fingerprint, #expires = :expires, #created = if_not_exists(#created, :now_ms), \
+     #attempt = if_not_exists(#attempt, :one), #sent = if_not_exists(#sent, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// legacy consumer have no `huella` and are never taken over); or the same payload
 /// (its fingerprint, or the one a record from before `payment_method` holds: it then
 /// takes the new one), below the decline limit, `libre` or with an expired lease.
 /// `hecho` is never matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
-     OR (#estado <> :hecho AND #expira < :now_s AND attribute_exists(#huella)) \
-     OR (#huella = :huella \
-         AND (attribute_not_exists(#rechazos) OR #rechazos < :max_rechazos) \
-         AND (#estado = :libre OR (#estado = :en_curso AND #hasta < :now_ms)))";
-const FENCE: &str = "#estado = :en_curso AND #titular = :titular";
+     OR (#state <> :done AND #expires < :now_s AND attribute_exists(#fingerprint)) \
+     OR (#fingerprint = :fingerprint \
+         AND (attribute_not_exists(#declines) OR #declines < :max_declines) \
+         AND (#state = :free OR (#state = :in_progress AND #lease_until < :now_ms)))";
+const FENCE: &str = "#state = :in_progress AND #owner = :owner";
 /// A done record keeps only what a done order is read for (`policy/table.rs`, `apply`).
-const COMPLETE_UPDATE: &str = "SET #estado = :hecho, #recibo = :recibo, #expira = :expira \
-     REMOVE #titular, #hasta, #intento, #enviado, #rechazos";
-const COMPLETE_ATTEMPT_CONDITION: &str = "#intento = :intento AND #estado <> :hecho";
-const RELEASE_UPDATE: &str = "SET #estado = :libre REMOVE #titular, #hasta";
-const RELEASE_DECLINED_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno, \
-     #rechazos = if_not_exists(#rechazos, :cero) + :uno REMOVE #titular, #hasta, #enviado";
+const COMPLETE_UPDATE: &str = "SET #state = :done, #receipt = :receipt, #expires = :expires \
+     REMOVE #owner, #lease_until, #attempt, #sent, #declines";
+const COMPLETE_ATTEMPT_CONDITION: &str = "#attempt = :attempt AND #state <> :done";
+const RELEASE_UPDATE: &str = "SET #state = :free REMOVE #owner, #lease_until";
+const RELEASE_DECLINED_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one, \
+     #declines = if_not_exists(#declines, :zero) + :one REMOVE #owner, #lease_until, #sent";
 const RELEASE_NEXT_UPDATE: &str =
-    "SET #estado = :libre, #intento = #intento + :uno REMOVE #titular, #hasta, #enviado";
-const RELEASE_NEXT_RESET_UPDATE: &str = "SET #estado = :libre, #intento = #intento + :uno \
-     REMOVE #titular, #hasta, #enviado, #rechazos";
-const RESOLVE_UPDATE: &str = "SET #estado = :en_curso, #titular = :titular, #hasta = :hasta, \
-     #huella = if_not_exists(#huella, :huella), #intento = if_not_exists(#intento, :uno), \
-     #enviado = if_not_exists(#enviado, :now_ms), #creado = if_not_exists(#creado, :now_ms)";
-const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #estado <> :hecho \
-     AND (#estado <> :en_curso OR attribute_not_exists(#hasta) OR #hasta < :now_ms) \
-     AND (attribute_not_exists(#huella) OR #huella = :huella)";
-const NEXT_ATTEMPT_UPDATE: &str = "SET #intento = #intento + :uno, #enviado = :now_ms";
+    "SET #state = :free, #attempt = #attempt + :one REMOVE #owner, #lease_until, #sent";
+const RELEASE_NEXT_RESET_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one \
+     REMOVE #owner, #lease_until, #sent, #declines";
+const RESOLVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
+     #fingerprint = if_not_exists(#fingerprint, :fingerprint), #attempt = if_not_exists(#attempt, :one), \
+     #sent = if_not_exists(#sent, :now_ms), #created = if_not_exists(#created, :now_ms)";
+const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #state <> :done \
+     AND (#state <> :in_progress OR attribute_not_exists(#lease_until) OR #lease_until < :now_ms) \
+     AND (attribute_not_exists(#fingerprint) OR #fingerprint = :fingerprint)";
+const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_ms";
 
 /// The values every expression may use: the states and the numbers 0 and 1.
 const CONSTANTS: &[(&str, Constant)] = &[
-    (":en_curso", Constant::S(schema::state::IN_PROGRESS)),
-    (":hecho", Constant::S(schema::state::DONE)),
-    (":libre", Constant::S(schema::state::FREE)),
-    (":uno", Constant::N(1)),
-    (":cero", Constant::N(0)),
+    (":in_progress", Constant::S(schema::state::IN_PROGRESS)),
+    (":done", Constant::S(schema::state::DONE)),
+    (":free", Constant::S(schema::state::FREE)),
+    (":one", Constant::N(1)),
+    (":zero", Constant::N(0)),
 ];
 
 /// A constant of the expressions, made into an `AttributeValue` only where a write
@@ -187,35 +187,35 @@ impl DynamoStore {
         match write {
             Write::Reserve(req) => self
                 .update(req.pk, RESERVE_UPDATE, RESERVE_CONDITION)
-                .expression_attribute_values(":titular", s(req.owner))
-                .expression_attribute_values(":huella", s(req.fingerprint))
-                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
-                .expression_attribute_values(":expira", n(req.expires.as_secs()))
+                .expression_attribute_values(":owner", s(req.owner))
+                .expression_attribute_values(":fingerprint", s(req.fingerprint))
+                .expression_attribute_values(":lease_until", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":expires", n(req.expires.as_secs()))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms()))
                 .expression_attribute_values(":now_s", n(req.now.as_secs()))
-                .expression_attribute_values(":max_rechazos", n(i64::from(req.max_declines))),
+                .expression_attribute_values(":max_declines", n(i64::from(req.max_declines))),
             Write::Complete(req) => self
                 .update(req.pk, COMPLETE_UPDATE, FENCE)
-                .expression_attribute_values(":titular", s(req.owner))
-                .expression_attribute_values(":recibo", s(req.receipt))
-                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+                .expression_attribute_values(":owner", s(req.owner))
+                .expression_attribute_values(":receipt", s(req.receipt))
+                .expression_attribute_values(":expires", n(req.expires.as_secs())),
             Write::CompleteAttempt(req) => self
                 .update(req.pk, COMPLETE_UPDATE, COMPLETE_ATTEMPT_CONDITION)
-                .expression_attribute_values(":intento", n(i64::from(req.attempt)))
-                .expression_attribute_values(":recibo", s(req.receipt))
-                .expression_attribute_values(":expira", n(req.expires.as_secs())),
+                .expression_attribute_values(":attempt", n(i64::from(req.attempt)))
+                .expression_attribute_values(":receipt", s(req.receipt))
+                .expression_attribute_values(":expires", n(req.expires.as_secs())),
             Write::Release(req) => self
                 .update(req.pk, release_update(req.kind), FENCE)
-                .expression_attribute_values(":titular", s(req.owner)),
+                .expression_attribute_values(":owner", s(req.owner)),
             Write::NextAttempt { pk, owner, now } => self
                 .update(pk, NEXT_ATTEMPT_UPDATE, FENCE)
-                .expression_attribute_values(":titular", s(owner))
+                .expression_attribute_values(":owner", s(owner))
                 .expression_attribute_values(":now_ms", n(now.as_ms())),
             Write::LeaseForResolve(req) => self
                 .update(req.pk, RESOLVE_UPDATE, RESOLVE_CONDITION)
-                .expression_attribute_values(":titular", s(req.owner))
-                .expression_attribute_values(":hasta", n(req.lease_until.as_ms()))
-                .expression_attribute_values(":huella", s(req.fingerprint))
+                .expression_attribute_values(":owner", s(req.owner))
+                .expression_attribute_values(":lease_until", n(req.lease_until.as_ms()))
+                .expression_attribute_values(":fingerprint", s(req.fingerprint))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms())),
         }
     }
@@ -382,8 +382,12 @@ mod tests {
     #[test]
     fn placeholders_are_whole_names_and_values() {
         let found: Vec<&str> =
-            placeholders("SET #estado_x = :x, #hastaX = if_not_exists(#hasta, :now_ms)").collect();
-        assert_eq!(found, ["#estado_x", ":x", "#hastaX", "#hasta", ":now_ms"]);
+            placeholders("SET #estado_x = :x, #hastaX = if_not_exists(#lease_until, :now_ms)")
+                .collect();
+        assert_eq!(
+            found,
+            ["#estado_x", ":x", "#hastaX", "#lease_until", ":now_ms"]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The payment provider contracts, each named by what its reader uses: the charge
-//! path ([`ChargePath`]: charge an order under an idempotency key, look a charge up
+//! path ([`ChargePath`]: charge an order under an idempotency key, look a payment up
 //! for reconciliation; read by the record's driver and `resolve`), and the listing
-//! ([`ChargeListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
+//! ([`PaymentListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
 //! builds it (ARCHITECTURE.md, "The state machine").
 //!
 //! [`crate::adapters::payment_http::HttpProvider`] is the production implementation;
@@ -44,7 +44,7 @@ pub enum Lookup {
     /// A payment in flight (`processing`, `requires_capture`, or a status not known):
     /// it may yet succeed by itself, so no new key may be sent. It settles, then a
     /// later delivery (or `resolve`) completes or moves on.
-    Pending { charge_id: String, status: String },
+    Pending { payment_id: String, status: String },
     /// A payment someone may still confirm (`requires_payment_method` after a
     /// decline, `requires_confirmation`, `requires_action` while the customer is asked
     /// to authenticate): it can succeed later, so no new key while it is open. It is
@@ -81,9 +81,9 @@ pub const AUTHENTICATION_REQUIRED: &str = "authentication_required";
 
 /// A charge as the provider lists it (for the audit).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedCharge {
+pub struct ListedPayment {
     pub id: String,
-    /// `metadata[order_id]`; `None` for a charge that is not an order's.
+    /// `metadata[order_id]`; `None` for a payment that is not an order's.
     pub order_id: Option<String>,
     pub amount: u64,
     /// As the provider writes it (Stripe: lower case).
@@ -96,7 +96,7 @@ pub struct ListedCharge {
     pub created: Time,
 }
 
-impl ListedCharge {
+impl ListedPayment {
     pub fn succeeded(&self) -> bool {
         self.status == "succeeded"
     }
@@ -136,12 +136,12 @@ pub enum PaymentError {
     /// kept.
     #[error("provider rejected the request (status {status}{})", code.as_deref().map(|c| format!(", {c}")).unwrap_or_default())]
     Rejected { status: u16, code: Option<String> },
-    /// The provider answered with a charge that is not final (`pending`, …): it may
+    /// The provider answered with a payment that is not final (`pending`, …): it may
     /// still succeed or fail. Not a receipt: the key is kept and a human settles it.
-    #[error("the provider holds the charge in status `{status}`, not final")]
-    Pending { charge_id: String, status: String },
+    #[error("the provider holds the payment in status `{status}`, not final")]
+    Pending { payment_id: String, status: String },
     /// The provider replayed a stored 5xx for this key: the original outcome is
-    /// unknown, so the charge must be looked up before anything else is sent.
+    /// unknown, so the payment must be looked up before anything else is sent.
     #[error("provider replayed a stored server error (status {status})")]
     ReplayedServerError { status: u16 },
     /// Anything else: timeout, connection error, 5xx, 409, 429, 401, other 4xx. The
@@ -321,7 +321,7 @@ pub trait ChargePath: Send + Sync {
     /// the order's own time, never the customer's whole history): same
     /// `metadata[order_id]`, amount and currency, not cancelled. "Not found" must be
     /// certain (every page read).
-    async fn find_charge(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError>;
+    async fn find_payment(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError>;
 
     /// Cancels the open payment `payment_id`, so that nobody can confirm it any more
     /// (ARCHITECTURE.md, "One success per order").
@@ -330,17 +330,17 @@ pub trait ChargePath: Send + Sync {
 
 /// The whole provider, serving both readers (the HTTP client and the local simulator do):
 /// what the wiring builds once and hands to each side as the trait it uses.
-pub trait PaymentProvider: ChargePath + ChargeListing {}
+pub trait PaymentProvider: ChargePath + PaymentListing {}
 
-impl<T: ChargePath + ChargeListing> PaymentProvider for T {}
+impl<T: ChargePath + PaymentListing> PaymentProvider for T {}
 
-/// The listing the audit reads: the provider's charges as they are listed.
+/// The listing the audit reads: the provider's payments as they are listed.
 #[async_trait]
-pub trait ChargeListing: Send + Sync {
+pub trait PaymentListing: Send + Sync {
     /// Every charge created at or after `since`, every page read. An error, never a
     /// shorter list, when not everything could be read.
-    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError>;
+    async fn payments_since(&self, since: Time) -> Result<Vec<ListedPayment>, PaymentError>;
 
     /// The charge `id`, `None` when the provider has no such charge.
-    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError>;
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError>;
 }

@@ -1,4 +1,4 @@
-//! The table's storage format (ARCHITECTURE.md, "The table"), written once. Items keep the pattern card's
+//! The table's storage format (ARCHITECTURE.md, "The table"), written once. Items keep the pattern's reference consumer's
 //! Spanish attribute names and state values (`estado = hecho`, `recibo`, `huella`…):
 //! they are what the table holds, what the card's own consumer wrote, and what an
 //! operator reads in the console. The Rust code speaks English (`state = Done`,

@@ -89,7 +89,7 @@ pub enum State {
 }
 
 /// One item of the idempotency table. Optional fields are absent on items written by
-/// the legacy consumer (the pattern card's TypeScript consumer) (no `fingerprint`, no lease, no attempt).
+/// the legacy consumer (the TypeScript consumer of "Idempotencia en consumidores": no `fingerprint`, no lease, no attempt).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     pub pk: Key,

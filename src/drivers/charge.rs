@@ -178,7 +178,7 @@ impl Charger<'_> {
                 Step::Lookup => {
                     let since = machine.lookup_since();
                     let answer = self
-                        .paced_call(deadline, calls, || self.provider.find_charge(order, since))
+                        .paced_call(deadline, calls, || self.provider.find_payment(order, since))
                         .await;
                     machine.on(Input::Looked(answer))
                 }
@@ -419,7 +419,7 @@ pub async fn resolve(
                 resolver.on(ResolveInput::Written(answer))
             }
             ResolveStep::Lookup => {
-                let found = provider.find_charge(order, resolver.lookup_since()).await;
+                let found = provider.find_payment(order, resolver.lookup_since()).await;
                 resolver.on(ResolveInput::Looked(found))
             }
             ResolveStep::Cancel { payment_id } => {

@@ -1,13 +1,13 @@
-//! The audit: the table's records held against the provider's charges, every
+//! The audit: the table's records held against the provider's payments, every
 //! disagreement named. This module only judges (no I/O); [`crate::drivers::audit`] reads both sides.
 //!
 //! What counts as a finding (a `Free` record after declines is not one):
-//! * `double_charge`: more than one succeeded charge for one order;
-//! * `charged_not_recorded`: a succeeded charge whose order has no `Done` record
+//! * `double_charge`: more than one succeeded payment for one order;
+//! * `charged_not_recorded`: a succeeded payment whose order has no `Done` record
 //!   (none, or `Free`/`InProgress` with no live lease);
 //! * `recorded_without_charge`: a `Done` record whose receipt is not a succeeded
-//!   charge at the provider;
-//! * `mismatch`: a succeeded charge whose amount, currency or customer does not match
+//!   payment at the provider;
+//! * `mismatch`: a succeeded payment whose amount, currency or customer does not match
 //!   its record's fingerprint;
 //! * `stuck`: an `InProgress` record whose lease ended more than `stuck_after` ago.
 
@@ -16,34 +16,34 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::contracts::payment::ListedCharge;
+use crate::contracts::payment::ListedPayment;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Key, Record, State};
 
-/// Whether a charge is this order's payment: its order's fingerprint, recomputed from
+/// Whether a payment is this order's payment: its order's fingerprint, recomputed from
 /// what the provider lists (amount, currency, customer, payment method), is the record's.
-fn charge_matches(charge: &ListedCharge, order_id: &str, fingerprint: &Fingerprint) -> bool {
-    let customer = charge.customer.as_deref().unwrap_or_default();
-    let payment_method = charge.payment_method.as_deref().unwrap_or_default();
+fn payment_matches(payment: &ListedPayment, order_id: &str, fingerprint: &Fingerprint) -> bool {
+    let customer = payment.customer.as_deref().unwrap_or_default();
+    let payment_method = payment.payment_method.as_deref().unwrap_or_default();
     Order::new(
         order_id,
-        charge.amount,
-        &charge.currency.to_ascii_uppercase(),
+        payment.amount,
+        &payment.currency.to_ascii_uppercase(),
         customer,
         payment_method,
     )
     .is_ok_and(|order| Fingerprint::of(&order) == *fingerprint)
 }
 
-fn charge_evidence(charge: &ListedCharge) -> Value {
+fn payment_evidence(payment: &ListedPayment) -> Value {
     json!({
-        "charge_id": charge.id,
-        "amount": charge.amount,
-        "currency": charge.currency,
-        "customer": charge.customer,
-        "status": charge.status,
-        "created_ms": charge.created.as_ms(),
+        "payment_id": payment.id,
+        "amount": payment.amount,
+        "currency": payment.currency,
+        "customer": payment.customer,
+        "status": payment.status,
+        "created_ms": payment.created.as_ms(),
     })
 }
 
@@ -115,13 +115,13 @@ impl Finding {
 /// Everything the audit reads, already read.
 #[derive(Debug, Default)]
 pub struct Evidence {
-    /// The provider's charges in the window.
-    pub charges: Vec<ListedCharge>,
+    /// The provider's payments in the window.
+    pub payments: Vec<ListedPayment>,
     /// The records of the window and of every charged order, by key.
     pub records: BTreeMap<Key, Record>,
     /// Charges looked up by id: the receipts of `Done` records that the listing did
-    /// not hold (`None`: the provider has no such charge).
-    pub receipts: BTreeMap<String, Option<ListedCharge>>,
+    /// not hold (`None`: the provider has no such payment).
+    pub receipts: BTreeMap<String, Option<ListedPayment>>,
 }
 
 impl Evidence {
@@ -132,14 +132,14 @@ impl Evidence {
             .values()
             .filter(|r| r.state == State::Done)
             .filter_map(|r| r.receipt.clone())
-            .filter(|id| !self.charges.iter().any(|c| c.id == *id))
+            .filter(|id| !self.payments.iter().any(|c| c.id == *id))
             .collect()
     }
 
     /// The orders charged in the window whose record was not read yet.
     pub fn unread_orders(&self) -> Vec<Key> {
         let mut keys: Vec<Key> = self
-            .charges
+            .payments
             .iter()
             .filter_map(|c| c.order_id.as_deref())
             .map(Key::for_order_id)
@@ -164,15 +164,15 @@ fn record_evidence(record: &Record) -> Value {
 
 /// The findings, in order: by kind, then order id.
 pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Finding> {
-    let mut succeeded: BTreeMap<&str, Vec<&ListedCharge>> = BTreeMap::new();
-    for charge in evidence.charges.iter().filter(|c| c.succeeded()) {
-        if let Some(order_id) = charge.order_id.as_deref() {
-            succeeded.entry(order_id).or_default().push(charge);
+    let mut succeeded: BTreeMap<&str, Vec<&ListedPayment>> = BTreeMap::new();
+    for payment in evidence.payments.iter().filter(|c| c.succeeded()) {
+        if let Some(order_id) = payment.order_id.as_deref() {
+            succeeded.entry(order_id).or_default().push(payment);
         }
     }
     let mut out: Vec<Finding> = succeeded
         .iter()
-        .flat_map(|(order_id, charges)| charge_findings(evidence, order_id, charges, now))
+        .flat_map(|(order_id, payments)| payment_findings(evidence, order_id, payments, now))
         .collect();
     out.extend(
         evidence
@@ -184,18 +184,18 @@ pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Fi
     out
 }
 
-/// What an order's succeeded charges say against its record: charged twice, charged
+/// What an order's succeeded payments say against its record: charged twice, charged
 /// but not recorded, charged for something else.
-fn charge_findings(
+fn payment_findings(
     evidence: &Evidence,
     order_id: &str,
-    charges: &[&ListedCharge],
+    payments: &[&ListedPayment],
     now: Time,
 ) -> Vec<Finding> {
     let record = evidence.records.get(&Key::for_order_id(order_id));
     let finding = |kind, extra: Value| {
         let mut e = json!({
-            "charges": charges.iter().map(|c| charge_evidence(c)).collect::<Vec<_>>(),
+            "payments": payments.iter().map(|c| payment_evidence(c)).collect::<Vec<_>>(),
             "record": record.map(record_evidence),
         });
         if let (Value::Object(e), Value::Object(extra)) = (&mut e, extra) {
@@ -208,7 +208,7 @@ fn charge_findings(
         }
     };
     let mut out = Vec::new();
-    if charges.len() > 1 {
+    if payments.len() > 1 {
         out.push(finding(Kind::DoubleCharge, json!({})));
     }
     let recorded = record.is_some_and(|r| r.state == State::Done);
@@ -220,9 +220,9 @@ fn charge_findings(
         out.push(finding(Kind::ChargedNotRecorded, json!({})));
     }
     if let Some(fingerprint) = record.and_then(|r| r.fingerprint.as_ref()) {
-        let wrong: Vec<&str> = charges
+        let wrong: Vec<&str> = payments
             .iter()
-            .filter(|c| !charge_matches(c, order_id, fingerprint))
+            .filter(|c| !payment_matches(c, order_id, fingerprint))
             .map(|c| c.id.as_str())
             .collect();
         if !wrong.is_empty() {
@@ -235,7 +235,7 @@ fn charge_findings(
     out
 }
 
-/// What a record says against the charges: `Done` without a succeeded charge, or a
+/// What a record says against the payments: `Done` without a succeeded payment, or a
 /// lease that ended long ago.
 fn record_finding(
     evidence: &Evidence,
@@ -247,19 +247,19 @@ fn record_finding(
     match &record.state {
         State::Done => {
             let receipt = record.receipt.as_deref();
-            let charge = receipt.and_then(|id| {
+            let payment = receipt.and_then(|id| {
                 evidence
-                    .charges
+                    .payments
                     .iter()
                     .find(|c| c.id == id)
                     .or_else(|| evidence.receipts.get(id).and_then(Option::as_ref))
             });
-            (!charge.is_some_and(ListedCharge::succeeded)).then(|| Finding {
+            (!payment.is_some_and(ListedPayment::succeeded)).then(|| Finding {
                 kind: Kind::RecordedWithoutCharge,
                 order_id,
                 evidence: json!({
                     "record": record_evidence(record),
-                    "charge": charge.map(charge_evidence),
+                    "payment": payment.map(payment_evidence),
                 }),
             })
         }
@@ -289,8 +289,8 @@ mod tests {
         Order::new(id, 500, "EUR", "cus_1", "pm_card_visa").unwrap()
     }
 
-    fn charge(id: &str, order_id: &str, status: &str) -> ListedCharge {
-        ListedCharge {
+    fn payment(id: &str, order_id: &str, status: &str) -> ListedPayment {
+        ListedPayment {
             id: id.to_owned(),
             order_id: Some(order_id.to_owned()),
             amount: 500,
@@ -315,9 +315,9 @@ mod tests {
         r
     }
 
-    fn judge(charges: Vec<ListedCharge>, records: Vec<Record>) -> Vec<(Kind, String)> {
+    fn judge(payments: Vec<ListedPayment>, records: Vec<Record>) -> Vec<(Kind, String)> {
         let evidence = Evidence {
-            charges,
+            payments,
             records: records.into_iter().map(|r| (r.pk.clone(), r)).collect(),
             receipts: BTreeMap::new(),
         };
@@ -333,8 +333,8 @@ mod tests {
         declined.declines = Some(2);
         let found = judge(
             vec![
-                charge("ch_1", "o-1", "succeeded"),
-                charge("ch_2", "o-2", "failed"),
+                payment("ch_1", "o-1", "succeeded"),
+                payment("ch_2", "o-2", "failed"),
             ],
             vec![done("o-1", "ch_1"), declined],
         );
@@ -347,15 +347,15 @@ mod tests {
         running.lease_until = Some(NOW + Duration::from_secs(30));
         assert_eq!(
             judge(
-                vec![charge("ch_1", "o-1", "succeeded")],
+                vec![payment("ch_1", "o-1", "succeeded")],
                 vec![running.clone()]
             ),
             []
         );
-        // Once the lease has ended, the charge is not recorded.
+        // Once the lease has ended, the payment is not recorded.
         running.lease_until = Some(NOW - Duration::from_secs(30));
         assert_eq!(
-            judge(vec![charge("ch_1", "o-1", "succeeded")], vec![running]),
+            judge(vec![payment("ch_1", "o-1", "succeeded")], vec![running]),
             [(Kind::ChargedNotRecorded, "o-1".to_owned())]
         );
     }
@@ -364,17 +364,17 @@ mod tests {
     fn a_receipt_that_names_a_failed_charge_is_recorded_without_charge() {
         assert_eq!(
             judge(
-                vec![charge("ch_1", "o-1", "failed")],
+                vec![payment("ch_1", "o-1", "failed")],
                 vec![done("o-1", "ch_1")]
             ),
             [(Kind::RecordedWithoutCharge, "o-1".to_owned())]
         );
-        // Looked up by id (a charge older than the window) and succeeded: fine.
+        // Looked up by id (a payment older than the window) and succeeded: fine.
         let evidence = Evidence {
             records: [(Key::for_order_id("o-1"), done("o-1", "ch_old"))].into(),
             receipts: [(
                 "ch_old".to_owned(),
-                Some(charge("ch_old", "o-1", "succeeded")),
+                Some(payment("ch_old", "o-1", "succeeded")),
             )]
             .into(),
             ..Evidence::default()
@@ -397,10 +397,10 @@ mod tests {
 
     #[test]
     fn each_finding_line_names_its_kind_its_order_and_its_evidence() {
-        let mut other_customer = charge("ch_2", "o-1", "succeeded");
+        let mut other_customer = payment("ch_2", "o-1", "succeeded");
         other_customer.customer = Some("cus_2".to_owned());
         let evidence = Evidence {
-            charges: vec![charge("ch_1", "o-1", "succeeded"), other_customer],
+            payments: vec![payment("ch_1", "o-1", "succeeded"), other_customer],
             records: [(Key::for_order_id("o-1"), done("o-1", "ch_1"))].into(),
             ..Evidence::default()
         };
@@ -412,6 +412,6 @@ mod tests {
         assert_eq!(line["order_id"], "o-1");
         assert_eq!(line["mismatched"], serde_json::json!(["ch_2"]));
         assert_eq!(line["record"]["receipt"], "ch_1");
-        assert_eq!(line["charges"].as_array().unwrap().len(), 2);
+        assert_eq!(line["payments"].as_array().unwrap().len(), 2);
     }
 }

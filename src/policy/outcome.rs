@@ -165,7 +165,7 @@ pub enum RetryCause {
 }
 
 impl ReconcileCause {
-    /// The provider holds a charge that may still succeed.
+    /// The provider holds a payment that may still succeed.
     pub fn is_pending(&self) -> bool {
         matches!(
             self,
@@ -205,18 +205,18 @@ pub enum ReconcileCause {
     LegacyItemNotDone,
     #[error("item has an unknown `{state}`", state = schema::attr::STATE)]
     UnknownState,
-    /// A reconciliation lookup found a charge that may still succeed.
+    /// A reconciliation lookup found a payment that may still succeed.
     #[error(
-        "the provider holds charge {charge_id} for this order in status `{status}`; no new \
+        "the provider holds payment {payment_id} for this order in status `{status}`; no new \
          key is sent while it may succeed: settle it with `resolve` once it is final"
     )]
-    PendingAtProvider { charge_id: String, status: String },
-    /// The charge itself answered with a charge that is not final.
+    PendingAtProvider { payment_id: String, status: String },
+    /// The charge itself answered with a payment that is not final.
     #[error(
-        "the provider answered with charge {charge_id} in status `{status}`, not final: \
+        "the provider answered with charge {payment_id} in status `{status}`, not final: \
          settle it with `resolve` once it is"
     )]
-    PendingAnswer { charge_id: String, status: String },
+    PendingAnswer { payment_id: String, status: String },
     #[error("provider says key {provider_key} was used with other parameters")]
     KeyReused { provider_key: String },
     /// The payment answered in a status this consumer does not settle by itself.
@@ -268,7 +268,7 @@ impl Outcome {
 
     /// What becomes of the message: its kind's declared handling (which says whether
     /// it is acknowledged, dead-lettered or retried, and the class of its delay), but
-    /// for the one cause that differs from its kind: a charge the provider still holds
+    /// for the one cause that differs from its kind: a payment the provider still holds
     /// `pending` is retried after the retry cap, though its kind goes to the DLQ
     /// otherwise, since it settles by itself.
     pub fn handling(&self) -> Handling {
@@ -551,7 +551,7 @@ mod tests {
     fn a_pending_charge_is_retried_to_settle_while_every_other_reconciliation_is_dead_lettered() {
         let pending = Outcome::NeedsReconciliation {
             cause: ReconcileCause::PendingAtProvider {
-                charge_id: "pi_1".into(),
+                payment_id: "pi_1".into(),
                 status: "processing".into(),
             },
         };

@@ -58,7 +58,7 @@ pub enum Wait {
     Backpressure,
     /// Declined below the order's limit: card networks penalise rapid retries.
     Decline,
-    /// The provider holds the charge `pending`: it settles by itself, and the retry
+    /// The provider holds the payment `pending`: it settles by itself, and the retry
     /// reconciles again.
     Settle,
     /// Skipped behind a failure of its group: as long as that one waits, or the
@@ -97,7 +97,7 @@ macro_rules! declare {
 }
 
 // The declaration. A cause refines it in one place each, `policy/outcome.rs`:
-// `needs_reconciliation` goes to the DLQ, except a charge the provider still holds
+// `needs_reconciliation` goes to the DLQ, except a payment the provider still holds
 // `pending` (it settles by itself, so it is retried after the retry cap:
 // `Outcome::handling`, the one override); `failed_retryable` is an error, not a
 // warning, when a setting is wrong (`Outcome::level`); a `failed_retryable` refused for

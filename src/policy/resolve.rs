@@ -39,17 +39,17 @@ pub enum ResolveError {
     FingerprintMismatch,
     #[error(
         "the record was written by the legacy consumer, which gave the provider no key, so \
-         its charge cannot be found by order id: check the provider by hand, then pass \
+         its payment cannot be found by order id: check the provider by hand, then pass \
          --legacy-format-checked"
     )]
     LegacyFormat,
     #[error("the record changed while resolving; run resolve again")]
     Changed,
     #[error(
-        "the provider holds charge {charge_id} for this order in status `{status}`: it may \
+        "the provider holds payment {payment_id} for this order in status `{status}`: it may \
          still succeed, so no new key is allowed; run resolve again once it is final"
     )]
-    Pending { charge_id: String, status: String },
+    Pending { payment_id: String, status: String },
     #[error("store")]
     Store(#[from] StoreError),
     #[error("provider lookup")]
@@ -266,9 +266,9 @@ impl Resolver {
             }
             Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
             // It may still succeed: no new key while it is live.
-            Ok(Lookup::Pending { charge_id, status }) => self.release(
+            Ok(Lookup::Pending { payment_id, status }) => self.release(
                 ReleaseKind::KeepKey,
-                ResolveError::Pending { charge_id, status },
+                ResolveError::Pending { payment_id, status },
             ),
             Ok(Lookup::Succeeded(receipt)) => {
                 self.lease.receipt = Some(receipt.id);
@@ -395,7 +395,7 @@ mod tests {
         let mut resolver = start(Confirmed::default());
         leased(&mut resolver);
         let pending = Lookup::Pending {
-            charge_id: "py_1".into(),
+            payment_id: "py_1".into(),
             status: "pending".into(),
         };
         assert!(matches!(

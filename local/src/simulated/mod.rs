@@ -1,7 +1,7 @@
 //! A local payment provider for runs without a real one, speaking as Stripe's
 //! PaymentIntents do where it matters here: it stores the outcome of every idempotency
 //! key and replays it, refuses a key reused with other parameters, leaves a declined
-//! payment open until it is cancelled, and answers `find_charge` and `cancel`. Its
+//! payment open until it is cancelled, and answers `find_payment` and `cancel`. Its
 //! ledger is the SQLite file given to it: `charges` has one row per call outcome,
 //! `payment_intents` one row per payment and its status.
 //!
@@ -34,7 +34,7 @@ use refusal::refusal;
 
 use crate::sqlite_file::{OpenError, OpenMode, SharedConnection};
 use charge_once::contracts::payment::{
-    Cancel, ChargeListing, ChargePath, FailureKind, ListedCharge, Lookup, PaymentError, Receipt,
+    Cancel, ChargePath, FailureKind, ListedPayment, Lookup, PaymentError, PaymentListing, Receipt,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -45,7 +45,7 @@ pub const AUTHENTICATION_REQUIRED: &str = "pm_card_authenticationRequired";
 /// Stripe's test payment methods that decline start so.
 const DECLINED_PREFIX: &str = "pm_card_chargeDeclined";
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     at_ms           INTEGER NOT NULL,
     idempotency_key TEXT NOT NULL,
@@ -55,11 +55,11 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS charges (
     customer        TEXT NOT NULL,
     payment_method  TEXT,
     status          TEXT NOT NULL,
-    charge_id       TEXT,
+    payment_id      TEXT,
     charged         INTEGER NOT NULL
 ) STRICT;
-CREATE INDEX IF NOT EXISTS charges_by_key ON charges (idempotency_key);
-CREATE INDEX IF NOT EXISTS charges_by_order ON charges (order_id);
+CREATE INDEX IF NOT EXISTS calls_by_key ON calls (idempotency_key);
+CREATE INDEX IF NOT EXISTS calls_by_order ON calls (order_id);
 CREATE TABLE IF NOT EXISTS payment_intents (
     id              TEXT PRIMARY KEY,
     order_id        TEXT NOT NULL,
@@ -71,9 +71,6 @@ CREATE TABLE IF NOT EXISTS payment_intents (
     created_ms      INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS payment_intents_by_order ON payment_intents (order_id)";
-/// A ledger from before payment methods lacks the column.
-const HAS_PAYMENT_METHOD: &str = "SELECT payment_method FROM charges LIMIT 0";
-const ADD_PAYMENT_METHOD: &str = "ALTER TABLE charges ADD COLUMN payment_method TEXT";
 
 /// One ledger row.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -90,7 +87,7 @@ pub struct LedgerRow {
     /// `replayed`, `key_reused`, `canceled`, `authenticated`.
     pub status: String,
     /// The payment (`pi_sim_…`) the call made or answered with.
-    pub charge_id: Option<String>,
+    pub payment_id: Option<String>,
     /// 1 when this call took money, else 0.
     pub charged: i64,
 }
@@ -114,21 +111,7 @@ impl SimulatedProvider {
 
     /// Opens the ledger; with [`OpenMode::Existing`] the file must exist and hold it.
     pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
-        let conn = SharedConnection::open(path, SCHEMA, "charges", mode)?;
-        let schema_error = |source| OpenError::Schema {
-            path: path.display().to_string(),
-            table: "charges",
-            source,
-        };
-        if mode == OpenMode::Create {
-            conn.call_here(|c| {
-                if c.prepare(HAS_PAYMENT_METHOD).is_err() {
-                    c.execute_batch(ADD_PAYMENT_METHOD)?;
-                }
-                Ok(())
-            })
-            .map_err(schema_error)?;
-        }
+        let conn = SharedConnection::open(path, SCHEMA, "calls", mode)?;
         Ok(Self { conn })
     }
 
@@ -148,8 +131,8 @@ impl SimulatedProvider {
             )?;
             if changed == 1 {
                 conn.execute(
-                    "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency,
-                         customer, payment_method, status, charge_id, charged)
+                    "INSERT INTO calls (at_ms, idempotency_key, order_id, amount, currency,
+                         customer, payment_method, status, payment_id, charged)
                      SELECT :at, '', order_id, amount, currency, customer, payment_method,
                          'authenticated', id, 1 FROM payment_intents WHERE id = :id",
                     named_params! {":at": charge_once::domain::clock::wall_ms(), ":id": payment_id},
@@ -161,7 +144,7 @@ impl SimulatedProvider {
 }
 
 fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
-    let mut stmt = conn.prepare("SELECT * FROM charges WHERE order_id = :order ORDER BY seq")?;
+    let mut stmt = conn.prepare("SELECT * FROM calls WHERE order_id = :order ORDER BY seq")?;
     let rows = stmt.query_map(named_params! {":order": order_id}, |row| {
         Ok(LedgerRow {
             seq: row.get("seq")?,
@@ -173,7 +156,7 @@ fn ledger_rows(conn: &mut Connection, order_id: &str) -> Result<Vec<LedgerRow>, 
             customer: row.get("customer")?,
             payment_method: row.get("payment_method")?,
             status: row.get("status")?,
-            charge_id: row.get("charge_id")?,
+            payment_id: row.get("payment_id")?,
             charged: row.get("charged")?,
         })
     })?;
@@ -189,8 +172,8 @@ type FirstUse = (Params, String, Option<String>);
 
 fn first_use_of(tx: &rusqlite::Transaction<'_>, key: &str) -> rusqlite::Result<Option<FirstUse>> {
     tx.query_row(
-        "SELECT order_id, amount, currency, customer, payment_method, status, charge_id
-             FROM charges WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
+        "SELECT order_id, amount, currency, customer, payment_method, status, payment_id
+             FROM calls WHERE idempotency_key = :key ORDER BY seq LIMIT 1",
         named_params! {":key": key},
         |row| {
             let params = (
@@ -251,15 +234,15 @@ fn charge_blocking(
     let first = first_use_of(&tx, key)?;
     let insert = |status: &str, payment_id: Option<&str>, charged: bool| {
         tx.execute(
-            "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer,
-                 payment_method, status, charge_id, charged)
+            "INSERT INTO calls (at_ms, idempotency_key, order_id, amount, currency, customer,
+                 payment_method, status, payment_id, charged)
              VALUES (:at, :key, :order, :amount, :currency, :customer, :method, :status,
-                 :charge_id, :charged)",
+                 :payment_id, :charged)",
             named_params! {
                 ":at": charge_once::domain::clock::wall_ms(), ":key": key, ":order": order.id(),
                 ":amount": amount_of(order), ":currency": order.currency(),
                 ":customer": order.customer(), ":method": order.payment_method(),
-                ":status": status, ":charge_id": payment_id, ":charged": i64::from(charged),
+                ":status": status, ":payment_id": payment_id, ":charged": i64::from(charged),
             },
         )
     };
@@ -374,8 +357,8 @@ fn cancel_blocking(conn: &mut Connection, payment_id: &str) -> Result<Cancel, ru
         return Ok(Cancel::NotCancellable);
     }
     conn.execute(
-        "INSERT INTO charges (at_ms, idempotency_key, order_id, amount, currency, customer,
-             payment_method, status, charge_id, charged)
+        "INSERT INTO calls (at_ms, idempotency_key, order_id, amount, currency, customer,
+             payment_method, status, payment_id, charged)
          SELECT :at, '', order_id, amount, currency, customer, payment_method, 'canceled', id, 0
              FROM payment_intents WHERE id = :id",
         named_params! {":at": charge_once::domain::clock::wall_ms(), ":id": payment_id},
@@ -388,7 +371,7 @@ fn listed_blocking(
     conn: &mut Connection,
     since: Option<Time>,
     payment_id: Option<&str>,
-) -> Result<Vec<ListedCharge>, rusqlite::Error> {
+) -> Result<Vec<ListedPayment>, rusqlite::Error> {
     let mut stmt = conn.prepare(
         "SELECT id, order_id, amount, currency, customer, payment_method, status, created_ms
              FROM payment_intents
@@ -396,7 +379,7 @@ fn listed_blocking(
     )?;
     let since = since.map_or(i64::MIN, Time::as_ms);
     let rows = stmt.query_map(named_params! {":since": since, ":id": payment_id}, |row| {
-        Ok(ListedCharge {
+        Ok(ListedPayment {
             id: row.get(0)?,
             order_id: Some(row.get(1)?),
             amount: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
@@ -437,7 +420,7 @@ impl ChargePath for SimulatedProvider {
             .map_err(ledger_error)?
     }
 
-    async fn find_charge(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
+    async fn find_payment(&self, order: &Order, _since: Time) -> Result<Lookup, PaymentError> {
         let order = order.clone();
         self.conn
             .call(move |conn| find_blocking(conn, &order))
@@ -455,15 +438,15 @@ impl ChargePath for SimulatedProvider {
 }
 
 #[async_trait]
-impl ChargeListing for SimulatedProvider {
-    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
+impl PaymentListing for SimulatedProvider {
+    async fn payments_since(&self, since: Time) -> Result<Vec<ListedPayment>, PaymentError> {
         self.conn
             .call(move |conn| listed_blocking(conn, Some(since), None))
             .await
             .map_err(ledger_error)
     }
 
-    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
         let id = id.to_owned();
         let mut found = self
             .conn
@@ -505,7 +488,7 @@ mod tests {
         assert_eq!(statuses, ["succeeded", "replayed"]);
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
         assert_eq!(
-            p.find_charge(&order("pm_card_visa"), Time::from_ms(0))
+            p.find_payment(&order("pm_card_visa"), Time::from_ms(0))
                 .await
                 .unwrap(),
             Lookup::Succeeded(first)
@@ -527,7 +510,7 @@ mod tests {
             payment_id,
             status,
             awaits_customer: false,
-        } = p.find_charge(&declining, Time::from_ms(0)).await.unwrap()
+        } = p.find_payment(&declining, Time::from_ms(0)).await.unwrap()
         else {
             panic!("the declined payment is open");
         };
@@ -535,7 +518,7 @@ mod tests {
         assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
         assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::NotCancellable);
         assert_eq!(
-            p.find_charge(&declining, Time::from_ms(0)).await.unwrap(),
+            p.find_payment(&declining, Time::from_ms(0)).await.unwrap(),
             Lookup::NotFound
         );
     }
@@ -556,12 +539,12 @@ mod tests {
             Err(PaymentError::AuthenticationRequired { payment_id: Some(again) }) if again == id
         ));
         assert!(matches!(
-            p.find_charge(&strong, Time::from_ms(0)).await.unwrap(),
+            p.find_payment(&strong, Time::from_ms(0)).await.unwrap(),
             Lookup::Open { .. }
         ));
         assert!(p.authenticate(&id).unwrap());
         assert_eq!(
-            p.find_charge(&strong, Time::from_ms(0)).await.unwrap(),
+            p.find_payment(&strong, Time::from_ms(0)).await.unwrap(),
             Lookup::Succeeded(receipt(id.clone()))
         );
         assert_eq!(p.cancel(&id).await.unwrap(), Cancel::NotCancellable);
@@ -588,7 +571,7 @@ mod tests {
         ));
         let replay = p.charge(&lost_order, "k#1").await.unwrap();
         let ledger = p.ledger("ord-sim").unwrap();
-        assert_eq!(ledger[0].charge_id.as_deref(), Some(replay.id.as_str()));
+        assert_eq!(ledger[0].payment_id.as_deref(), Some(replay.id.as_str()));
         assert_eq!(ledger.iter().map(|r| r.charged).sum::<i64>(), 1);
     }
 

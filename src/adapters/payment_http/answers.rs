@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, ListedCharge, Lookup, PaymentError, Receipt,
+    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, ListedPayment, Lookup, PaymentError, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -106,8 +106,8 @@ impl Intent {
         }
     }
 
-    pub(super) fn listed(self) -> ListedCharge {
-        ListedCharge {
+    pub(super) fn listed(self) -> ListedPayment {
+        ListedPayment {
             order_id: self.metadata.and_then(|mut m| m.remove("order_id")),
             amount: self.amount.unwrap_or(0),
             currency: self.currency.unwrap_or_default(),
@@ -147,7 +147,7 @@ pub(super) fn pick(intents: &[Intent], order: &Order) -> Lookup {
     }
     if let Some(live) = mine(Standing::InFlight) {
         return Lookup::Pending {
-            charge_id: live.id.clone(),
+            payment_id: live.id.clone(),
             status: live.status(),
         };
     }
@@ -234,7 +234,7 @@ pub(super) fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
         // fail, and an acknowledged order must be paid. When in doubt, the record
         // fails, the key is kept, and the retry reconciles.
         Some("processing") | None => Err(PaymentError::Pending {
-            charge_id: intent.id,
+            payment_id: intent.id,
             status: intent.status.unwrap_or_else(|| "unknown".to_owned()),
         }),
         // `requires_payment_method` with a 2xx is a decline answered as a payment.

@@ -4,7 +4,7 @@
 //! `charge` is `POST /v1/payment_intents` with `confirm=true`, `off_session=true`, an
 //! `Idempotency-Key` and a form body that is a pure function of the order's
 //! fingerprinted fields, so a replay is byte-identical and the provider answers with
-//! the original outcome. `find_charge` lists the customer's PaymentIntents created since
+//! the original outcome. `find_payment` lists the customer's PaymentIntents created since
 //! the record was (`GET /v1/payment_intents?customer=&created[gte]=`, never Search,
 //! which lags) for reconciliation, so earlier orders never lengthen the walk;
 //! `cancel` closes an open one. Answers are classified per ARCHITECTURE.md, "The
@@ -27,8 +27,8 @@ use answers::{ErrorBody, Intent, IntentList, better, pick, settle};
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, Cancel, ChargeListing, ChargePath, FailureKind, Limiter, ListedCharge,
-    Lookup, PaymentError, Receipt,
+    AUTHENTICATION_REQUIRED, Cancel, ChargePath, FailureKind, Limiter, ListedPayment, Lookup,
+    PaymentError, PaymentListing, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -46,7 +46,7 @@ const PAYMENT_INTENTS: &str = "/v1/payment_intents";
 /// Page size of a listing, and how many pages reconciliation reads at most.
 const PAGE_SIZE: usize = 100;
 const MAX_PAGES: usize = 20;
-/// How many pages the audit reads at most (a million charges in its window).
+/// How many pages the audit reads at most (a million payments in its window).
 const AUDIT_MAX_PAGES: usize = 10_000;
 
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +136,7 @@ impl HttpProvider {
 
     /// Reads `GET /v1/payment_intents?<filter>` page after page (at most
     /// `max_pages`), handing each page to `visit` until it breaks.
-    async fn walk_charges<T>(
+    async fn walk_payments<T>(
         &self,
         filter: &[(&'static str, String)],
         max_pages: usize,
@@ -168,7 +168,7 @@ impl HttpProvider {
     }
 }
 
-/// How a walk through the charge listing ended.
+/// How a walk through the payment listing ended.
 enum Walk<T> {
     /// The visitor found what it wanted.
     Stopped(T),
@@ -352,14 +352,14 @@ impl ChargePath for HttpProvider {
         settle(intent)
     }
 
-    async fn find_charge(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError> {
+    async fn find_payment(&self, order: &Order, since: Time) -> Result<Lookup, PaymentError> {
         let mut best = None;
         let filter = [
             ("customer", order.customer().to_owned()),
             ("created[gte]", since.as_secs().to_string()),
         ];
         let walk = self
-            .walk_charges(&filter, MAX_PAGES, |page| match pick(&page, order) {
+            .walk_payments(&filter, MAX_PAGES, |page| match pick(&page, order) {
                 found @ Lookup::Succeeded(_) => ControlFlow::Break(found),
                 // A later page may still hold a succeeded payment: keep reading.
                 other => {
@@ -395,15 +395,15 @@ impl ChargePath for HttpProvider {
 }
 
 #[async_trait]
-impl ChargeListing for HttpProvider {
-    async fn charges_since(&self, since: Time) -> Result<Vec<ListedCharge>, PaymentError> {
-        let mut charges = Vec::new();
+impl PaymentListing for HttpProvider {
+    async fn payments_since(&self, since: Time) -> Result<Vec<ListedPayment>, PaymentError> {
+        let mut payments = Vec::new();
         let filter = [("created[gte]", since.as_secs().to_string())];
         let walk = self
-            .walk_charges(&filter, AUDIT_MAX_PAGES, |page| {
+            .walk_payments(&filter, AUDIT_MAX_PAGES, |page| {
                 // Filtered here too: a provider that ignores `created[gte]` lists more.
                 // A charge without a creation time is kept: an audit never drops one.
-                charges.extend(
+                payments.extend(
                     page.into_iter()
                         .filter(|c| c.created.is_none_or(|s| s >= since.as_secs()))
                         .map(Intent::listed),
@@ -412,14 +412,14 @@ impl ChargeListing for HttpProvider {
             })
             .await?;
         match walk {
-            Walk::Read | Walk::Stopped(()) => Ok(charges),
+            Walk::Read | Walk::Stopped(()) => Ok(payments),
             Walk::Truncated => Err(unexpected(
                 "more PaymentIntents than the audit reads; narrow --since",
             )),
         }
     }
 
-    async fn charge_by_id(&self, id: &str) -> Result<Option<ListedCharge>, PaymentError> {
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
         // A receipt is whatever the table holds: one path segment, escaped.
         let url = self.intent_url(id, &[])?;
         let response = self.client.get(url).send().await.map_err(send_error)?;
@@ -629,7 +629,7 @@ mod tests {
         assert_eq!(
             pick(&[one("requires_action"), one("processing")], &order),
             Lookup::Pending {
-                charge_id: "pi_processing".into(),
+                payment_id: "pi_processing".into(),
                 status: "processing".into()
             }
         );

@@ -1,4 +1,4 @@
-//! Reads both sides for the audit: the provider's charges in the window, the table's
+//! Reads both sides for the audit: the provider's payments in the window, the table's
 //! records of the window and of every charged order, and the receipts the listing did
 //! not hold. Any read that fails fails the audit: a partial read is never "clean".
 
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::contracts::payment::{ChargeListing, PaymentError};
+use crate::contracts::payment::{PaymentError, PaymentListing};
 use crate::contracts::store::{IdempotencyStore, StoreError};
 use crate::domain::clock::Time;
 use crate::policy::audit::{Evidence, FINDINGS_METRIC, Finding, Kind, findings};
@@ -16,7 +16,7 @@ use crate::policy::audit::{Evidence, FINDINGS_METRIC, Finding, Kind, findings};
 pub enum ReadError {
     #[error("reading the table failed")]
     Store(#[from] StoreError),
-    #[error("reading the provider's charges failed")]
+    #[error("reading the provider's payments failed")]
     Provider(#[from] PaymentError),
 }
 
@@ -46,7 +46,7 @@ impl Window {
 /// The audit's answer: what it read, and what disagrees.
 #[derive(Debug)]
 pub struct Report {
-    pub charges: usize,
+    pub payments: usize,
     pub records: usize,
     pub findings: Vec<Finding>,
 }
@@ -73,7 +73,7 @@ impl Report {
         json!({
             "audit": if self.findings.is_empty() { "clean" } else { "findings" },
             "since_ms": window.since.as_ms(),
-            "charges": self.charges,
+            "payments": self.payments,
             "records": self.records,
             "findings": by_kind,
         })
@@ -91,29 +91,29 @@ impl Report {
 /// Reads both sides and judges them.
 pub async fn audit(
     store: &dyn IdempotencyStore,
-    provider: &dyn ChargeListing,
+    provider: &dyn PaymentListing,
     window: Window,
 ) -> Result<Report, ReadError> {
     let mut evidence = Evidence {
-        charges: provider.charges_since(window.since).await?,
+        payments: provider.payments_since(window.since).await?,
         ..Evidence::default()
     };
     for record in store.created_since(window.since).await? {
         evidence.records.insert(record.pk.clone(), record);
     }
-    // A charge in the window may belong to a record reserved before it.
+    // A payment in the window may belong to a record reserved before it.
     for key in evidence.unread_orders() {
         if let Some(record) = store.get(&key).await? {
             evidence.records.insert(key, record);
         }
     }
-    // A receipt may name a charge created before the window (or none at all).
+    // A receipt may name a payment created before the window (or none at all).
     for id in evidence.unlisted_receipts() {
-        let charge = provider.charge_by_id(&id).await?;
-        evidence.receipts.insert(id, charge);
+        let payment = provider.payment_by_id(&id).await?;
+        evidence.receipts.insert(id, payment);
     }
     Ok(Report {
-        charges: evidence.charges.len(),
+        payments: evidence.payments.len(),
         records: evidence.records.len(),
         findings: findings(&evidence, window.now, window.stuck_after),
     })

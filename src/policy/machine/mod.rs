@@ -80,7 +80,7 @@ pub struct Start {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Machine {
     /// The record's key, owner, attempt, lease end (the invocation deadline), creation
-    /// once reserved, and the charge to record: shared with `resolve`.
+    /// once reserved, and the payment to record: shared with `resolve`.
     lease: Lease,
     started_at: Time,
     max_declines: u32,
@@ -90,7 +90,7 @@ pub struct Machine {
     must_reconcile: bool,
     /// Open payments cancelled in this attempt.
     cancels: u8,
-    /// The outcome once the charge is recorded.
+    /// The outcome once the payment is recorded.
     success: Option<Outcome>,
 }
 
@@ -392,11 +392,11 @@ impl Machine {
                     attempt,
                 },
             ),
-            PaymentError::Pending { charge_id, status } if self.rules.pending_is_live => self
+            PaymentError::Pending { payment_id, status } if self.rules.pending_is_live => self
                 .release(
                     ReleaseKind::KeepKey,
                     Outcome::NeedsReconciliation {
-                        cause: ReconcileCause::PendingAnswer { charge_id, status },
+                        cause: ReconcileCause::PendingAnswer { payment_id, status },
                     },
                 ),
             PaymentError::KeyReused => self.release(
@@ -447,7 +447,7 @@ impl Machine {
         Step::Lookup
     }
 
-    /// Uncertain: the provider may hold a charge under this key, so the next attempt
+    /// Uncertain: the provider may hold a payment under this key, so the next attempt
     /// must replay it.
     fn after_uncertain_charge(&mut self, cause: RetryCause) -> Step {
         let kind = if self.rules.keep_key_when_uncertain {

@@ -81,10 +81,10 @@ impl Machine {
                 self.complete(receipt, success)
             }
             // A live payment may still succeed: a new key now could charge twice.
-            Lookup::Pending { charge_id, status } if self.rules.pending_is_live => self.release(
+            Lookup::Pending { payment_id, status } if self.rules.pending_is_live => self.release(
                 ReleaseKind::KeepKey,
                 Outcome::NeedsReconciliation {
-                    cause: ReconcileCause::PendingAtProvider { charge_id, status },
+                    cause: ReconcileCause::PendingAtProvider { payment_id, status },
                 },
             ),
             Lookup::Open {

@@ -229,11 +229,11 @@ fn a_decline_cancels_the_payment_it_names_then_looks_for_others_before_the_next_
 #[test]
 fn a_payment_in_flight_is_looked_up_and_stays_pending_with_its_key() {
     let processing = PaymentError::Pending {
-        charge_id: "pi_sepa".into(),
+        payment_id: "pi_sepa".into(),
         status: "processing".into(),
     };
     let still = Lookup::Pending {
-        charge_id: "pi_sepa".into(),
+        payment_id: "pi_sepa".into(),
         status: "processing".into(),
     };
     let outcome = run(vec![
@@ -254,7 +254,7 @@ fn a_payment_in_flight_is_looked_up_and_stays_pending_with_its_key() {
 #[test]
 fn a_payment_in_flight_that_settled_completes_the_record() {
     let processing = PaymentError::Pending {
-        charge_id: "pi_sepa".into(),
+        payment_id: "pi_sepa".into(),
         status: "processing".into(),
     };
     let outcome = run(vec![
@@ -578,7 +578,7 @@ fn an_old_key_with_a_pending_payment_keeps_the_key_and_retries_to_settle() {
         (
             Step::Lookup,
             Input::Looked(Ok(Lookup::Pending {
-                charge_id: "pi_sepa".into(),
+                payment_id: "pi_sepa".into(),
                 status: "processing".into(),
             })),
         ),
@@ -713,7 +713,7 @@ fn a_failed_or_timed_out_lookup_releases_and_keeps_the_key() {
 #[test]
 fn a_payment_in_flight_that_failed_is_cancelled_and_counts_as_a_decline() {
     let processing = PaymentError::Pending {
-        charge_id: "pi_sepa".into(),
+        payment_id: "pi_sepa".into(),
         status: "processing".into(),
     };
     let outcome = run(vec![
