@@ -17,9 +17,12 @@ use std::time::Duration;
 
 use crate::domain::clock::Time;
 
-/// The rate a pacer starts at without a budget: low, since nothing is known of the
-/// limit or of how many environments share it; slow start finds the limit in seconds.
-pub const START_RATE: f64 = 2.0;
+/// The rate a pacer starts at without a budget: what a fresh execution environment
+/// may send before it has heard from the provider. Not low: environments are started
+/// and stopped all the time, and every one of them would otherwise begin slowly
+/// whatever the provider allows (a refusal costs a short wait, a slow start every
+/// order's latency). Stripe's per-endpoint default is 25 a second.
+pub const START_RATE: f64 = 10.0;
 /// No pacer goes slower: a rate of zero would never call again.
 pub const FLOOR_RATE: f64 = 0.5;
 /// No pacer goes faster without a budget (Stripe's live-mode global limit).
@@ -28,10 +31,14 @@ pub const CEILING_RATE: f64 = 100.0;
 const DECREASE: f64 = 0.75;
 /// At most one cut per interval: the refusals of one burst all answer the same excess.
 const DECREASE_INTERVAL: Duration = Duration::from_secs(1);
-/// Slow start: each success adds this much, so the rate grows by a tenth a second.
-const SLOW_START_STEP: f64 = 0.1;
-/// The accepted rate counts once it was measured over this long.
-const ACCEPTED_WINDOW: Duration = Duration::from_secs(2);
+/// Slow start: each success adds this much, so the rate grows by a quarter a second.
+const SLOW_START_STEP: f64 = 0.25;
+/// The accepted rate counts once it was measured over this long, and only while the
+/// last cut is recent: after a quiet spell, few answers say nothing of the limit.
+const ACCEPTED_WINDOW: Duration = Duration::from_secs(1);
+const ACCEPTED_WINDOW_END: Duration = Duration::from_secs(10);
+/// No cut goes below this share of the rate it cuts.
+const DEEPEST_CUT: f64 = 0.25;
 /// A cut goes this far below the accepted rate.
 const BELOW_ACCEPTED: f64 = 0.92;
 /// After the first rate limit: the rate grows by this many requests a second, each
@@ -58,6 +65,8 @@ struct State {
     /// Until the first rate limit, the rate grows quickly.
     slow_start: bool,
     last_decrease: Option<Time>,
+    /// Since when `accepted` counts: the last cut, or the first slot taken.
+    counting_since: Option<Time>,
     /// Answers (not rate limits) since the last cut: what the provider accepted of
     /// this environment, which a cut does not go above.
     accepted: u32,
@@ -84,6 +93,7 @@ impl Pacer {
                 next_slot_ms: f64::MIN,
                 slow_start,
                 last_decrease: None,
+                counting_since: None,
                 accepted: 0,
             }),
         }
@@ -121,6 +131,7 @@ impl Pacer {
             return Ok(());
         }
         self.with(|s| {
+            s.counting_since.get_or_insert(now);
             let now_ms = now.as_ms() as f64;
             let spacing = 1000.0 / s.rate;
             if s.next_slot_ms > now_ms {
@@ -160,17 +171,22 @@ impl Pacer {
             // cut, whichever is lower. (The limiter's burst hides an excess until it
             // is spent, so the rate at the first refusal is above the share.)
             let accepted = s
-                .last_decrease
-                .map(|last| last.until(now))
+                .counting_since
+                .map(|since| since.until(now))
                 .and_then(|since| {
-                    (since >= ACCEPTED_WINDOW)
+                    (ACCEPTED_WINDOW..=ACCEPTED_WINDOW_END)
+                        .contains(&since)
                         .then(|| f64::from(s.accepted) / since.as_secs_f64() * BELOW_ACCEPTED)
                 });
             s.last_decrease = Some(now);
+            s.counting_since = Some(now);
             s.accepted = 0;
             s.slow_start = false;
             let cut = s.rate * DECREASE;
-            s.rate = accepted.map_or(cut, |a| cut.min(a)).max(FLOOR_RATE);
+            let deepest = s.rate * DEEPEST_CUT;
+            s.rate = accepted
+                .map_or(cut, |a| cut.min(a).max(deepest))
+                .max(FLOOR_RATE);
             // The limit refused this second's excess: the next slot a whole new
             // spacing away.
             s.next_slot_ms = s.next_slot_ms.max(now.as_ms() as f64 + 1000.0 / s.rate);
@@ -271,22 +287,29 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_goes_just_below_what_the_provider_accepted_since_the_last_one() {
+    fn a_cut_goes_just_below_what_the_provider_accepted_since_the_last_one_but_never_deep() {
         let pacer = Pacer::new(None);
-        (0..200).for_each(|_| pacer.on_success());
         pacer.on_rate_limited(at(0));
-        // Four seconds at the new rate, 8 answers in all: 2 a second were accepted,
-        // whatever the rate had grown to.
-        (0..8).for_each(|_| pacer.on_success());
+        assert_eq!(pacer.rate(), START_RATE * DECREASE);
+        // Four seconds after that cut, 20 answers: 5 a second were accepted.
+        (0..20).for_each(|_| pacer.on_success());
+        let before = pacer.rate();
         pacer.on_rate_limited(at(4_000));
+        let accepted = 5.0 * BELOW_ACCEPTED;
+        assert!(accepted < before * DECREASE && accepted > before * DEEPEST_CUT);
+        assert!((pacer.rate() - accepted).abs() < 1e-9, "{}", pacer.rate());
+        // One answer in the next four seconds: the cut stops at half the rate.
+        pacer.on_success();
+        let before = pacer.rate();
+        pacer.on_rate_limited(at(8_000));
         assert!(
-            (pacer.rate() - 2.0 * BELOW_ACCEPTED).abs() < 1e-9,
+            (pacer.rate() - before * DEEPEST_CUT).abs() < 1e-9,
             "{}",
             pacer.rate()
         );
-        // Within the window, only the multiplicative cut applies.
+        // After a quiet spell, few answers say nothing: only the multiplicative cut.
         let before = pacer.rate();
-        pacer.on_rate_limited(at(5_500));
+        pacer.on_rate_limited(at(60_000));
         assert!((pacer.rate() - (before * DECREASE).max(FLOOR_RATE)).abs() < 1e-9);
     }
 
