@@ -49,8 +49,7 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
      #attempt = if_not_exists(#attempt, :one), #sent = if_not_exists(#sent, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// legacy consumer have no `huella` and are never taken over); or the same payload
-/// (its fingerprint, or the one a record from before `payment_method` holds: it then
-/// takes the new one), below the decline limit, `libre` or with an expired lease.
+/// (its fingerprint), below the decline limit, `libre` or with an expired lease.
 /// `hecho` is never matched: it is final.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#state <> :done AND #expires < :now_s AND attribute_exists(#fingerprint)) \

@@ -247,7 +247,11 @@ impl Charger<'_> {
             };
             let pause = match throttle {
                 None => {
-                    pacer.on_success();
+                    // An answer about this call speeds the pace up; a provider that is
+                    // down (5xx, connection, no endpoint) says nothing of its rate.
+                    if !matches!(&answer, Err(NoAnswer::Failed(e)) if provider_is_down(e)) {
+                        pacer.on_success();
+                    }
                     return answer;
                 }
                 Some(Throttle::RateLimited(_)) => {

@@ -119,7 +119,7 @@ impl Machine {
     /// Where a lookup of the order's payments starts (the record's creation, less a
     /// margin for clocks): a customer's older payments are never read.
     pub fn lookup_since(&self) -> Time {
-        lookup_since(self.lease.created.or(Some(self.started_at)))
+        lookup_since(self.lease.created)
     }
 
     /// The reservation request (its time is the record's start).

@@ -81,6 +81,10 @@ const AFTER_LEASE: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 /// A rate-limited record comes back this soon, jittered so that a fleet's refusals do
 /// not come back together: the pace, not the queue, spreads the load.
 const AFTER_RATE_LIMIT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
+/// Receives a rate-limited record comes back in seconds; past them it takes the
+/// backoff, so a limit that stays cannot spend the queue's receives (and reach the DLQ
+/// through the redrive policy) faster than an outage would.
+const QUICK_RATE_LIMIT_RECEIVES: u32 = 10;
 
 impl Backoff {
     /// The step after receive `receive_count` (1 for the first delivery): `base ×
@@ -136,7 +140,10 @@ pub fn dispose(
         // A skipped record's own delay is the backoff: it is used when the failure
         // ahead of it was not retried (`plan::dispose`).
         (Wait::Backoff | Wait::Behind, _) => backoff.delay(receive_count, jitter),
-        (Wait::Backpressure, _) => jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1),
+        (Wait::Backpressure, _) if receive_count <= QUICK_RATE_LIMIT_RECEIVES => {
+            jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1)
+        }
+        (Wait::Backpressure, _) => backoff.delay(receive_count, jitter),
         // Waiting past the breaker's next probe only delays the recovery; half the
         // step stays the floor, so the receives of an outage last as long as the
         // backoff's (`shortest_path`).
@@ -295,8 +302,8 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limited_record_comes_back_in_seconds_whatever_its_receive_count() {
-        for receives in [1, 5, 50] {
+    fn a_rate_limited_record_comes_back_in_seconds_then_takes_the_backoff() {
+        for receives in [1, 5, QUICK_RATE_LIMIT_RECEIVES] {
             assert_eq!(
                 retry_in(Wait::Backpressure, receives, 0.0),
                 Duration::from_secs(1)
@@ -306,6 +313,13 @@ mod tests {
                 Duration::from_secs(3)
             );
             assert!(retry_in(Wait::Backpressure, receives, 0.999_999) <= Duration::from_secs(5));
+        }
+        // A limit that stays: the receives last as long as an outage's.
+        for receives in [QUICK_RATE_LIMIT_RECEIVES + 1, 50, 250] {
+            assert_eq!(
+                retry_in(Wait::Backpressure, receives, 0.5),
+                retry_in(Wait::Backoff, receives, 0.5)
+            );
         }
     }
 
