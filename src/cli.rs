@@ -178,19 +178,33 @@ impl Parts {
     async fn provider(&self, config: &Config) -> anyhow::Result<std::sync::Arc<HttpProvider>> {
         Ok(wiring::http_provider(config, &self.sdk, &self.tls).await?)
     }
+
+    /// The parts of a command that calls the provider (and the queue, with `queue`),
+    /// with the store and the provider built on them.
+    async fn with_provider(
+        config: &Config,
+        queue: bool,
+    ) -> anyhow::Result<(
+        Self,
+        std::sync::Arc<DynamoStore>,
+        std::sync::Arc<HttpProvider>,
+    )> {
+        let needs = Needs {
+            provider: true,
+            queue,
+        };
+        let parts = Self::new(config, needs).await?;
+        let store = parts.store(config)?;
+        let provider = parts.provider(config).await?;
+        Ok((parts, store, provider))
+    }
 }
 
 /// Exit 0, 1 or 2 (see [`Command::Audit`]); every error is a 2.
 async fn audit(config: &Config, since: Duration, stuck_after: Duration) -> ExitStatus {
     let window = audit::Window::ending_now(since, stuck_after);
     let report = async {
-        let needs = Needs {
-            provider: true,
-            queue: false,
-        };
-        let parts = Parts::new(config, needs).await?;
-        let store = parts.store(config)?;
-        let provider = parts.provider(config).await?;
+        let (_, store, provider) = Parts::with_provider(config, false).await?;
         anyhow::Ok(audit::audit(store.as_ref(), provider.as_ref(), window).await?)
     };
     match report.await {
@@ -213,13 +227,7 @@ async fn audit(config: &Config, since: Duration, stuck_after: Duration) -> ExitS
 
 async fn invoke(config: &Config, path: &Path, sqs: bool) -> anyhow::Result<()> {
     let event = read_event(path)?;
-    let needs = Needs {
-        provider: true,
-        queue: sqs,
-    };
-    let parts = Parts::new(config, needs).await?;
-    let store = parts.store(config)?;
-    let provider = parts.provider(config).await?;
+    let (parts, store, provider) = Parts::with_provider(config, sqs).await?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let mut consumer = wiring::consumer(config, store, provider);
     if sqs {
@@ -249,13 +257,7 @@ async fn inspect(config: &Config, order_id: &str) -> anyhow::Result<()> {
 }
 
 async fn resolve(config: &Config, order: &Order, confirmed: Confirmed) -> anyhow::Result<()> {
-    let needs = Needs {
-        provider: true,
-        queue: false,
-    };
-    let parts = Parts::new(config, needs).await?;
-    let store = parts.store(config)?;
-    let provider = parts.provider(config).await?;
+    let (_, store, provider) = Parts::with_provider(config, false).await?;
     let settings = Settings::from(config);
     let done = charge::resolve(
         store.as_ref(),

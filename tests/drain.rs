@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use charge_once::adapters::payment_http::charge_form;
+use charge_once::domain::order::Order;
 use harness::event_source::{EsmStats, Queues, drain, poll};
 use harness::localstripe::{self, Card, Limits, Payer, limit_counters, set_limits};
 use harness::log_dir;
@@ -29,22 +31,15 @@ const CREATE: &str = "POST /v1/payment_intents";
 /// The layer's limits are one per process: the tests that set them take turns.
 static LAYER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A create of `amount` for `payer` under `key`: its status and error code.
+/// The provider's own create (`charge_form`) of an order `key` for `payer`, under
+/// `key`: its status, error code and limiter.
 async fn create(payer: &Payer, key: String) -> (u16, Option<String>, Option<String>) {
+    let order = Order::new(&key, 1000, "EUR", &payer.customer, &payer.card).unwrap();
     let response = harness::http_client()
         .post(format!("{}/v1/payment_intents", localstripe_url()))
         .bearer_auth(localstripe::TEST_KEY)
         .header("Idempotency-Key", key.as_str())
-        .form(&[
-            ("amount", "1000"),
-            ("currency", "eur"),
-            ("customer", payer.customer.as_str()),
-            ("payment_method", payer.card.as_str()),
-            ("confirm", "true"),
-            ("off_session", "true"),
-            ("automatic_payment_methods[enabled]", "true"),
-            ("automatic_payment_methods[allow_redirects]", "never"),
-        ])
+        .form(&charge_form(&order))
         .send()
         .await
         .unwrap();
