@@ -454,6 +454,7 @@ impl ChargeModel {
             expires: Time::from_secs(now_s(s.now) + now_s(p.retention)),
             max_declines: u32::from(p.max_receive),
             key_ttl: span(p.key_ttl),
+            authentication_wait: span(p.retention),
             rules: p.rules,
         });
         s.consumers.push(Consumer {

@@ -27,8 +27,23 @@ dynamodb = boto3.client(
 if table not in dynamodb.list_tables()["TableNames"]:
     dynamodb.create_table(
         TableName=table,
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "estado", "AttributeType": "S"},
+            {"AttributeName": "espera_hasta", "AttributeType": "N"},
+        ],
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        # The sparse index of the records that await their customer (template.yaml).
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "espera",
+                "KeySchema": [
+                    {"AttributeName": "estado", "KeyType": "HASH"},
+                    {"AttributeName": "espera_hasta", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
     dynamodb.update_time_to_live(

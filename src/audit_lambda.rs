@@ -1,56 +1,113 @@
-//! The scheduled audit in Lambda (the template's `AuditFunction`): any event runs the
+//! The scheduled function in Lambda (the template's `AuditFunction`), two jobs on two
+//! schedules: an event `{"run": "settle"}` runs the settler (every order that awaits
+//! its customer settled by its payment, `drivers/settle.rs`); any other event runs the
 //! audit over `AUDIT_SINCE`. Each finding is one error line; the counts are metrics; a
 //! read that fails fails the invocation, so the function's `Errors` alarm fires.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lambda_runtime::{LambdaEvent, service_fn};
 
 use crate::adapters::emf::Emf;
-use crate::contracts::payment::PaymentListing;
+use crate::contracts::payment::PaymentProvider;
+use crate::contracts::queue::Reports;
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::audit::{Window, audit};
+use crate::drivers::settle::Settler;
 use crate::policy::audit::INCOMPLETE_METRIC;
 
-/// Serves audits until the runtime stops.
-pub async fn serve(
-    since: Duration,
-    stuck_after: Duration,
-    store: Arc<dyn IdempotencyStore>,
-    provider: Arc<dyn PaymentListing>,
-    metrics: &'static Emf,
-) -> Result<(), lambda_runtime::Error> {
+/// Awaiting records one settler run reads: a schedule every few minutes settles far
+/// more than any shop's authentication requests in that time.
+pub const SETTLE_LIMIT: usize = 1000;
+/// What the settler leaves of the invocation's time for its last calls and its answer.
+const SETTLE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The scheduled function's parts, built once at cold start.
+pub struct Scheduled {
+    pub since: Duration,
+    pub stuck_after: Duration,
+    pub store: Arc<dyn IdempotencyStore>,
+    pub provider: Arc<dyn PaymentProvider>,
+    pub reports: Arc<dyn Reports>,
+    /// `expires` of a record the settler completes.
+    pub retention: Duration,
+    /// Each of the settler's calls.
+    pub call_timeout: Duration,
+}
+
+/// Serves audits and settler runs until the runtime stops.
+pub async fn serve(parts: Scheduled, metrics: &'static Emf) -> Result<(), lambda_runtime::Error> {
+    let parts = Arc::new(parts);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-        let (store, provider) = (Arc::clone(&store), Arc::clone(&provider));
+        let parts = Arc::clone(&parts);
         async move {
-            let window = Window::ending_now(since, stuck_after);
+            let settle = event.payload.get("run").and_then(|v| v.as_str()) == Some("settle");
             let (result, recorded) = metrics
                 .measure(async {
-                    let result = audit(store.as_ref(), provider.as_ref(), window).await;
-                    match &result {
-                        Ok(report) => report.record_metrics(),
-                        Err(_) => metrics::counter!(INCOMPLETE_METRIC).increment(1),
+                    if settle {
+                        settle_waits(&parts, &event.context).await
+                    } else {
+                        run_audit(&parts).await
                     }
-                    result
                 })
                 .await;
             metrics.write_invocation(&recorded, &event.context.request_id);
-            let report = result.inspect_err(|e| {
-                tracing::error!(error = %crate::error_chain(e), "audit incomplete");
-            })?;
-            for finding in &report.findings {
-                tracing::error!(
-                    finding = finding.kind.name(),
-                    order_id = finding.order_id,
-                    evidence = %finding.evidence,
-                    "audit finding"
-                );
-            }
-            let summary = report.summary(&window);
-            tracing::info!(summary = %summary, "audit finished");
-            Ok::<_, lambda_runtime::Error>(summary)
+            result
         }
     }))
     .await
+}
+
+async fn settle_waits(
+    parts: &Scheduled,
+    context: &lambda_runtime::Context,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let left = u64::try_from(context.deadline)
+        .ok()
+        .and_then(|deadline| {
+            let now = u64::try_from(crate::domain::clock::wall_ms()).ok()?;
+            deadline.checked_sub(now)
+        })
+        .map_or(Duration::from_secs(60), Duration::from_millis);
+    let now = || crate::domain::clock::Time::from_ms(crate::domain::clock::wall_ms());
+    let settler = Settler {
+        store: parts.store.as_ref(),
+        provider: parts.provider.as_ref(),
+        reports: parts.reports.as_ref(),
+        now: &now,
+        retention: parts.retention,
+        call_timeout: parts.call_timeout,
+        limit: SETTLE_LIMIT,
+        until: Instant::now() + left.saturating_sub(SETTLE_MARGIN),
+    };
+    let run = settler.run().await.inspect_err(|e| {
+        tracing::error!(error = %crate::error_chain(e), "settler could not read the awaiting orders");
+    })?;
+    let summary = run.summary();
+    tracing::info!(summary = %summary, "settler finished");
+    Ok(summary)
+}
+
+async fn run_audit(parts: &Scheduled) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let window = Window::ending_now(parts.since, parts.stuck_after);
+    let result = audit(parts.store.as_ref(), parts.provider.as_ref(), window).await;
+    match &result {
+        Ok(report) => report.record_metrics(),
+        Err(_) => metrics::counter!(INCOMPLETE_METRIC).increment(1),
+    }
+    let report = result.inspect_err(|e| {
+        tracing::error!(error = %crate::error_chain(e), "audit incomplete");
+    })?;
+    for finding in &report.findings {
+        tracing::error!(
+            finding = finding.kind.name(),
+            order_id = finding.order_id,
+            evidence = %finding.evidence,
+            "audit finding"
+        );
+    }
+    let summary = report.summary(&window);
+    tracing::info!(summary = %summary, "audit finished");
+    Ok(summary)
 }

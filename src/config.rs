@@ -92,6 +92,12 @@ pub struct Config {
     /// (`EVENT_SOURCE_MAX_CONCURRENCY`): this environment's pacing ceiling.
     pub payment_rate_budget: Option<u32>,
     pub event_source_max_concurrency: Option<u32>,
+    /// How long an order awaits its customer's authentication (`AUTHENTICATION_WAIT`)
+    /// before the settler cancels its payment.
+    pub authentication_wait: Duration,
+    /// Where an order whose wait ended without a payment is reported
+    /// (`AUTHENTICATION_ENDED_QUEUE_URL`): the shop's queue, to ask for another card.
+    pub authentication_ended_queue_url: Option<String>,
     /// Extra trusted roots for both HTTPS clients (`AWS_CA_BUNDLE`, a PEM file), on
     /// top of Mozilla's compiled-in roots: see `tls.rs`.
     pub ca_bundle: Option<std::path::PathBuf>,
@@ -107,6 +113,11 @@ const MIN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How far below the provider's key lifetime `PROVIDER_KEY_TTL` must stay: a key's age
 /// is checked before the charge is sent, up to one invocation (15 min) earlier.
 const KEY_TTL_HEADROOM: Duration = Duration::from_secs(3600);
+/// The shortest and longest wait for a customer's authentication: the customer needs
+/// time to come back, and an order's record must outlive its wait by far (the record's
+/// retention is at least 30 days).
+const MIN_AUTHENTICATION_WAIT: Duration = Duration::from_secs(3600);
+const MAX_AUTHENTICATION_WAIT: Duration = Duration::from_secs(28 * 24 * 3600);
 /// Longest a single Lambda invocation can run.
 const LAMBDA_MAX: Duration = Duration::from_secs(15 * 60);
 
@@ -197,6 +208,15 @@ impl Config {
                  which it is divided by: each environment's share of the fleet's budget",
             ));
         }
+        // 7 days: a customer asked by email or in the app comes back within days; a
+        // shorter wait cancels payments they were about to confirm.
+        let authentication_wait = env.duration(
+            "AUTHENTICATION_WAIT",
+            "7d",
+            MIN_AUTHENTICATION_WAIT..=MAX_AUTHENTICATION_WAIT,
+            "must be between 1h and 28d (the customer needs time to come back; the record \
+             must outlive the wait)",
+        )?;
         Ok(Self {
             table: env.name("IDEMPOTENCY_TABLE")?,
             retention,
@@ -233,6 +253,12 @@ impl Config {
             breaker_threshold: env.integer("BREAKER_THRESHOLD", 5, 1..=1000)?,
             payment_rate_budget,
             event_source_max_concurrency,
+            authentication_wait,
+            authentication_ended_queue_url: env.url(
+                "AUTHENTICATION_ENDED_QUEUE_URL",
+                "must be the URL of the queue that hears of orders whose authentication \
+                 ended without a payment (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+            )?,
             ca_bundle: env.text("AWS_CA_BUNDLE").map(std::path::PathBuf::from),
         })
     }

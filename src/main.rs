@@ -83,12 +83,24 @@ async fn run_lambda() -> anyhow::Result<()> {
     match config.function {
         Function::Consume => {
             let queue = wiring::sqs_queue(&config, &sdk)?;
-            let consumer = Arc::new(wiring::consumer(&config, store, provider).with_queue(queue));
+            let consumer = Arc::new(
+                wiring::consumer(&config, store, provider)
+                    .with_queue(queue)
+                    .with_reports(wiring::reports(&config, &sdk)),
+            );
             consume(consumer, metrics).await
         }
         Function::Audit => {
-            let (since, stuck_after) = (config.audit_since, config.audit_stuck_after);
-            charge_once::audit_lambda::serve(since, stuck_after, store, provider, metrics)
+            let scheduled = charge_once::audit_lambda::Scheduled {
+                since: config.audit_since,
+                stuck_after: config.audit_stuck_after,
+                store,
+                provider,
+                reports: wiring::reports(&config, &sdk),
+                retention: config.retention,
+                call_timeout: config.payment_timeout,
+            };
+            charge_once::audit_lambda::serve(scheduled, metrics)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))
         }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use crate::adapters::api_key::{self, ApiKeyError};
 use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::payment_http::{HttpProvider, HttpSetupError};
-use crate::adapters::sqs::SqsQueue;
+use crate::adapters::sqs::{SqsQueue, SqsReports};
 use crate::adapters::tls::{Tls, TlsError};
 use crate::config::{Config, ConfigError};
 use crate::contracts::payment::ChargePath;
+use crate::contracts::queue::{Reports, Unreported};
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::batch::Consumer;
 use crate::drivers::charge::Settings;
@@ -101,6 +102,15 @@ pub fn sqs_queue(
 ) -> Result<Arc<SqsQueue>, WiringError> {
     let dlq = config.require_dead_letter_queue_url()?;
     Ok(Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(sdk), dlq)))
+}
+
+/// Where ended waits are reported: the queue at AUTHENTICATION_ENDED_QUEUE_URL, or
+/// nowhere but the log line and the metric when it is unset.
+pub fn reports(config: &Config, sdk: &aws_config::SdkConfig) -> Arc<dyn Reports> {
+    match &config.authentication_ended_queue_url {
+        Some(url) => Arc::new(SqsReports::new(aws_sdk_sqs::Client::new(sdk), url)),
+        None => Arc::new(Unreported),
+    }
 }
 
 /// The Stripe-compatible provider at PAYMENT_API_URL, its key read once.

@@ -20,6 +20,7 @@ use harness::provider::{Fault, TestProvider};
 const PAYMENT_TIMEOUT: Duration = Duration::from_millis(300);
 const KEY_TTL: Duration = Duration::from_secs(23 * 3600);
 const MAX_DECLINES: u32 = 2;
+const AUTHENTICATION_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 struct Bench {
     store: SqliteStore,
@@ -43,6 +44,7 @@ fn bench() -> Bench {
                 PAYMENT_TIMEOUT,
             ),
             max_declines: MAX_DECLINES,
+            authentication_wait: AUTHENTICATION_WAIT,
             clock: clock.clock(),
             breakers: std::sync::Arc::new(charge_once::policy::retry::breaker::Breakers::new(
                 u32::MAX,

@@ -32,6 +32,8 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 pub const INVOCATION: Duration = Duration::from_secs(60);
 pub const PROVIDER_KEY_TTL: Duration = Duration::from_secs(23 * 3600);
 pub const MAX_DECLINES: u32 = 3;
+/// The wait for a customer's authentication, as the default (`AUTHENTICATION_WAIT`).
+pub const AUTHENTICATION_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The template's backoff defaults.
 pub const BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(30),
@@ -76,6 +78,9 @@ impl IdempotencyStore for FlakyStore {
     }
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
         self.inner.created_since(since).await
+    }
+    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.inner.awaiting(until, limit).await
     }
 }
 
@@ -152,6 +157,7 @@ impl<P: ChargePath + 'static> Harness<P> {
             provider_key_ttl: PROVIDER_KEY_TTL,
             budget: Budget::new(DEADLINE_MARGIN, PAYMENT_TIMEOUT),
             max_declines: MAX_DECLINES,
+            authentication_wait: AUTHENTICATION_WAIT,
             clock: now.clone(),
             breakers: Arc::new(options.breakers()),
         };

@@ -13,8 +13,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ScalarAttributeType, TableStatus,
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::contracts::schema::{self, Value};
@@ -108,27 +108,47 @@ pub fn legacy_item(
     })
 }
 
-/// Creates an idempotency table as `template.yaml` does (on demand, `pk` S) and waits
-/// until it is ACTIVE: writes fail while it is CREATING. Bounded: 200 × 50 ms.
+/// Creates an idempotency table as `template.yaml` does (on demand, `pk` S, the sparse
+/// awaiting index on `estado` + `espera_hasta`) and waits until it is ACTIVE: writes
+/// fail while it is CREATING. Bounded: 200 × 50 ms.
 async fn create_table(client: &Client, name: &str) -> Result<(), String> {
+    let definition = |name: &str, kind: ScalarAttributeType| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(kind)
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let key = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let awaiting = GlobalSecondaryIndex::builder()
+        .index_name(schema::AWAITING_INDEX)
+        .key_schema(key(schema::attr::STATE, KeyType::Hash)?)
+        .key_schema(key(schema::attr::WAIT_UNTIL, KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::All)
+                .build(),
+        )
+        .build()
+        .map_err(|e| e.to_string())?;
     client
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(schema::attr::PK)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(schema::attr::PK)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
+        .attribute_definitions(definition(schema::attr::PK, ScalarAttributeType::S)?)
+        .attribute_definitions(definition(schema::attr::STATE, ScalarAttributeType::S)?)
+        .attribute_definitions(definition(
+            schema::attr::WAIT_UNTIL,
+            ScalarAttributeType::N,
+        )?)
+        .key_schema(key(schema::attr::PK, KeyType::Hash)?)
+        .global_secondary_indexes(awaiting)
         .send()
         .await
         .map_err(|e| charge_once::error_chain(&e))?;

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_pa
 use crate::sqlite_file::{CallError, OpenMode, SharedConnection};
 use charge_once::contracts::schema::{self, Problem, Value};
 use charge_once::contracts::store::{
-    IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome,
+    IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Key, Record};
@@ -32,11 +32,17 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     en_curso_hasta INTEGER,
     intento        INTEGER,
     enviado        INTEGER,
-    rechazos       INTEGER
+    rechazos       INTEGER,
+    pago           TEXT,
+    espera_hasta   INTEGER
 ) STRICT";
-/// Files made before `rechazos` existed get the column (absent = no declines).
-const HAS_RECHAZOS: &str = "SELECT rechazos FROM idempotency LIMIT 0";
-const ADD_RECHAZOS: &str = "ALTER TABLE idempotency ADD COLUMN rechazos INTEGER";
+/// Columns a local file made by an earlier build may lack, each added when missing
+/// (absent reads as the attribute's absence, as in DynamoDB).
+const LATER_COLUMNS: [(&str, &str); 3] = [
+    ("rechazos", "INTEGER"),
+    ("pago", "TEXT"),
+    ("espera_hasta", "INTEGER"),
+];
 
 const RESERVE: &str = "INSERT INTO idempotency
         (pk, estado, titular, en_curso_hasta, huella, expira, creado, intento, enviado)
@@ -46,19 +52,20 @@ const RESERVE: &str = "INSERT INTO idempotency
         huella = :fingerprint, expira = :expires,
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
-    WHERE (estado <> :done AND expira < :now_s AND huella IS NOT NULL)
+    WHERE (estado <> :done AND estado <> :awaiting AND expira < :now_s AND huella IS NOT NULL)
        OR (huella = :fingerprint
            AND (rechazos IS NULL OR rechazos < :max_declines)
-           AND (estado = :free OR (estado = :in_progress AND en_curso_hasta < :now_ms)))
+           AND (estado = :free OR estado = :failed
+                OR (estado = :in_progress AND en_curso_hasta < :now_ms)))
     RETURNING *";
 const COMPLETE: &str = "UPDATE idempotency
     SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
-        intento = NULL, enviado = NULL, rechazos = NULL
+        intento = NULL, enviado = NULL, rechazos = NULL, pago = NULL, espera_hasta = NULL
     WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const COMPLETE_ATTEMPT: &str = "UPDATE idempotency
     SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
-        intento = NULL, enviado = NULL, rechazos = NULL
+        intento = NULL, enviado = NULL, rechazos = NULL, pago = NULL, espera_hasta = NULL
     WHERE pk = :pk AND intento = :attempt AND estado <> :done
     RETURNING *";
 const RELEASE: &str = "UPDATE idempotency
@@ -87,10 +94,26 @@ const RESOLVE: &str = "UPDATE idempotency
     SET estado = :in_progress, titular = :owner, en_curso_hasta = :lease_until,
         huella = COALESCE(huella, :fingerprint), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms), creado = COALESCE(creado, :now_ms)
-    WHERE pk = :pk AND estado <> :done
+    WHERE pk = :pk AND estado <> :done AND estado <> :awaiting
       AND (estado <> :in_progress OR en_curso_hasta IS NULL OR en_curso_hasta < :now_ms)
       AND (huella IS NULL OR huella = :fingerprint)
     RETURNING *";
+const AWAIT: &str = "UPDATE idempotency
+    SET estado = :awaiting, pago = :payment, espera_hasta = :wait_until,
+        titular = NULL, en_curso_hasta = NULL
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
+    RETURNING *";
+const SETTLE_PAID: &str = "UPDATE idempotency
+    SET estado = :done, recibo = :payment, expira = :expires, pago = NULL, espera_hasta = NULL,
+        intento = NULL, enviado = NULL, rechazos = NULL
+    WHERE pk = :pk AND estado = :awaiting AND pago = :payment
+    RETURNING *";
+const SETTLE_ENDED: &str = "UPDATE idempotency
+    SET estado = :failed, intento = intento + 1, pago = NULL, espera_hasta = NULL, enviado = NULL
+    WHERE pk = :pk AND estado = :awaiting AND pago = :payment
+    RETURNING *";
+const AWAITING: &str = "SELECT * FROM idempotency
+    WHERE estado = :awaiting AND espera_hasta < :until ORDER BY espera_hasta LIMIT :limit";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
 
@@ -119,12 +142,18 @@ impl SqliteStore {
         let conn = SharedConnection::open(path, SCHEMA, "idempotency", mode)
             .map_err(|e| StoreError::backend("open", &path.display().to_string(), e))?;
         conn.call_here(|c| {
-            if c.prepare(HAS_RECHAZOS).is_err() {
-                c.execute_batch(ADD_RECHAZOS)?;
+            for (column, kind) in LATER_COLUMNS {
+                if c.prepare(&format!("SELECT {column} FROM idempotency LIMIT 0"))
+                    .is_err()
+                {
+                    c.execute_batch(&format!(
+                        "ALTER TABLE idempotency ADD COLUMN {column} {kind}"
+                    ))?;
+                }
             }
             Ok(())
         })
-        .map_err(|e| StoreError::backend("add column rechazos", "idempotency", e))?;
+        .map_err(|e| StoreError::backend("add columns", "idempotency", e))?;
         Ok(Self { conn })
     }
 
@@ -173,10 +202,12 @@ impl SqliteStore {
 
 /// The `estado` values the statements bind (never SQL literals): one mapping, the
 /// schema's.
-const STATES: [(&str, &str); 3] = [
+const STATES: [(&str, &str); 5] = [
     (":in_progress", schema::state::IN_PROGRESS),
     (":done", schema::state::DONE),
     (":free", schema::state::FREE),
+    (":awaiting", schema::state::AWAITING),
+    (":failed", schema::state::FAILED),
 ];
 
 /// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
@@ -274,6 +305,24 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":now_ms", int(req.now.as_ms())),
             ],
         ),
+        Write::Await(req) => (
+            AWAIT,
+            vec![
+                (":owner", text(req.owner)),
+                (":payment", text(req.payment_id)),
+                (":wait_until", int(req.wait_until.as_secs())),
+            ],
+        ),
+        Write::Settle(req) => match req.settled {
+            Settled::Paid { expires } => (
+                SETTLE_PAID,
+                vec![
+                    (":payment", text(req.payment_id)),
+                    (":expires", int(expires.as_secs())),
+                ],
+            ),
+            Settled::Ended => (SETTLE_ENDED, vec![(":payment", text(req.payment_id))]),
+        },
     }
 }
 
@@ -308,6 +357,23 @@ impl IdempotencyStore for SqliteStore {
             })
             .await
             .map_err(|e| store_error("get", pk.as_str(), e))
+    }
+
+    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn
+            .call(move |conn| {
+                let mut stmt = conn.prepare(AWAITING)?;
+                let params = named_params! {
+                    ":awaiting": schema::state::AWAITING,
+                    ":until": until.as_secs(),
+                    ":limit": limit,
+                };
+                let rows = stmt.query_map(params, row_to_record)?;
+                rows.collect()
+            })
+            .await
+            .map_err(|e| store_error("query", "idempotency", e))
     }
 
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {

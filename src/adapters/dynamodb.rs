@@ -16,7 +16,9 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use crate::contracts::schema::{self, Problem, Value, attr};
-use crate::contracts::store::{IdempotencyStore, ReleaseKind, StoreError, Write, WriteOutcome};
+use crate::contracts::store::{
+    IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
+};
 use crate::domain::clock::Time;
 use crate::domain::{Key, Record};
 
@@ -42,6 +44,8 @@ const NAMES: &[(&str, &str)] = &[
     ("#attempt", attr::ATTEMPT),
     ("#sent", attr::SENT),
     ("#declines", attr::DECLINES),
+    ("#payment", attr::PAYMENT),
+    ("#wait_until", attr::WAIT_UNTIL),
 ];
 
 const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
@@ -50,16 +54,19 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// legacy consumer have no `huella` and are never taken over); or the same payload
 /// (its fingerprint), below the decline limit, `libre` or with an expired lease.
-/// `hecho` is never matched: it is final.
+/// `hecho` is never matched: it is final; nor `espera`: the payment it names may still
+/// succeed. `fallido` is reserved as `libre` is (its wait ended, its key moved on).
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
-     OR (#state <> :done AND #expires < :now_s AND attribute_exists(#fingerprint)) \
+     OR (#state <> :done AND #state <> :awaiting AND #expires < :now_s \
+         AND attribute_exists(#fingerprint)) \
      OR (#fingerprint = :fingerprint \
          AND (attribute_not_exists(#declines) OR #declines < :max_declines) \
-         AND (#state = :free OR (#state = :in_progress AND #lease_until < :now_ms)))";
+         AND (#state = :free OR #state = :failed \
+              OR (#state = :in_progress AND #lease_until < :now_ms)))";
 const FENCE: &str = "#state = :in_progress AND #owner = :owner";
 /// A done record keeps only what a done order is read for (`policy/table.rs`, `apply`).
 const COMPLETE_UPDATE: &str = "SET #state = :done, #receipt = :receipt, #expires = :expires \
-     REMOVE #owner, #lease_until, #attempt, #sent, #declines";
+     REMOVE #owner, #lease_until, #attempt, #sent, #declines, #payment, #wait_until";
 const COMPLETE_ATTEMPT_CONDITION: &str = "#attempt = :attempt AND #state <> :done";
 const RELEASE_UPDATE: &str = "SET #state = :free REMOVE #owner, #lease_until";
 const RELEASE_DECLINED_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one, \
@@ -71,16 +78,28 @@ const RELEASE_NEXT_RESET_UPDATE: &str = "SET #state = :free, #attempt = #attempt
 const RESOLVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
      #fingerprint = if_not_exists(#fingerprint, :fingerprint), #attempt = if_not_exists(#attempt, :one), \
      #sent = if_not_exists(#sent, :now_ms), #created = if_not_exists(#created, :now_ms)";
-const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #state <> :done \
+const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #state <> :done AND #state <> :awaiting \
      AND (#state <> :in_progress OR attribute_not_exists(#lease_until) OR #lease_until < :now_ms) \
      AND (attribute_not_exists(#fingerprint) OR #fingerprint = :fingerprint)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_ms";
+/// Writing `espera_hasta` puts the record in the awaiting index; settling removes it.
+const AWAIT_UPDATE: &str = "SET #state = :awaiting, #payment = :payment, \
+     #wait_until = :wait_until REMOVE #owner, #lease_until";
+const SETTLE_CONDITION: &str = "#state = :awaiting AND #payment = :payment";
+const SETTLE_PAID_UPDATE: &str = "SET #state = :done, #receipt = :payment, #expires = :expires \
+     REMOVE #payment, #wait_until, #attempt, #sent, #declines";
+const SETTLE_ENDED_UPDATE: &str = "SET #state = :failed, #attempt = #attempt + :one \
+     REMOVE #payment, #wait_until, #sent";
+/// The awaiting index's key condition: the records whose wait ends before `:until`.
+const AWAITING_KEY: &str = "#state = :awaiting AND #wait_until < :until";
 
 /// The values every expression may use: the states and the numbers 0 and 1.
 const CONSTANTS: &[(&str, Constant)] = &[
     (":in_progress", Constant::S(schema::state::IN_PROGRESS)),
     (":done", Constant::S(schema::state::DONE)),
     (":free", Constant::S(schema::state::FREE)),
+    (":awaiting", Constant::S(schema::state::AWAITING)),
+    (":failed", Constant::S(schema::state::FAILED)),
     (":one", Constant::N(1)),
     (":zero", Constant::N(0)),
 ];
@@ -216,6 +235,18 @@ impl DynamoStore {
                 .expression_attribute_values(":lease_until", n(req.lease_until.as_ms()))
                 .expression_attribute_values(":fingerprint", s(req.fingerprint))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms())),
+            Write::Await(req) => self
+                .update(req.pk, AWAIT_UPDATE, FENCE)
+                .expression_attribute_values(":owner", s(req.owner))
+                .expression_attribute_values(":payment", s(req.payment_id))
+                .expression_attribute_values(":wait_until", n(req.wait_until.as_secs())),
+            Write::Settle(req) => match req.settled {
+                Settled::Paid { expires } => self
+                    .update(req.pk, SETTLE_PAID_UPDATE, SETTLE_CONDITION)
+                    .expression_attribute_values(":expires", n(expires.as_secs())),
+                Settled::Ended => self.update(req.pk, SETTLE_ENDED_UPDATE, SETTLE_CONDITION),
+            }
+            .expression_attribute_values(":payment", s(req.payment_id)),
         }
     }
 }
@@ -254,6 +285,10 @@ impl IdempotencyStore for DynamoStore {
         output.item().map(record_from_item).transpose()
     }
 
+    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.query_awaiting(until, limit).await
+    }
+
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
         let mut records = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -287,6 +322,44 @@ impl IdempotencyStore for DynamoStore {
             &self.table,
             std::io::Error::other("more pages than the audit reads"),
         ))
+    }
+}
+
+impl DynamoStore {
+    /// The awaiting index, page after page, soonest wait end first, up to `limit`.
+    async fn query_awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let mut records = Vec::new();
+        let mut start: Option<Item> = None;
+        // Bounded: every page but the last holds at least one record.
+        for _page in 0..=limit {
+            let page = i32::try_from((limit - records.len()).clamp(1, 100)).unwrap_or(100);
+            let output = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::AWAITING_INDEX)
+                .key_condition_expression(AWAITING_KEY)
+                .expression_attribute_names("#state", attr::STATE)
+                .expression_attribute_names("#wait_until", attr::WAIT_UNTIL)
+                .expression_attribute_values(":awaiting", s(schema::state::AWAITING))
+                .expression_attribute_values(":until", n(until.as_secs()))
+                .limit(page)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("query", &self.table, e))?;
+            for item in output.items() {
+                records.push(record_from_item(item)?);
+            }
+            match output.last_evaluated_key() {
+                Some(last) if !last.is_empty() && records.len() < limit => {
+                    start = Some(last.clone());
+                }
+                _ => break,
+            }
+        }
+        records.truncate(limit);
+        Ok(records)
     }
 }
 
@@ -365,6 +438,11 @@ mod tests {
             NEXT_ATTEMPT_UPDATE,
             RESOLVE_UPDATE,
             RESOLVE_CONDITION,
+            AWAIT_UPDATE,
+            SETTLE_CONDITION,
+            SETTLE_PAID_UPDATE,
+            SETTLE_ENDED_UPDATE,
+            AWAITING_KEY,
         ];
         for expression in expressions {
             for (_, name) in NAMES {

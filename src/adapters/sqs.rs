@@ -1,6 +1,7 @@
 //! The SQS adapter of the queue contract: `ChangeMessageVisibilityBatch` on the source
 //! queue (its URL found once per queue and execution environment with `GetQueueUrl`,
-//! from the record's `eventSourceARN`) and `SendMessageBatch` to the dead-letter queue.
+//! from the record's `eventSourceARN`), `SendMessageBatch` to the dead-letter queue, and
+//! `SendMessage` of an ended wait to the shop's report queue.
 //! Only I/O: which records, which delays and which reasons are the batch's to decide.
 
 use std::collections::HashMap;
@@ -18,8 +19,8 @@ use sha2::{Digest, Sha256};
 use tracing::warn;
 
 use crate::contracts::queue::{
-    DeadLetter, MAX_ATTRIBUTES, NOTE_ATTRIBUTE, Queue, QueueError, VisibilityChange,
-    parse_queue_arn,
+    DeadLetter, EndedWait, MAX_ATTRIBUTES, NOTE_ATTRIBUTE, Queue, QueueError, Reports,
+    VisibilityChange, parse_queue_arn,
 };
 
 /// Entries per batch call: SQS's limit.
@@ -273,6 +274,36 @@ fn weight(message: &SqsMessage, note: &str) -> usize {
         })
         .sum();
     message.body.as_deref().map_or(0, str::len) + attributes + NOTE_ATTRIBUTE.len() + note.len()
+}
+
+/// The report queue of ended waits: one `SendMessage` of the report's JSON each.
+pub struct SqsReports {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl SqsReports {
+    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Reports for SqsReports {
+    async fn ended(&self, report: &EndedWait<'_>) -> Result<(), QueueError> {
+        let body = serde_json::to_string(report).map_err(|e| QueueError::call("SendMessage", e))?;
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| QueueError::call("SendMessage", e))?;
+        Ok(())
+    }
 }
 
 #[async_trait]

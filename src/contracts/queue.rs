@@ -110,6 +110,36 @@ impl Queue for Offline {
     }
 }
 
+/// An order whose wait for its customer ended without a payment, as the shop hears of
+/// it (ARCHITECTURE.md, "An order that awaits its customer"): at least once, so the
+/// shop reads it by order and payment.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EndedWait<'a> {
+    pub order_id: &'a str,
+    /// `authentication_expired`.
+    pub outcome: &'static str,
+    /// The PaymentIntent the customer did not confirm (now cancelled).
+    pub payment_id: &'a str,
+    pub ended_at_ms: i64,
+}
+
+/// Where ended waits are reported (`AUTHENTICATION_ENDED_QUEUE_URL`).
+#[async_trait]
+pub trait Reports: Send + Sync {
+    async fn ended(&self, report: &EndedWait<'_>) -> Result<(), QueueError>;
+}
+
+/// No report queue configured (local runs, tests that do not read it): the log line
+/// and the metric are the report.
+pub struct Unreported;
+
+#[async_trait]
+impl Reports for Unreported {
+    async fn ended(&self, _report: &EndedWait<'_>) -> Result<(), QueueError> {
+        Ok(())
+    }
+}
+
 /// The queue's name and account from its ARN (`arn:aws:sqs:<region>:<account>:<name>`).
 pub fn parse_queue_arn(arn: &str) -> Result<(&str, &str), QueueError> {
     let parts: Vec<&str> = arn.splitn(6, ':').collect();

@@ -27,13 +27,24 @@ pub mod attr {
     /// ms epoch when the current attempt's key was first sent.
     pub const SENT: &str = "enviado";
     pub const DECLINES: &str = "rechazos";
+    /// While `espera`: the PaymentIntent the customer is asked to confirm.
+    pub const PAYMENT: &str = "pago";
+    /// While `espera`: s epoch when the wait ends; the awaiting index's sort key, so
+    /// that only awaiting records are in that index.
+    pub const WAIT_UNTIL: &str = "espera_hasta";
 }
+
+/// The table's one secondary index: the records that await their customer (sparse:
+/// only items with `espera_hasta` are in it), partitioned by `estado`.
+pub const AWAITING_INDEX: &str = "espera";
 
 /// The stored values of `estado`.
 pub mod state {
     pub const IN_PROGRESS: &str = "en-curso";
     pub const DONE: &str = "hecho";
     pub const FREE: &str = "libre";
+    pub const AWAITING: &str = "espera";
+    pub const FAILED: &str = "fallido";
 }
 
 /// A record state as stored.
@@ -42,6 +53,8 @@ pub fn state_value(state: &State) -> &str {
         State::InProgress => state::IN_PROGRESS,
         State::Done => state::DONE,
         State::Free => state::FREE,
+        State::Awaiting => state::AWAITING,
+        State::Failed => state::FAILED,
         State::Other(value) => value,
     }
 }
@@ -70,6 +83,8 @@ pub fn parse_state(value: &str) -> State {
         state::IN_PROGRESS => State::InProgress,
         state::DONE => State::Done,
         state::FREE => State::Free,
+        state::AWAITING => State::Awaiting,
+        state::FAILED => State::Failed,
         other => State::Other(other.to_owned()),
     }
 }
@@ -134,6 +149,8 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
         attempt: count(attr::ATTEMPT)?,
         sent: number(attr::SENT)?.map(Time::from_ms),
         declines: count(attr::DECLINES)?,
+        payment: string(attr::PAYMENT)?,
+        wait_until: number(attr::WAIT_UNTIL)?.map(Time::from_secs),
         pk: Key::from_stored(&pk)
             .ok_or_else(|| malformed(&pk, attr::PK, "is not `cobro#<order id>`"))?,
     };
@@ -157,6 +174,8 @@ pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
         (attr::ATTEMPT, n(record.attempt.map(i64::from))),
         (attr::SENT, n(record.sent.map(Time::as_ms))),
         (attr::DECLINES, n(record.declines.map(i64::from))),
+        (attr::PAYMENT, record.payment.as_deref().and_then(s)),
+        (attr::WAIT_UNTIL, n(record.wait_until.map(Time::as_secs))),
     ];
     fields
         .into_iter()
@@ -189,6 +208,8 @@ mod tests {
             attempt: Some(2),
             sent: Some(Time::from_ms(1_500)),
             declines: Some(1),
+            payment: Some("pi_1".into()),
+            wait_until: Some(Time::from_secs(3)),
         }
     }
 
@@ -214,7 +235,13 @@ mod tests {
 
     #[test]
     fn every_state_value_parses_back_and_an_unknown_one_is_kept() {
-        for state in [State::InProgress, State::Done, State::Free] {
+        for state in [
+            State::InProgress,
+            State::Done,
+            State::Free,
+            State::Awaiting,
+            State::Failed,
+        ] {
             assert_eq!(parse_state(state_value(&state)), state);
         }
         assert_eq!(parse_state("pagado"), State::Other("pagado".into()));

@@ -104,6 +104,36 @@ pub struct ResolveLeaseRequest<'a> {
     pub lease_until: Time,
 }
 
+/// Hand the order to its customer (`Awaiting`): the payment they are asked to confirm
+/// and when the wait ends, the lease removed, the key kept; same fence as `Complete`.
+#[derive(Clone, Debug)]
+pub struct AwaitRequest<'a> {
+    pub pk: &'a Key,
+    pub owner: &'a Owner,
+    pub payment_id: &'a str,
+    pub wait_until: Time,
+}
+
+/// How an awaited payment settled (ARCHITECTURE.md, "An order that awaits its customer").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Settled {
+    /// It succeeded: `Done`, its id the receipt, retention until `expires`.
+    Paid { expires: Time },
+    /// It was cancelled (or the wait expired and it was cancelled): `Failed`, the
+    /// attempt + 1, so a later message for the order starts a new key.
+    Ended,
+}
+
+/// Settle an awaiting record by the payment it names: on `state = Awaiting AND
+/// payment = payment_id`, which makes a repeated event or a second settler a refused
+/// no-op.
+#[derive(Clone, Debug)]
+pub struct SettleRequest<'a> {
+    pub pk: &'a Key,
+    pub payment_id: &'a str,
+    pub settled: Settled,
+}
+
 /// The answer to every conditional write (a reservation included).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WriteOutcome {
@@ -145,6 +175,10 @@ pub enum Write<'a> {
     /// `fingerprint` (which it then gets). `attempt`, `sent`, `created` are kept or
     /// started.
     LeaseForResolve(ResolveLeaseRequest<'a>),
+    /// While holding the lease: `Awaiting` the customer's confirmation of a payment.
+    Await(AwaitRequest<'a>),
+    /// By whoever learns how the awaited payment ended (an event, the settler).
+    Settle(SettleRequest<'a>),
 }
 
 impl<'a> Write<'a> {
@@ -156,6 +190,8 @@ impl<'a> Write<'a> {
             Self::Release(r) => r.pk,
             Self::NextAttempt { pk, .. } => pk,
             Self::LeaseForResolve(r) => r.pk,
+            Self::Await(r) => r.pk,
+            Self::Settle(r) => r.pk,
         }
     }
 
@@ -168,6 +204,8 @@ impl<'a> Write<'a> {
             Self::Release(_) => "release",
             Self::NextAttempt { .. } => "next_attempt",
             Self::LeaseForResolve(_) => "lease_for_resolve",
+            Self::Await(_) => "await",
+            Self::Settle(_) => "settle",
         }
     }
 }
@@ -187,4 +225,9 @@ pub trait IdempotencyStore: Send + Sync {
     /// legacy-format items have none). Every page is read, or an error: never a
     /// shorter list.
     async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;
+
+    /// Every record that awaits its customer whose wait ends before `until` (all of
+    /// them with a far `until`), soonest first, at most `limit`: the settler's and the
+    /// audit's reads, from the awaiting index (never a scan of the table).
+    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError>;
 }

@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
+use crate::domain::event::{PaymentEvent, is_stripe_source};
+
 /// Largest accepted amount, in minor units.
 pub const MAX_AMOUNT: u64 = 99_999_999;
 /// Longest accepted order id.
@@ -43,6 +45,9 @@ pub enum OrderError {
     SnsMessageNotJson(#[source] serde_json::Error),
     #[error("EventBridge event: {0}")]
     EventBridgeEnvelope(&'static str),
+    /// A Stripe event that is not a PaymentIntent's, or lacks this field.
+    #[error("payment event: `{0}` is missing or not what a PaymentIntent event carries")]
+    PaymentEvent(&'static str),
     /// The body (or the SNS message inside it) names a field twice.
     #[error("ambiguous JSON (I-JSON, RFC 7493): {0}")]
     DuplicateField(#[source] serde_json::Error),
@@ -95,6 +100,27 @@ impl Order {
     /// Parses an SQS body: a raw order, an SNS notification envelope around one (SNS
     /// to SQS without raw delivery), or an EventBridge event whose `detail` is one.
     pub fn parse(body: &str) -> Result<Self, OrderError> {
+        match Incoming::parse(body)? {
+            Incoming::Order(order) => Ok(order),
+            Incoming::PaymentEvent(_) => Err(OrderError::EventBridgeEnvelope(
+                "a payment event, not an order",
+            )),
+        }
+    }
+}
+
+/// What an SQS body of the orders queue is: an order, or a provider's payment event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Incoming {
+    Order(Order),
+    PaymentEvent(PaymentEvent),
+}
+
+impl Incoming {
+    /// Parses an SQS body: a raw order, an SNS notification envelope around one, an
+    /// EventBridge event whose `detail` is one, or a Stripe event from a partner event
+    /// bus (its `source` names it).
+    pub fn parse(body: &str) -> Result<Self, OrderError> {
         let value = strict_json(body).map_err(|e| match e {
             StrictError::Invalid(e) => OrderError::NotJson(e),
             StrictError::DuplicateField(e) => OrderError::DuplicateField(e),
@@ -113,20 +139,25 @@ impl Order {
             let inner = inner
                 .as_object()
                 .ok_or(OrderError::SnsEnvelope("Message is not a JSON object"))?;
-            return Self::from_object(inner);
+            return Order::from_object(inner).map(Self::Order);
         }
         if is_eventbridge_event(object) {
             return match object.get("detail") {
-                Some(Value::Object(detail)) => Self::from_object(detail),
+                Some(Value::Object(detail)) if is_stripe_source(object) => {
+                    PaymentEvent::from_detail(detail).map(Self::PaymentEvent)
+                }
+                Some(Value::Object(detail)) => Order::from_object(detail).map(Self::Order),
                 Some(_) => Err(OrderError::EventBridgeEnvelope(
                     "detail is not a JSON object",
                 )),
                 None => Err(OrderError::EventBridgeEnvelope("detail is missing")),
             };
         }
-        Self::from_object(object)
+        Order::from_object(object).map(Self::Order)
     }
+}
 
+impl Order {
     fn from_object(object: &Map<String, Value>) -> Result<Self, OrderError> {
         let id = string_field(object, "id")?;
         let amount = match object.get("amount") {

@@ -84,6 +84,13 @@ pub enum State {
     Done,
     /// `Free`: released after a failed charge; the next delivery may reserve it.
     Free,
+    /// `Awaiting`: the customer's bank asked for authentication; the record names the
+    /// payment the customer is asked to confirm and when the wait ends. Only that
+    /// payment's settling (an event, the scheduled settler) moves it on.
+    Awaiting,
+    /// `Failed`: the wait ended without a payment (cancelled, or expired and
+    /// cancelled); a later message for the order starts a new attempt.
+    Failed,
     /// Anything else: written by something we do not know. Never taken over.
     Other(String),
 }
@@ -108,6 +115,10 @@ pub struct Record {
     pub sent: Option<Time>,
     /// How many times the provider declined this order (ARCHITECTURE.md, "The state machine").
     pub declines: Option<u32>,
+    /// While `Awaiting`: the payment the customer is asked to confirm.
+    pub payment: Option<String>,
+    /// While `Awaiting`: s epoch when the wait ends.
+    pub wait_until: Option<Time>,
 }
 
 impl Record {
@@ -125,6 +136,8 @@ impl Record {
             attempt: None,
             sent: None,
             declines: None,
+            payment: None,
+            wait_until: None,
         }
     }
 

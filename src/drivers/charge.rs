@@ -64,6 +64,8 @@ pub struct Settings {
     pub budget: Budget,
     /// Declines per order before deliveries stop calling the provider.
     pub max_declines: u32,
+    /// How long an order awaits its customer's authentication.
+    pub authentication_wait: Duration,
     pub clock: Clock,
     /// This execution environment's breakers, shared by every invocation.
     pub breakers: Arc<Breakers>,
@@ -77,6 +79,7 @@ impl From<&Config> for Settings {
             provider_key_ttl: config.provider_key_ttl,
             budget: Budget::new(config.deadline_margin, config.payment_timeout),
             max_declines: config.max_declines,
+            authentication_wait: config.authentication_wait,
             clock: crate::domain::clock::system(),
             breakers: Arc::new(
                 Breakers::new(
@@ -157,6 +160,7 @@ impl Charger<'_> {
             expires: self.settings.expires(now),
             max_declines: self.settings.max_declines,
             key_ttl: self.settings.provider_key_ttl,
+            authentication_wait: self.settings.authentication_wait,
             rules: Rules::ALL,
         });
         loop {
@@ -368,7 +372,7 @@ impl Charger<'_> {
 
     /// A store call, with its timeout cut to the time left (a store answers in
     /// milliseconds; recording a charge is worth a short try).
-    async fn store_call<T>(
+    pub(crate) async fn store_call<T>(
         &self,
         deadline: Time,
         call: impl Future<Output = Result<T, StoreError>>,

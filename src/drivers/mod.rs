@@ -6,9 +6,11 @@
 //! | [`charge`] | one record's machine, and `resolve`'s, with the real store and provider |
 //! | [`batch`] | the SQS batch: runs the plan's groups, makes the queue calls, reports each record |
 //! | [`audit`] | the audit's reads |
+//! | [`settle`] | orders that await their customer: settled from events in the batch, and by the scheduled settler |
 //! | [`metrics`] | the names of the metrics the drivers count |
 
 pub mod audit;
 pub mod batch;
 pub mod charge;
 pub mod metrics;
+pub mod settle;

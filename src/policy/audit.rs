@@ -274,7 +274,7 @@ fn record_finding(
                 }),
             })
         }
-        State::Free | State::Other(_) => None,
+        State::Free | State::Awaiting | State::Failed | State::Other(_) => None,
     }
 }
 

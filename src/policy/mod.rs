@@ -27,4 +27,5 @@ pub mod pacing;
 pub mod resolve;
 pub mod retry;
 pub mod rules;
+pub mod settle;
 pub mod table;

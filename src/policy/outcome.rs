@@ -73,12 +73,30 @@ pub enum Outcome {
         cause: ReconcileCause,
     },
     /// The customer's bank asks for authentication: only the customer, back on the
-    /// shop's page, can confirm payment `payment_id`. Nothing was charged; no other
-    /// payment is made while it is open (the key is kept), and the next delivery
-    /// reconciles it.
+    /// shop's page, can confirm payment `payment_id`. Nothing was charged; the record
+    /// awaits them (`Awaiting`, until `wait_until`) and names that payment, so no other
+    /// is made while it may succeed; its events or the settler complete the order.
     AuthenticationRequired {
-        payment_id: Option<String>,
+        payment_id: String,
         attempt: u32,
+        wait_until: Time,
+    },
+    /// A delivery of an order that awaits its customer: nothing to do, no call made.
+    AwaitingCustomer {
+        payment_id: Option<String>,
+    },
+    /// An awaited payment settled, from its event: `paid` → the order is `Done` with it
+    /// (`reconciled`); otherwise the wait ended without a payment
+    /// (`authentication_expired`), and a later message for the order is a new attempt.
+    Settled {
+        payment_id: String,
+        paid: bool,
+    },
+    /// A provider event that changes nothing here (another order's, a payment the
+    /// record does not name, one already settled): acknowledged, and logged.
+    EventIgnored {
+        payment_id: String,
+        why: &'static str,
     },
     /// The dependency's breaker is open in this execution environment: no write and no
     /// call were made; the record comes back with the backoff.
@@ -99,6 +117,8 @@ pub enum Call {
     Lookup,
     Cancel,
     Complete,
+    Await,
+    Settle,
 }
 
 impl Call {
@@ -111,6 +131,8 @@ impl Call {
             Self::Charge => "charge",
             Self::Lookup => "reconciliation lookup",
             Self::Complete => "complete",
+            Self::Await => "await",
+            Self::Settle => "settle",
         }
     }
 }
@@ -144,6 +166,12 @@ pub enum RetryCause {
     Charge(#[source] Shared<PaymentError>),
     #[error("lease lost before moving to the next attempt")]
     LeaseLostBeforeNextAttempt,
+    /// The shop's report of an ended wait could not be sent: the record is left
+    /// awaiting, so the retry reports it again.
+    #[error("reporting the ended wait to the shop")]
+    Report(#[source] Shared<crate::contracts::queue::QueueError>),
+    #[error("lease lost before the record could await the customer; the next delivery asks again")]
+    LeaseLostBeforeAwaiting,
     /// The provider replayed a stored 5xx and no payment of the order is found yet: its
     /// outcome is indeterminate (a payment may still appear), so the key is kept.
     #[error(
@@ -225,6 +253,20 @@ pub enum ReconcileCause {
          the provider, then with `resolve`"
     )]
     UnexpectedStatus { payment_id: String, status: String },
+    /// The bank asked for authentication but neither its answer nor a lookup names the
+    /// payment the customer is asked to confirm: the record cannot await it.
+    #[error(
+        "the customer's bank asks for authentication but no payment of the order is named \
+         or found: find it at the provider, then settle the order with `resolve`"
+    )]
+    AuthenticationWithoutPayment,
+    /// A payment of the order succeeded though the order was already paid with another:
+    /// charged twice (an open payment confirmed late).
+    #[error(
+        "payment {payment_id} of this order succeeded, but the order was already paid with \
+         {receipt}: charged twice; refund one at the provider"
+    )]
+    LateConfirmation { payment_id: String, receipt: String },
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
         "charged {receipt} under attempt {attempt} but the record moved on ({})",
@@ -258,6 +300,10 @@ impl Outcome {
             Self::Deferred { .. } => OutcomeKind::Deferred,
             Self::NeedsReconciliation { .. } => OutcomeKind::NeedsReconciliation,
             Self::AuthenticationRequired { .. } => OutcomeKind::AuthenticationRequired,
+            Self::AwaitingCustomer { .. } => OutcomeKind::AwaitingCustomer,
+            Self::Settled { paid: true, .. } => OutcomeKind::Reconciled,
+            Self::Settled { paid: false, .. } => OutcomeKind::AuthenticationExpired,
+            Self::EventIgnored { .. } => OutcomeKind::EventIgnored,
         }
     }
 
@@ -344,10 +390,20 @@ impl Outcome {
             }
             Self::Conflict => "same order id with a different payload; not charged",
             Self::AuthenticationRequired { .. } => {
-                "the customer's bank asks for authentication: the shop brings the customer \
-                 back to confirm this payment on-session, then redrives; no other payment is \
-                 made while it is open"
+                "the customer's bank asks for authentication: the order awaits the customer's \
+                 confirmation of this payment on the shop's page; its event or the settler \
+                 completes it, and no other payment is made while it is open"
             }
+            Self::AwaitingCustomer { .. } => {
+                "the order awaits its customer's confirmation of its payment; no call made"
+            }
+            Self::Settled { paid: true, .. } => return None,
+            Self::Settled { paid: false, .. } => {
+                "the customer did not confirm the payment: it is cancelled and the order \
+                 ended without a payment; the shop asks for another card, and a new message \
+                 for the order is a new attempt"
+            }
+            Self::EventIgnored { why, .. } => why,
         };
         Some(Cow::Borrowed(fixed))
     }
@@ -410,9 +466,25 @@ impl Outcome {
             Self::AuthenticationRequired {
                 payment_id,
                 attempt,
+                ..
             } => Details {
-                payment: payment_id.as_deref(),
+                payment: Some(payment_id),
                 attempt: Some(*attempt),
+                ..Details::default()
+            },
+            Self::AwaitingCustomer { payment_id } => Details {
+                payment: payment_id.as_deref(),
+                ..Details::default()
+            },
+            Self::Settled {
+                payment_id,
+                paid: true,
+            } => Details {
+                receipt: Some(payment_id),
+                ..Details::default()
+            },
+            Self::Settled { payment_id, .. } | Self::EventIgnored { payment_id, .. } => Details {
+                payment: Some(payment_id),
                 ..Details::default()
             },
             Self::Conflict
@@ -533,18 +605,28 @@ mod tests {
     }
 
     #[test]
-    fn an_authentication_request_names_its_payment_and_is_dead_lettered() {
+    fn an_authentication_request_names_its_payment_and_is_acknowledged_for_the_table_holds_it() {
         let strong = Outcome::AuthenticationRequired {
-            payment_id: Some("pi_1".into()),
+            payment_id: "pi_1".into(),
             attempt: 1,
+            wait_until: Time::from_secs(1),
         };
         assert_eq!(strong.name(), "authentication_required");
-        assert_eq!(
-            strong.handling(),
-            Handling::DeadLetter,
-            "dead-lettered at once"
-        );
+        assert_eq!(strong.handling(), Handling::Ack, "no DLQ, no redrive");
         assert_eq!(strong.details().payment, Some("pi_1"));
+        let ended = Outcome::Settled {
+            payment_id: "pi_1".into(),
+            paid: false,
+        };
+        assert_eq!(ended.name(), "authentication_expired");
+        let paid = Outcome::Settled {
+            payment_id: "pi_1".into(),
+            paid: true,
+        };
+        assert_eq!(
+            (paid.name(), paid.details().receipt),
+            ("reconciled", Some("pi_1"))
+        );
     }
 
     #[test]

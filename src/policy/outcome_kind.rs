@@ -118,7 +118,10 @@ declare! {
     Deadline => "deadline", Warn, Retry(Backoff);
     Deferred => "deferred", Warn, Retry(BreakerProbe);
     NeedsReconciliation => "needs_reconciliation", Error, DeadLetter;
-    AuthenticationRequired => "authentication_required", Warn, DeadLetter;
+    AuthenticationRequired => "authentication_required", Info, Ack;
+    AwaitingCustomer => "awaiting_customer", Info, Ack;
+    AuthenticationExpired => "authentication_expired", Info, Ack;
+    EventIgnored => "event_ignored", Info, Ack;
     Invalid => "invalid", Warn, DeadLetter;
     Unstarted => "unstarted", Warn, Retry(Backoff);
     Skipped => "skipped", Info, Retry(Behind);

@@ -330,6 +330,8 @@ mod tests {
             attempt: Some(2),
             sent: Some(Time::from_ms(1)),
             declines: Some(3),
+            payment: None,
+            wait_until: None,
         }
     }
 

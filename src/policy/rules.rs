@@ -27,6 +27,17 @@ pub struct Rules {
     /// (declined, or waiting for the customer's authentication) is cancelled before a
     /// new key is used, and one waiting for the customer keeps its key.
     pub close_open_payments: bool,
+    /// An order that awaits its customer is held by the payment it names: no delivery
+    /// reserves it (nor counts it as absent), so no other payment is made while that
+    /// one may still succeed.
+    pub awaiting_holds_the_order: bool,
+    /// Settling an awaiting record requires the payment it names: an event or a lookup
+    /// of any other payment changes nothing.
+    pub settle_names_its_payment: bool,
+    /// A wait ends only once its payment can no longer succeed: cancelled (the expiry
+    /// cancels it first; a refused cancel means look again), never on a failed
+    /// attempt, which the customer may still follow with a confirmation.
+    pub wait_ends_only_when_cancelled: bool,
 }
 
 impl Rules {
@@ -39,6 +50,9 @@ impl Rules {
         reconcile_old_keys: true,
         keep_key_after_server_error: true,
         close_open_payments: true,
+        awaiting_holds_the_order: true,
+        settle_names_its_payment: true,
+        wait_ends_only_when_cancelled: true,
     };
 }
 

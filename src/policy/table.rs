@@ -5,7 +5,7 @@
 //! checks both adapters against these functions, and the model checker writes its
 //! table only through them.
 
-use crate::contracts::store::{ReleaseKind, ReserveRequest, Write, WriteOutcome};
+use crate::contracts::store::{ReleaseKind, ReserveRequest, Settled, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::{Fingerprint, Owner, Record, State};
 use crate::policy::outcome::ReconcileCause;
@@ -22,12 +22,15 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
     };
     match write {
         Write::Reserve(req) => {
+            let held = rules.awaiting_holds_the_order && r.state == State::Awaiting;
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
+                && !held
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
             let same_payload = same_order(r, req.fingerprint);
             let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
-            let free = r.state == State::Free
+            let free = matches!(r.state, State::Free | State::Failed)
+                || (!held && r.state == State::Awaiting)
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
             counts_as_absent || (same_payload && below_limit && free)
         }
@@ -37,8 +40,14 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::NextAttempt { owner, .. } => fenced(owner),
         Write::LeaseForResolve(req) => {
             r.state != State::Done
+                && r.state != State::Awaiting
                 && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
                 && (r.fingerprint.is_none() || same_order(r, req.fingerprint))
+        }
+        Write::Await(req) => fenced(req.owner),
+        Write::Settle(req) => {
+            r.state == State::Awaiting
+                && (!rules.settle_names_its_payment || r.payment.as_deref() == Some(req.payment_id))
         }
     }
 }
@@ -76,6 +85,8 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.attempt = None;
             r.sent = None;
             r.declines = None;
+            r.payment = None;
+            r.wait_until = None;
         }
         Write::Release(req) => {
             r.state = State::Free;
@@ -106,6 +117,32 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.sent = r.sent.or(Some(req.now));
             r.created = r.created.or(Some(req.now));
         }
+        Write::Await(req) => {
+            r.state = State::Awaiting;
+            r.owner = None;
+            r.lease_until = None;
+            r.payment = Some(req.payment_id.to_owned());
+            r.wait_until = Some(req.wait_until);
+        }
+        Write::Settle(req) => {
+            r.payment = None;
+            r.wait_until = None;
+            match req.settled {
+                Settled::Paid { expires } => {
+                    r.state = State::Done;
+                    r.receipt = Some(req.payment_id.to_owned());
+                    r.expires = Some(expires);
+                    r.attempt = None;
+                    r.sent = None;
+                    r.declines = None;
+                }
+                Settled::Ended => {
+                    r.state = State::Failed;
+                    r.attempt = r.attempt.map(|i| i + 1);
+                    r.sent = None;
+                }
+            }
+        }
     }
     r
 }
@@ -128,6 +165,9 @@ pub enum Reservation {
     DeclineLimit { declines: u32 },
     /// A human (or `resolve`) must look at the provider first.
     NeedsReconciliation { cause: ReconcileCause },
+    /// The order awaits its customer's confirmation of this payment: nothing to do
+    /// until it settles (an event, the settler).
+    Awaiting { payment_id: Option<String> },
 }
 
 /// Judges the answer to a reserve (ARCHITECTURE.md, "The state machine").
@@ -167,12 +207,15 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         State::InProgress if lease_live => Reservation::InProgress {
             until: old.lease_until,
         },
-        State::InProgress | State::Free if old.declines() >= req.max_declines => {
+        State::Awaiting => Reservation::Awaiting {
+            payment_id: old.payment,
+        },
+        State::InProgress | State::Free | State::Failed if old.declines() >= req.max_declines => {
             Reservation::DeclineLimit {
                 declines: old.declines(),
             }
         }
-        State::InProgress | State::Free => Reservation::InProgress {
+        State::InProgress | State::Free | State::Failed => Reservation::InProgress {
             until: old.lease_until,
         },
         State::Other(_) => Reservation::NeedsReconciliation {
@@ -199,6 +242,8 @@ mod tests {
             attempt: Some(1),
             sent: Some(Time::from_ms(1)),
             declines: None,
+            payment: None,
+            wait_until: None,
         }
     }
 

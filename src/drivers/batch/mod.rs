@@ -23,15 +23,18 @@ use tracing::{Instrument, info_span, warn};
 
 use crate::config::{Config, FifoScope};
 use crate::contracts::payment::ChargePath;
-use crate::contracts::queue::{DeadLetter, Offline, Queue, QueueError};
+use crate::contracts::queue::{DeadLetter, Offline, Queue, QueueError, Reports, Unreported};
 use crate::contracts::store::IdempotencyStore;
 use crate::domain::clock::Time;
 use crate::drivers::charge::{Charger, Settings};
 use crate::drivers::metrics::QUEUE_FAILURES;
 pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
 pub use crate::policy::batch::plan::BatchError;
-use crate::policy::batch::plan::{self, Entry, InOrder, Message, Response, Retries, Schedule};
+use crate::policy::batch::plan::{
+    self, Entry, InOrder, Message, Response, Retries, Schedule, Valid,
+};
 use crate::policy::deadline::{self, CallKind};
+use crate::policy::outcome::Outcome;
 use crate::policy::retry::{self, Backoff, Jitter};
 
 /// How a batch is run (ARCHITECTURE.md, "The batch").
@@ -68,6 +71,8 @@ pub struct Consumer {
     store: Arc<dyn IdempotencyStore>,
     provider: Arc<dyn ChargePath>,
     queue: Arc<dyn Queue>,
+    /// Where an order whose wait ended without a payment is reported.
+    reports: Arc<dyn Reports>,
     settings: Settings,
     limits: Limits,
 }
@@ -87,6 +92,7 @@ impl Consumer {
             store,
             provider,
             queue: Arc::new(Offline),
+            reports: Arc::new(Unreported),
             settings,
             limits,
         }
@@ -97,6 +103,11 @@ impl Consumer {
     pub fn with_queue(mut self, queue: Arc<dyn Queue>) -> Self {
         self.settings.budget = self.settings.budget.with_queue_steps();
         Self { queue, ..self }
+    }
+
+    /// The consumer that reports ended waits to `reports` (the shop's queue).
+    pub fn with_reports(self, reports: Arc<dyn Reports>) -> Self {
+        Self { reports, ..self }
     }
 
     /// The Lambda handler: the invocation deadline comes from the context. Its span
@@ -235,12 +246,29 @@ impl Consumer {
                     provider: self.provider.as_ref(),
                     settings: &self.settings,
                 };
+                let work = async {
+                    match valid {
+                        Valid::Order { order, identity } => {
+                            charger.process(order, identity, deadline).await
+                        }
+                        Valid::Event {
+                            event,
+                            key: Some(key),
+                        } => {
+                            charger
+                                .settle_event(event, key, self.reports.as_ref(), deadline)
+                                .await
+                        }
+                        // Ended at parse: it names no order.
+                        Valid::Event { event, key: None } => Outcome::EventIgnored {
+                            payment_id: event.payment_id.clone(),
+                            why: "the payment names no order",
+                        },
+                    }
+                };
                 // Release builds keep `panic = "unwind"`, so a panic in one record is
                 // caught here and fails that record only.
-                match AssertUnwindSafe(charger.process(&valid.order, &valid.identity, deadline))
-                    .catch_unwind()
-                    .await
-                {
+                match AssertUnwindSafe(work).catch_unwind().await {
                     Ok(outcome) => RecordOutcome::Processed(outcome),
                     Err(_panic) => RecordOutcome::Panicked,
                 }

@@ -12,10 +12,12 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use crate::contracts::queue::{QueueError, VisibilityChange};
-use crate::domain::Identity;
 use crate::domain::clock::Time;
-use crate::domain::order::Order;
+use crate::domain::event::PaymentEvent;
+use crate::domain::order::{Incoming, Order};
+use crate::domain::{Identity, Key};
 use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
+use crate::policy::outcome::Outcome;
 use crate::policy::outcome_kind::{Handling, Wait};
 use crate::policy::retry::{self, Backoff, Disposition, Jitter};
 
@@ -62,11 +64,29 @@ pub struct Response<'a> {
     pub failures: Vec<&'a str>,
 }
 
-/// A valid order with what the table knows it by, derived once per record.
+/// A valid record: an order with what the table knows it by (derived once per
+/// record), or a provider's payment event with the key of the order it names (none:
+/// it names no order, and ends at once).
 #[derive(Debug)]
-pub struct Valid {
-    pub order: Order,
-    pub identity: Identity,
+pub enum Valid {
+    Order {
+        order: Order,
+        identity: Identity,
+    },
+    Event {
+        event: PaymentEvent,
+        key: Option<Key>,
+    },
+}
+
+impl Valid {
+    /// The key of the order the record is about.
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Self::Order { identity, .. } => Some(&identity.key),
+            Self::Event { key, .. } => key.as_ref(),
+        }
+    }
 }
 
 /// One record of the batch, from its parse to its place in the response.
@@ -111,12 +131,13 @@ impl Entry<'_> {
         }
     }
 
-    /// The key, for a valid order.
+    /// The key, for a valid order (or an event that names one).
     pub fn key(&self) -> Option<&str> {
         self.order
             .as_ref()
             .ok()
-            .map(|valid| valid.identity.key.as_str())
+            .and_then(Valid::key)
+            .map(Key::as_str)
     }
 
     /// Why it failed, with the whole chain of the cause.
@@ -144,10 +165,16 @@ pub fn parse<'a>(messages: &[Message<'a>]) -> Result<Vec<Entry<'a>>, BatchError>
                 .ok_or(BatchError::MissingMessageId { index })?;
             let order = match message.body {
                 None => Err(InvalidRecord::NoBody),
-                Some(body) => Order::parse(body)
-                    .map(|order| Valid {
-                        identity: Identity::of(&order),
-                        order,
+                Some(body) => Incoming::parse(body)
+                    .map(|incoming| match incoming {
+                        Incoming::Order(order) => Valid::Order {
+                            identity: Identity::of(&order),
+                            order,
+                        },
+                        Incoming::PaymentEvent(event) => Valid::Event {
+                            key: event.order_id.as_deref().map(Key::for_order_id),
+                            event,
+                        },
                     })
                     .map_err(InvalidRecord::from),
             };
@@ -156,7 +183,13 @@ pub fn parse<'a>(messages: &[Message<'a>]) -> Result<Vec<Entry<'a>>, BatchError>
                 message_id,
                 receive_count: message.receive_count,
                 trace_id: message.trace_header.and_then(trace_root),
-                outcome: match order {
+                outcome: match &order {
+                    Ok(Valid::Event { event, key: None }) => {
+                        RecordOutcome::Processed(Outcome::EventIgnored {
+                            payment_id: event.payment_id.clone(),
+                            why: "the payment names no order",
+                        })
+                    }
                     Ok(_) => RecordOutcome::NoOutcome,
                     Err(_) => RecordOutcome::Invalid,
                 },
@@ -238,13 +271,14 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
     schedule
 }
 
-/// The customer of a valid order.
+/// What a valid record's group is chained by: the customer of an order (the provider
+/// locks a customer during a payment), the order's key for an event (it calls no
+/// provider). The two never meet: a key starts with `cobro#`, a customer never does.
 fn customer<'e>(entry: &'e Entry<'_>) -> Option<&'e str> {
-    entry
-        .order
-        .as_ref()
-        .ok()
-        .map(|valid| valid.order.customer())
+    match entry.order.as_ref().ok()? {
+        Valid::Order { order, .. } => Some(order.customer()),
+        Valid::Event { key, .. } => key.as_ref().map(Key::as_str),
+    }
 }
 
 fn is_fifo(message: &Message<'_>) -> bool {

@@ -16,7 +16,9 @@ use payments::Looking;
 pub use payments::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
 
-use crate::contracts::store::{ReleaseKind, ReserveRequest, StoreError, Write, WriteOutcome};
+use crate::contracts::store::{
+    AwaitRequest, ReleaseKind, ReserveRequest, StoreError, Write, WriteOutcome,
+};
 use crate::domain::{Identity, Owner, Record, State};
 use crate::policy::lease::Lease;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
@@ -37,6 +39,8 @@ enum Phase {
     Charging,
     Completing,
     CompletingByAttempt,
+    /// Handing the order to its customer (`Awaiting`).
+    Awaiting,
     /// Releasing; then the record ends with this outcome.
     Releasing(Outcome),
     Done(Outcome),
@@ -52,6 +56,7 @@ impl Phase {
             Self::Charging => "charging",
             Self::Completing => "completing",
             Self::CompletingByAttempt => "completing by attempt",
+            Self::Awaiting => "awaiting",
             Self::Releasing(_) => "releasing",
             Self::Done(_) => "done",
         }
@@ -73,6 +78,8 @@ pub struct Start {
     pub max_declines: u32,
     /// Keys first sent longer ago than this are reconciled before reuse.
     pub key_ttl: Duration,
+    /// How long an order awaits its customer's authentication (`AUTHENTICATION_WAIT`).
+    pub authentication_wait: Duration,
     pub rules: Rules,
 }
 
@@ -85,6 +92,7 @@ pub struct Machine {
     started_at: Time,
     max_declines: u32,
     key_ttl: Duration,
+    authentication_wait: Duration,
     rules: Rules,
     phase: Phase,
     must_reconcile: bool,
@@ -92,6 +100,8 @@ pub struct Machine {
     cancels: u8,
     /// The outcome once the payment is recorded.
     success: Option<Outcome>,
+    /// The payment the customer is asked to confirm, once the bank asked.
+    awaited: Option<String>,
 }
 
 impl Machine {
@@ -102,11 +112,13 @@ impl Machine {
             started_at: start.now,
             max_declines: start.max_declines,
             key_ttl: start.key_ttl,
+            authentication_wait: start.authentication_wait,
             rules: start.rules,
             phase: Phase::Reserving,
             must_reconcile: false,
             cancels: 0,
             success: None,
+            awaited: None,
         };
         (machine, Step::Write(WriteKind::Reserve))
     }
@@ -147,7 +159,18 @@ impl Machine {
                 owner: &self.lease.owner,
                 now,
             },
+            WriteKind::Await => Write::Await(AwaitRequest {
+                pk: &self.lease.key,
+                owner: &self.lease.owner,
+                payment_id: self.awaited.as_deref().unwrap_or(""),
+                wait_until: self.wait_until(),
+            }),
         }
+    }
+
+    /// When the wait for the customer ends: from the record's start, in whole seconds.
+    fn wait_until(&self) -> Time {
+        Time::from_secs((self.started_at + self.authentication_wait).as_secs())
     }
 
     /// Feeds the answer to the last step; returns the next one.
@@ -174,6 +197,7 @@ impl Machine {
             (Phase::Charging, Input::Charged(answer)) => self.on_charged(answer),
             (Phase::Completing, Input::Written(answer)) => self.on_completed(answer, false),
             (Phase::CompletingByAttempt, Input::Written(answer)) => self.on_completed(answer, true),
+            (Phase::Awaiting, Input::Written(answer)) => self.on_awaiting(answer),
             // A failed or skipped release is never fatal: the lease ends at the
             // deadline anyway, and the record already fails.
             (Phase::Releasing(outcome), Input::Written(_)) => Step::Done(outcome),
@@ -210,6 +234,7 @@ impl Machine {
             Reservation::InProgress { until } => Outcome::InProgress { until },
             Reservation::DeclineLimit { declines } => Outcome::DeclineLimit { declines },
             Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation { cause },
+            Reservation::Awaiting { payment_id } => Outcome::AwaitingCustomer { payment_id },
         };
         Step::Done(outcome)
     }

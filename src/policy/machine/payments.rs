@@ -4,7 +4,7 @@
 
 use super::{Machine, NoAnswer, Phase, Step, WriteKind};
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
-use crate::contracts::store::ReleaseKind;
+use crate::contracts::store::{ReleaseKind, StoreError, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use std::time::Duration;
@@ -158,14 +158,46 @@ impl Machine {
         self.release(ReleaseKind::KeepKey, outcome)
     }
 
-    /// The customer must authenticate `payment_id`: keep the key (no other payment is
-    /// made while it may succeed) and send the message to the DLQ.
+    /// The customer must authenticate `payment_id`: the record awaits them and names
+    /// it (no other payment is made while it may succeed; its event or the settler
+    /// completes the order), and the message is acknowledged. A payment nobody names
+    /// cannot be awaited: the key is kept and a person finds it.
     fn await_customer(&mut self, payment_id: Option<String>) -> Step {
-        let outcome = Outcome::AuthenticationRequired {
-            payment_id,
-            attempt: self.lease.attempt,
+        let Some(payment_id) = payment_id else {
+            let outcome = Outcome::NeedsReconciliation {
+                cause: ReconcileCause::AuthenticationWithoutPayment,
+            };
+            return self.release(ReleaseKind::KeepKey, outcome);
         };
-        self.release(ReleaseKind::KeepKey, outcome)
+        self.awaited = Some(payment_id);
+        self.phase = Phase::Awaiting;
+        Step::Write(WriteKind::Await)
+    }
+
+    /// The record awaits its customer: acknowledged. A lost fence means another
+    /// delivery took the record over (it asks the provider again, same key); a failed
+    /// write keeps the key and retries, as any store failure.
+    pub(super) fn on_awaiting(
+        &mut self,
+        answer: Result<WriteOutcome, NoAnswer<StoreError>>,
+    ) -> Step {
+        let attempt = Some(self.lease.attempt);
+        match answer {
+            Ok(WriteOutcome::Applied(_)) => Step::Done(Outcome::AuthenticationRequired {
+                payment_id: self.awaited.clone().unwrap_or_default(),
+                attempt: self.lease.attempt,
+                wait_until: self.wait_until(),
+            }),
+            Ok(WriteOutcome::Refused(_)) => Step::Done(Outcome::retryable(
+                RetryCause::LeaseLostBeforeAwaiting,
+                attempt,
+            )),
+            Err(failed @ NoAnswer::Failed(_)) => {
+                let outcome = super::store_no_answer(Call::Await, failed, attempt);
+                self.release(ReleaseKind::KeepKey, outcome)
+            }
+            Err(no_answer) => Step::Done(super::store_no_answer(Call::Await, no_answer, attempt)),
+        }
     }
 
     /// A cancel's answer: look again (it may have succeeded meanwhile); bounded.

@@ -25,6 +25,8 @@ pub enum WriteKind {
     CompleteAttempt,
     Release(ReleaseKind),
     NextAttempt,
+    /// The record awaits the customer's confirmation of the payment the machine holds.
+    Await,
 }
 
 /// What the driver does next.

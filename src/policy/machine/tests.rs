@@ -18,6 +18,17 @@ use crate::policy::rules::Rules;
 
 const NOW_MS: i64 = 1_800_000_000_000;
 const TTL: Duration = Duration::from_secs(23 * 3600);
+const WAIT: Duration = Duration::from_secs(7 * 86_400);
+const AWAIT: Step = Step::Write(WriteKind::Await);
+
+/// The record awaits its customer's confirmation of `payment_id`.
+fn awaits(outcome: &Outcome, payment_id: &str) -> bool {
+    matches!(
+        outcome,
+        Outcome::AuthenticationRequired { payment_id: id, wait_until, .. }
+            if id == payment_id && *wait_until == Time::from_secs(NOW_MS / 1000 + 7 * 86_400)
+    )
+}
 
 fn order() -> Order {
     Order::new("o-1", 5000, "EUR", "cus_1", "pm_card_visa").unwrap()
@@ -32,6 +43,7 @@ fn start() -> (Machine, Step) {
         expires: Time::from_secs(NOW_MS / 1000 + 90 * 86_400),
         max_declines: 3,
         key_ttl: TTL,
+        authentication_wait: WAIT,
         rules: Rules::ALL,
     })
 }
@@ -292,7 +304,7 @@ fn a_key_older_than_the_ttl_is_reconciled_and_moved_only_when_nothing_is_found()
 }
 
 #[test]
-fn a_payment_awaiting_the_customer_keeps_the_key_and_is_never_cancelled() {
+fn a_payment_awaiting_the_customer_is_awaited_in_the_table_and_never_cancelled() {
     let awaiting = Lookup::Open {
         payment_id: "pi_3ds".into(),
         status: "requires_action".into(),
@@ -307,12 +319,9 @@ fn a_payment_awaiting_the_customer_keeps_the_key_and_is_never_cancelled() {
             }),
         ),
         (Step::Lookup, Input::Looked(Ok(awaiting))),
-        (release(ReleaseKind::KeepKey), written()),
+        (AWAIT, written()),
     ]);
-    assert!(
-        matches!(&outcome, Outcome::AuthenticationRequired { payment_id: Some(id), .. } if id == "pi_3ds"),
-        "{outcome:?}"
-    );
+    assert!(awaits(&outcome, "pi_3ds"), "{outcome:?}");
 }
 
 #[test]
@@ -607,12 +616,9 @@ fn an_old_key_with_a_payment_awaiting_the_customer_keeps_the_key_and_is_dead_let
                 awaits_customer: true,
             })),
         ),
-        (release(ReleaseKind::KeepKey), written()),
+        (AWAIT, written()),
     ]);
-    assert!(
-        matches!(&outcome, Outcome::AuthenticationRequired { payment_id: Some(id), .. } if id == "pi_3ds"),
-        "{outcome:?}"
-    );
+    assert!(awaits(&outcome, "pi_3ds"), "{outcome:?}");
 }
 
 #[test]
@@ -762,7 +768,7 @@ fn an_authentication_request_the_customer_confirmed_since_completes_the_record()
 }
 
 #[test]
-fn an_authentication_request_with_nothing_found_keeps_the_key_and_names_its_payment() {
+fn an_authentication_request_with_nothing_found_awaits_the_customer_on_the_payment_it_names() {
     let outcome = run(vec![
         (RESERVE, won()),
         (
@@ -772,12 +778,9 @@ fn an_authentication_request_with_nothing_found_keeps_the_key_and_names_its_paym
             }),
         ),
         (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
-        (release(ReleaseKind::KeepKey), written()),
+        (AWAIT, written()),
     ]);
-    assert!(
-        matches!(&outcome, Outcome::AuthenticationRequired { payment_id: Some(id), .. } if id == "pi_3ds"),
-        "{outcome:?}"
-    );
+    assert!(awaits(&outcome, "pi_3ds"), "{outcome:?}");
 }
 
 // ---- One success per order: cancel, look again, at most three cancels ----
@@ -988,8 +991,19 @@ fn up_to(call: Call) -> Vec<(Step, Input)> {
                 Input::Charged(Ok(Receipt::new("pi_1"))),
             ),
         ],
-        Call::Read => unreachable!("the machine reads nothing"),
+        Call::Await => vec![
+            (RESERVE, won()),
+            (charge("cobro#o-1#1"), authentication_required()),
+            (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        ],
+        Call::Read | Call::Settle => unreachable!("the machine reads and settles nothing"),
     }
+}
+
+fn authentication_required() -> Input {
+    failed(PaymentError::AuthenticationRequired {
+        payment_id: Some("pi_3ds".into()),
+    })
 }
 
 /// No answer of either kind: not started for want of time, or timed out.
@@ -1022,7 +1036,8 @@ fn no_answer(call: Call, silence: Silence) -> (Step, Input) {
         Call::Charge => (charge("cobro#o-1#1"), Input::Charged(Err(provider()))),
         Call::Lookup => (Step::Lookup, Input::Looked(Err(provider()))),
         Call::Cancel => (cancel("pi_1"), Input::Cancelled(Err(provider()))),
-        Call::Read => unreachable!("the machine reads nothing"),
+        Call::Await => (AWAIT, Input::Written(Err(store()))),
+        Call::Read | Call::Settle => unreachable!("the machine reads and settles nothing"),
     }
 }
 
@@ -1035,6 +1050,7 @@ fn no_call_starts_without_time_left_and_the_record_ends_at_once_as_deadline() {
         Call::NextAttempt,
         Call::Cancel,
         Call::Complete,
+        Call::Await,
     ] {
         let mut script = up_to(call);
         script.push(no_answer(call, Silence::NoTime));
@@ -1053,7 +1069,12 @@ fn no_call_starts_without_time_left_and_the_record_ends_at_once_as_deadline() {
 
 #[test]
 fn a_store_call_that_times_out_fails_the_record_with_a_retry_and_no_further_write() {
-    for call in [Call::Reserve, Call::NextAttempt, Call::Complete] {
+    for call in [
+        Call::Reserve,
+        Call::NextAttempt,
+        Call::Complete,
+        Call::Await,
+    ] {
         let mut script = up_to(call);
         script.push(no_answer(call, Silence::TimedOut));
         let outcome = run(script);
@@ -1107,4 +1128,96 @@ fn an_answer_out_of_phase_fails_the_record_safely_and_a_done_machine_stays_done(
         }
     );
     assert_eq!(machine.on(won()), Step::Done(outcome));
+}
+
+// ---- An order that awaits its customer ----
+
+#[test]
+fn a_delivery_of_an_order_that_awaits_its_customer_is_acknowledged_with_no_provider_call() {
+    let awaiting = Record {
+        owner: None,
+        lease_until: None,
+        payment: Some("pi_3ds".into()),
+        wait_until: Some(Time::from_secs(NOW_MS / 1000 + 3600)),
+        ..Record::new(Identity::of(&order()).key, State::Awaiting)
+    };
+    let awaiting = Record {
+        fingerprint: Some(Identity::of(&order()).fingerprint),
+        ..awaiting
+    };
+    let outcome = run(vec![(
+        RESERVE,
+        Input::Written(Ok(WriteOutcome::Refused(Some(awaiting)))),
+    )]);
+    assert_eq!(
+        outcome,
+        Outcome::AwaitingCustomer {
+            payment_id: Some("pi_3ds".into())
+        }
+    );
+    assert!(outcome.handling().is_ack());
+}
+
+#[test]
+fn the_await_write_names_the_payment_and_the_end_of_the_wait_fenced_on_the_lease() {
+    let (mut machine, _) = start();
+    machine.on(won());
+    machine.on(authentication_required());
+    assert_eq!(machine.on(Input::Looked(Ok(Lookup::NotFound))), AWAIT);
+    let Write::Await(req) = machine.write(WriteKind::Await, Time::from_ms(NOW_MS)) else {
+        panic!("not an await");
+    };
+    assert_eq!(
+        (req.payment_id, req.owner.to_string(), req.wait_until),
+        (
+            "pi_3ds",
+            "me".to_owned(),
+            Time::from_secs(NOW_MS / 1000 + 7 * 86_400)
+        )
+    );
+}
+
+#[test]
+fn an_await_whose_fence_was_lost_is_retried_and_a_failed_one_releases_the_key_kept() {
+    let mut script = up_to(Call::Await);
+    script.push((AWAIT, Input::Written(Ok(WriteOutcome::Refused(None)))));
+    assert_eq!(
+        run(script),
+        Outcome::FailedRetryable {
+            cause: RetryCause::LeaseLostBeforeAwaiting,
+            attempt: Some(1)
+        }
+    );
+    let mut script = up_to(Call::Await);
+    script.push((AWAIT, Input::Written(Err(NoAnswer::Failed(store_error())))));
+    script.push((release(ReleaseKind::KeepKey), written()));
+    assert!(matches!(
+        run(script),
+        Outcome::FailedRetryable {
+            cause: RetryCause::Store {
+                call: Call::Await,
+                ..
+            },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_authentication_request_that_names_no_payment_and_finds_none_keeps_the_key_for_a_person() {
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (
+            charge("cobro#o-1#1"),
+            failed(PaymentError::AuthenticationRequired { payment_id: None }),
+        ),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert_eq!(
+        outcome,
+        Outcome::NeedsReconciliation {
+            cause: ReconcileCause::AuthenticationWithoutPayment
+        }
+    );
 }
