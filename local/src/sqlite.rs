@@ -53,7 +53,7 @@ const RESERVE: &str = "INSERT INTO idempotency
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
     WHERE (estado <> :done AND estado <> :awaiting AND expira < :now_s AND huella IS NOT NULL)
-       OR (huella = :fingerprint
+       OR ((huella = :fingerprint OR estado = :failed)
            AND (rechazos IS NULL OR rechazos < :max_declines)
            AND (estado = :free OR estado = :failed
                 OR (estado = :in_progress AND en_curso_hasta < :now_ms)))

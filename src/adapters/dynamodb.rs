@@ -55,11 +55,12 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
 /// legacy consumer have no `huella` and are never taken over); or the same payload
 /// (its fingerprint), below the decline limit, `libre` or with an expired lease.
 /// `hecho` is never matched: it is final; nor `espera`: the payment it names may still
-/// succeed. `fallido` is reserved as `libre` is (its wait ended, its key moved on).
+/// succeed. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
+/// whatever the fingerprint: the shop may send the order again with another card.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#state <> :done AND #state <> :awaiting AND #expires < :now_s \
          AND attribute_exists(#fingerprint)) \
-     OR (#fingerprint = :fingerprint \
+     OR ((#fingerprint = :fingerprint OR #state = :failed) \
          AND (attribute_not_exists(#declines) OR #declines < :max_declines) \
          AND (#state = :free OR #state = :failed \
               OR (#state = :in_progress AND #lease_until < :now_ms)))";

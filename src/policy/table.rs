@@ -32,7 +32,10 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             let free = matches!(r.state, State::Free | State::Failed)
                 || (!held && r.state == State::Awaiting)
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
-            counts_as_absent || (same_payload && below_limit && free)
+            // A wait that ended left no payment that can succeed: the shop may send the
+            // order again with another card (another fingerprint), which it takes.
+            let ended = r.state == State::Failed;
+            counts_as_absent || ((same_payload || ended) && below_limit && free)
         }
         Write::Complete(req) => fenced(req.owner),
         Write::CompleteAttempt(req) => r.attempt == Some(req.attempt) && r.state != State::Done,
@@ -192,7 +195,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             },
         };
     }
-    if !same_order(&old, req.fingerprint) {
+    if !same_order(&old, req.fingerprint) && old.state != State::Failed {
         return Reservation::Conflict {
             stored_fingerprint: old.fingerprint,
         };
@@ -321,5 +324,41 @@ mod tests {
         let mut other = record(State::Free, Some("x"), None);
         other.declines = Some(3);
         assert!(matches!(judge(other), Reservation::Conflict { .. }));
+    }
+
+    #[test]
+    fn an_ended_wait_takes_the_order_again_even_with_another_card_but_an_awaiting_one_never() {
+        let (pk, other, owner) = (
+            Key::for_order_id("a"),
+            Fingerprint::new("another card"),
+            Owner::new("me"),
+        );
+        let req = ReserveRequest {
+            pk: &pk,
+            fingerprint: &other,
+            owner: &owner,
+            now: Time::from_ms(100),
+            lease_until: Time::from_ms(200),
+            expires: Time::from_secs(20),
+            max_declines: 3,
+        };
+        let reserve = Write::Reserve(req);
+        let mut ended = record(State::Failed, Some("h"), None);
+        ended.attempt = Some(2);
+        assert!(holds(&reserve, Some(&ended), Rules::ALL));
+        let taken = apply(&reserve, Some(&ended));
+        assert_eq!(
+            (taken.state, taken.fingerprint, taken.attempt),
+            (State::InProgress, Some(other.clone()), Some(2))
+        );
+        // Past its retention too: an awaiting record is held by its payment.
+        let mut awaiting = record(State::Awaiting, Some("another card"), None);
+        awaiting.expires = Some(Time::from_secs(0));
+        assert!(!holds(&reserve, Some(&awaiting), Rules::ALL));
+        let mutant = Rules {
+            awaiting_holds_the_order: false,
+            ..Rules::ALL
+        };
+        assert!(holds(&reserve, Some(&awaiting), mutant));
     }
 }
