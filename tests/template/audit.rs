@@ -1,5 +1,5 @@
-//! The scheduled audit: the same binary and build, daily, a day back, alarmed, a
-//! read-only role.
+//! The scheduled function: the same binary and build; the audit daily, a day back,
+//! alarmed; the settler beside it; a role that reads, and writes only the settle.
 
 use std::time::Duration;
 
@@ -116,7 +116,9 @@ pub fn an_audit_that_is_not_daily_reads_less_than_a_day_or_goes_unalarmed_is_cau
     );
 }
 
-/// The audit's role reads the table (scan, get) and the secret; it writes nothing.
+/// The audit's role reads the table (scan, get) and the secret; for the settler it
+/// queries the awaiting index, writes items (the settle: `UpdateItem`, on the table
+/// alone) and sends to the report queue. Nothing else, on nothing broader.
 pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
     let resources = &cfn["Resources"];
     let Some(role_name) = resources[AUDIT]["Properties"]["Role"]["Fn::GetAtt"][0].as_str() else {
@@ -130,12 +132,22 @@ pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
         }
     }
     let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
+    let index = serde_json::json!({"Fn::Sub": format!(
+        "${{IdempotencyTable.Arn}}/index/{}",
+        charge_once::contracts::schema::AWAITING_INDEX
+    )});
+    let reports = serde_json::json!({"Fn::GetAtt": ["AuthenticationEndedQueue", "Arn"]});
     let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
     let mut actions = Vec::new();
     for statement in statements(role) {
+        if statement["Effect"] != "Allow" || !statement["NotAction"].is_null() {
+            out.push(format!("the audit's role has a statement {statement}"));
+        }
         for action in strings(&statement["Action"]) {
             let expected = match action.as_str() {
-                "dynamodb:Scan" | "dynamodb:GetItem" => &table,
+                "dynamodb:Scan" | "dynamodb:GetItem" | "dynamodb:UpdateItem" => &table,
+                "dynamodb:Query" => &index,
+                "sqs:SendMessage" => &reports,
                 "secretsmanager:GetSecretValue" => &secret,
                 _ => {
                     out.push(format!("the audit's role may {action}"));
@@ -155,8 +167,11 @@ pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
     if actions
         != [
             "dynamodb:GetItem",
+            "dynamodb:Query",
             "dynamodb:Scan",
+            "dynamodb:UpdateItem",
             "secretsmanager:GetSecretValue",
+            "sqs:SendMessage",
         ]
     {
         out.push(format!("the audit's role can do {actions:?}"));
@@ -165,23 +180,86 @@ pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-pub fn after_the_sam_transform_the_audit_role_only_reads() {
+pub fn after_the_sam_transform_the_audit_role_reads_and_writes_only_the_settle() {
     let t = template();
-    let cfn = transformed(&t);
-    assert_eq!(audit_role_violations(&cfn), Vec::<String>::new());
-    // The schedule became an EventBridge Scheduler schedule that invokes the audit.
+    let cfn = transformed_template();
+    assert_eq!(audit_role_violations(cfn), Vec::<String>::new());
+    // The schedules became EventBridge Scheduler schedules that invoke the function:
+    // the audit's and the settler's.
     let schedules: Vec<&serde_json::Value> = cfn["Resources"]
         .as_object()
         .unwrap()
         .values()
         .filter(|r| r["Type"] == "AWS::Scheduler::Schedule")
         .collect();
-    assert_eq!(schedules.len(), 1, "{schedules:?}");
-    assert_eq!(
-        schedules[0]["Properties"]["Target"]["Arn"],
-        serde_json::json!({"Fn::GetAtt": [AUDIT, "Arn"]})
-    );
+    assert_eq!(schedules.len(), 2, "{schedules:?}");
+    for schedule in schedules {
+        assert_eq!(
+            schedule["Properties"]["Target"]["Arn"],
+            serde_json::json!({"Fn::GetAtt": [AUDIT, "Arn"]})
+        );
+    }
 
+    // Broken after the transform (the role passes through it as written).
+    let broken = |sid: &str, field: &str, value: serde_json::Value, expect: &str| {
+        let mut cfn = cfn.clone();
+        let list = cfn["Resources"]["AuditFunctionRole"]["Properties"]["Policies"][0]
+            ["PolicyDocument"]["Statement"]
+            .as_array_mut()
+            .unwrap();
+        let statement = list.iter_mut().find(|s| s["Sid"] == sid).unwrap();
+        statement[field] = value.clone();
+        let found = audit_role_violations(&cfn);
+        assert!(
+            found.iter().any(|v| v.contains(expect)),
+            "{sid}.{field} = {value} was not caught (expected {expect:?}): {found:?}"
+        );
+    };
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    broken(
+        "IdempotencyTableRead",
+        "Action",
+        json(r#"["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:DeleteItem"]"#),
+        "may dynamodb:DeleteItem",
+    );
+    broken(
+        "SettleAwaiting",
+        "Action",
+        json(r#"["dynamodb:UpdateItem", "dynamodb:PutItem"]"#),
+        "may dynamodb:PutItem",
+    );
+    // The index's query on the whole table, or on every index, is broader.
+    broken(
+        "AwaitingIndex",
+        "Resource",
+        json(r#"{"Fn::GetAtt": ["IdempotencyTable", "Arn"]}"#),
+        "dynamodb:Query on",
+    );
+    broken(
+        "AwaitingIndex",
+        "Resource",
+        json(r#"{"Fn::Sub": "${IdempotencyTable.Arn}/index/*"}"#),
+        "dynamodb:Query on",
+    );
+    broken(
+        "SettleAwaiting",
+        "Resource",
+        json(r#""*""#),
+        "dynamodb:UpdateItem on",
+    );
+    broken(
+        "AuthenticationEnded",
+        "Resource",
+        json(r#"{"Fn::GetAtt": ["OrdersQueue", "Arn"]}"#),
+        "sqs:SendMessage on",
+    );
+    broken(
+        "AuthenticationEnded",
+        "Action",
+        json(r#"["sqs:SendMessage", "sqs:ReceiveMessage"]"#),
+        "may sqs:ReceiveMessage",
+    );
+    // And a write the template adds later is caught through the transform too.
     let mut writable = t.clone();
     let actions = get_mut(
         &mut writable,
@@ -197,11 +275,13 @@ pub fn after_the_sam_transform_the_audit_role_only_reads() {
             "Action",
         ],
     );
-    *actions =
-        serde_norway::from_str("[dynamodb:Scan, dynamodb:GetItem, dynamodb:UpdateItem]").unwrap();
+    *actions = serde_norway::from_str("[dynamodb:Scan, dynamodb:GetItem, dynamodb:BatchWriteItem]")
+        .unwrap();
     let found = audit_role_violations(&transformed(&writable));
     assert!(
-        found.iter().any(|v| v.contains("may dynamodb:UpdateItem")),
+        found
+            .iter()
+            .any(|v| v.contains("may dynamodb:BatchWriteItem")),
         "{found:?}"
     );
 }
@@ -213,7 +293,16 @@ pub fn the_audit_environment_parses_as_the_binary_would() {
     let lookup = |name: &str| -> Option<String> {
         match resolve(&t, &vars[name]) {
             Value::String(s) => Some(s.clone()),
+            // `!Sub "${Days}d"`: the parameter's default, in days.
+            Value::Tagged(_)
+                if name == "IDEMPOTENCY_RETENTION" || name == "AUTHENTICATION_WAIT" =>
+            {
+                duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
+            }
             Value::Tagged(_) if name == "IDEMPOTENCY_TABLE" => Some("charge-once-table".to_owned()),
+            Value::Tagged(_) if name == "AUTHENTICATION_ENDED_QUEUE_URL" => Some(
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/authentication-ended".to_owned(),
+            ),
             Value::Tagged(_) => {
                 Some("arn:aws:secretsmanager:eu-west-1:123456789012:secret:x".to_owned())
             }
@@ -224,4 +313,23 @@ pub fn the_audit_environment_parses_as_the_binary_would() {
     assert_eq!(config.function, charge_once::config::Function::Audit);
     assert_eq!(config.audit_since, Duration::from_secs(25 * 3600));
     assert_eq!(config.audit_stuck_after, Duration::from_secs(3600));
+    // The settler completes an order with the consumer's retention, and ends a wait
+    // the consumer's wait began.
+    assert_eq!(config.retention, Duration::from_secs(90 * 24 * 3600));
+    assert_eq!(
+        config.authentication_wait,
+        Duration::from_secs(7 * 24 * 3600)
+    );
+    assert!(config.authentication_ended_queue_url.is_some());
+    let consumer = get(&t, &at(&FN_PROPS, &["Environment", "Variables"]));
+    for shared in [
+        "IDEMPOTENCY_RETENTION",
+        "AUTHENTICATION_WAIT",
+        "AUTHENTICATION_ENDED_QUEUE_URL",
+        "IDEMPOTENCY_TABLE",
+        "PAYMENT_API_URL",
+        "PAYMENT_API_KEY_SECRET_ARN",
+    ] {
+        assert_eq!(vars[shared], consumer[shared], "{shared}");
+    }
 }

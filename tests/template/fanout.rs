@@ -1,44 +1,72 @@
 //! The pattern card's fan-out (an SNS topic in front of the queue), deployable without
 //! hand-written IAM: with `OrdersTopicArn` set, the queue subscribes to the topic and
-//! a queue policy lets that topic alone send to it. Checked after the SAM transform.
+//! the queue policy lets that topic alone send to it; without it, neither exists.
+//! Checked after the SAM transform, as CloudFormation decides its conditions.
 
 use serde_json::{Value, json};
 
-use crate::values::{template, transformed};
+use crate::values::{deployed, template, transformed_template, transformed_with};
+
+pub const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders";
+
+/// The queue policy's statement that lets `sid`'s sender send, wherever it stands in
+/// a transformed template (inside the `Fn::If` of its condition, or bare).
+pub fn statement_mut<'a>(cfn: &'a mut Value, sid: &str) -> &'a mut Value {
+    let statements =
+        cfn["Resources"]["OrdersQueueTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+            .as_array_mut()
+            .expect("the queue policy has statements");
+    statements
+        .iter_mut()
+        .map(|s| match s.get("Fn::If") {
+            Some(_) => &mut s["Fn::If"][1],
+            None => s,
+        })
+        .find(|s| s["Sid"] == sid)
+        .unwrap_or_else(|| panic!("no statement {sid}"))
+}
+
+/// The statements of the orders queue's policy as deployed (none: no policy).
+pub fn queue_statements(deployed: &Value) -> Vec<Value> {
+    let policies: Vec<&Value> = deployed["Resources"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, r)| r)
+        .filter(|r| r["Type"] == "AWS::SQS::QueuePolicy")
+        .collect();
+    assert!(policies.len() <= 1, "a queue has one policy: {policies:?}");
+    policies
+        .first()
+        .map(|p| {
+            assert_eq!(p["Properties"]["Queues"], json!([{"Ref": "OrdersQueue"}]));
+            p["Properties"]["PolicyDocument"]["Statement"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
 
 /// What is wrong with the fan-out of a transformed template.
 fn fanout_violations(cfn: &Value) -> Vec<String> {
     let mut found = Vec::new();
-    let when_set = json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "OrdersTopicArn"}, ""]}]});
-    if cfn["Conditions"]["HasOrdersTopic"] != when_set {
-        found.push("HasOrdersTopic must hold exactly when OrdersTopicArn is set".to_owned());
-    }
-    let subscription = &cfn["Resources"]["OrdersTopicSubscription"];
+    let with = deployed(cfn, &[("OrdersTopicArn", TOPIC)]);
+    let without = deployed(cfn, &[]);
+    let subscription = &with["Resources"]["OrdersTopicSubscription"];
     let expected = json!({
         "TopicArn": {"Ref": "OrdersTopicArn"},
         "Protocol": "sqs",
         "Endpoint": {"Fn::GetAtt": ["OrdersQueue", "Arn"]}
     });
-    if subscription["Type"] != "AWS::SNS::Subscription"
-        || subscription["Condition"] != "HasOrdersTopic"
-        || subscription["Properties"] != expected
-    {
+    if subscription["Type"] != "AWS::SNS::Subscription" || subscription["Properties"] != expected {
         found.push(format!(
             "the queue must subscribe to OrdersTopicArn: {subscription}"
         ));
     }
-    let policy = &cfn["Resources"]["OrdersQueueTopicPolicy"];
-    if policy["Condition"] != "HasOrdersTopic"
-        || policy["Properties"]["Queues"] != json!([{"Ref": "OrdersQueue"}])
-    {
-        found.push(format!(
-            "the queue policy must apply to the orders queue only, when the topic is set: {policy}"
-        ));
+    if !without["Resources"]["OrdersTopicSubscription"].is_null() {
+        found.push("the queue subscribes to a topic when OrdersTopicArn is empty".to_owned());
     }
-    let statements = policy["Properties"]["PolicyDocument"]["Statement"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
     let only = json!({
         "Sid": "OrdersTopicSendsOnly",
         "Effect": "Allow",
@@ -47,9 +75,16 @@ fn fanout_violations(cfn: &Value) -> Vec<String> {
         "Resource": {"Fn::GetAtt": ["OrdersQueue", "Arn"]},
         "Condition": {"ArnEquals": {"aws:SourceArn": {"Ref": "OrdersTopicArn"}}}
     });
+    let statements = queue_statements(&with);
     if statements != [only] {
         found.push(format!(
             "the queue policy must let SNS send for OrdersTopicArn alone (aws:SourceArn), nothing else: {statements:?}"
+        ));
+    }
+    let statements = queue_statements(&without);
+    if !statements.is_empty() {
+        found.push(format!(
+            "without a topic or an event source nobody may send to the queue by its policy: {statements:?}"
         ));
     }
     found
@@ -57,8 +92,13 @@ fn fanout_violations(cfn: &Value) -> Vec<String> {
 
 #[test]
 fn with_a_topic_set_the_queue_subscribes_and_that_topic_alone_may_send() {
-    let cfn = transformed(&template());
-    assert_eq!(fanout_violations(&cfn), Vec::<String>::new());
+    assert_eq!(
+        fanout_violations(transformed_template()),
+        Vec::<String>::new()
+    );
+    // Transformed with the topic as CloudFormation receives it: the same.
+    let set = transformed_with(&template(), &[("OrdersTopicArn", TOPIC)]);
+    assert_eq!(fanout_violations(&set), Vec::<String>::new());
     let pattern = template()["Parameters"]["OrdersTopicArn"]["AllowedPattern"]
         .as_str()
         .unwrap()
@@ -71,14 +111,7 @@ fn with_a_topic_set_the_queue_subscribes_and_that_topic_alone_may_send() {
 
 #[test]
 fn a_policy_open_to_any_topic_or_any_sender_is_caught() {
-    let cfn = transformed(&template());
-    let statement = [
-        "Resources",
-        "OrdersQueueTopicPolicy",
-        "Properties",
-        "PolicyDocument",
-        "Statement",
-    ];
+    let cfn = transformed_template().clone();
     let breakages: [(&str, Value); 3] = [
         ("Condition", json!({})),
         ("Principal", json!("*")),
@@ -86,11 +119,7 @@ fn a_policy_open_to_any_topic_or_any_sender_is_caught() {
     ];
     for (field, value) in breakages {
         let mut broken = cfn.clone();
-        let mut node = &mut broken;
-        for step in statement {
-            node = &mut node[step];
-        }
-        node[0][field] = value;
+        statement_mut(&mut broken, "OrdersTopicSendsOnly")[field] = value;
         assert!(
             !fanout_violations(&broken).is_empty(),
             "a statement with {field} broken was not caught"

@@ -1,12 +1,13 @@
 //! Checks `template.yaml` for what linters miss and what silently breaks the
 //! guarantees: visibility timeout, partial batch responses, TTL, least privilege,
 //! queue retentions, the retry path against them, the batch-size bound, the DLQ alarm,
-//! and one architecture from build to deploy.
+//! Stripe's events and the awaiting index, and one architecture from build to deploy.
 //! Each rule is also shown failing on a template broken on purpose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 mod audit;
+mod awaiting;
 mod build;
 mod fanout;
 mod retry_path;

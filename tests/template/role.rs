@@ -1,5 +1,5 @@
-//! The function's role after the SAM transform: its own queue, DLQ, table, secret and
-//! logs, nothing on `*` but X-Ray.
+//! The function's role after the SAM transform: its own queue, DLQ, report queue,
+//! table, secret and logs, nothing on `*` but X-Ray.
 
 use serde_norway::Value;
 
@@ -23,6 +23,8 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
     }
     let queue = serde_json::json!({"Fn::GetAtt": ["OrdersQueue", "Arn"]});
     let dlq = serde_json::json!({"Fn::GetAtt": ["OrdersDeadLetterQueue", "Arn"]});
+    let reports = serde_json::json!({"Fn::GetAtt": ["AuthenticationEndedQueue", "Arn"]});
+    let mut sent_to = Vec::new();
     let table = serde_json::json!({"Fn::GetAtt": ["IdempotencyTable", "Arn"]});
     let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
     let anything = serde_json::json!("*");
@@ -32,8 +34,12 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
         let resource = &statement["Resource"];
         for action in strings(&statement["Action"]) {
             let expected = match action.split(':').next() {
-                // Dead letters: only sent, only to the DLQ.
-                Some("sqs") if action == "sqs:SendMessage" => &dlq,
+                // Dead letters and ended waits: only sent, only to the DLQ and the
+                // report queue.
+                Some("sqs") if action == "sqs:SendMessage" => {
+                    sent_to.push(resource.clone());
+                    if resource == &reports { &reports } else { &dlq }
+                }
                 Some("sqs") => &queue,
                 Some("dynamodb") => &table,
                 Some("secretsmanager") => &secret,
@@ -67,10 +73,16 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
             "sqs:GetQueueUrl",
             "sqs:ReceiveMessage",
             "sqs:SendMessage",
+            "sqs:SendMessage",
         ]
     {
         out.push(format!(
-            "the role's SQS actions on the orders queue and the DLQ are {sqs_actions:?}"
+            "the role's SQS actions on the orders queue, the DLQ and the report queue are {sqs_actions:?}"
+        ));
+    }
+    if sent_to != [dlq.clone(), reports.clone()] {
+        out.push(format!(
+            "the role must send to the DLQ and the report queue, each once: {sent_to:?}"
         ));
     }
     let traced = cfn["Resources"][FUNCTION]["Properties"]["TracingConfig"]["Mode"] == "Active";
@@ -91,7 +103,7 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
 #[test]
 pub fn after_the_sam_transform_the_function_role_reaches_only_its_queue_table_and_secret() {
     assert_eq!(
-        role_violations(&transformed(&template())),
+        role_violations(transformed_template()),
         Vec::<String>::new()
     );
 }
@@ -127,6 +139,25 @@ pub fn dead_letters_sent_anywhere_but_the_dlq_or_a_missing_visibility_right_are_
     let found = role_violations(&transformed(&t));
     assert!(
         found.iter().any(|v| v.contains("the role's SQS actions")),
+        "{found:?}"
+    );
+}
+
+#[test]
+pub fn a_function_that_cannot_report_an_ended_wait_is_caught() {
+    let mut t = template();
+    let statements = get_mut(
+        &mut t,
+        &["Resources", "ChargeFunctionRole", "Properties", "Policies"],
+    )[0]["PolicyDocument"]["Statement"]
+        .as_sequence_mut()
+        .unwrap();
+    statements.retain(|s| s["Sid"] != "AuthenticationEnded");
+    let found = role_violations(&transformed(&t));
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("send to the DLQ and the report queue")),
         "{found:?}"
     );
 }

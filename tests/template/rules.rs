@@ -570,7 +570,7 @@ fn a_fixed_or_unknown_table_class_is_caught() {
 /// CloudFormation receives the class as the parameter, with both values allowed.
 #[test]
 fn the_table_class_reaches_cloudformation_as_the_parameter() {
-    let out = transformed(&template());
+    let out = transformed_template();
     assert_eq!(
         out["Resources"]["IdempotencyTable"]["Properties"]["TableClass"],
         serde_json::json!({"Ref": "TableClass"})
@@ -643,7 +643,7 @@ fn the_environment_parses_as_the_consumer_would() {
             Value::Tagged(_) if name == "IDEMPOTENCY_RETENTION" => {
                 duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
             }
-            Value::Tagged(_) if name.starts_with("RETRY_") => {
+            Value::Tagged(_) if name.starts_with("RETRY_") || name == "AUTHENTICATION_WAIT" => {
                 duration(&t, &vars[name]).map(|d| format!("{}s", d.as_secs()))
             }
             // Resource references resolve at deploy time; any valid stand-in will do.
@@ -653,6 +653,9 @@ fn the_environment_parses_as_the_consumer_would() {
             Value::Tagged(_) if name == "DEAD_LETTER_QUEUE_URL" => {
                 Some("https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq".to_owned())
             }
+            Value::Tagged(_) if name == "AUTHENTICATION_ENDED_QUEUE_URL" => Some(
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/authentication-ended".to_owned(),
+            ),
             Value::Tagged(_) => {
                 Some("arn:aws:secretsmanager:eu-west-1:123456789012:secret:x".to_owned())
             }
@@ -669,6 +672,11 @@ fn the_environment_parses_as_the_consumer_would() {
     assert_eq!(config.retry_cap, Duration::from_secs(15 * 60));
     assert_eq!(config.breaker_threshold, 5);
     assert!(config.require_dead_letter_queue_url().is_ok());
+    assert_eq!(
+        config.authentication_wait,
+        Duration::from_secs(7 * 24 * 3600)
+    );
+    assert!(config.authentication_ended_queue_url.is_some());
 }
 
 /// The function learns the event source's `MaximumConcurrency` (its fleet budget's

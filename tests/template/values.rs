@@ -121,6 +121,19 @@ pub fn at<'a>(base: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
 
 /// `template` after the SAM transform (aws-sam-translator, offline), as JSON.
 pub fn transformed(template: &Value) -> serde_json::Value {
+    transformed_with(template, &[])
+}
+
+/// template.yaml itself after the SAM transform, transformed once per test binary (a
+/// transform starts Python: seconds): what the tests that break nothing read.
+pub fn transformed_template() -> &'static serde_json::Value {
+    static ONCE: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| transformed(&template()))
+}
+
+/// `template` after the SAM transform with these parameter values (besides the
+/// required secret's ARN), as JSON.
+pub fn transformed_with(template: &Value, parameters: &[(&str, &str)]) -> serde_json::Value {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join(".venv/bin/python");
     assert!(
@@ -135,6 +148,11 @@ pub fn transformed(template: &Value) -> serde_json::Value {
         .arg(root.join("harness/servers/sam_transform.py"))
         .arg(&file)
         .arg("PaymentApiKeySecretArn=arn:aws:secretsmanager:eu-west-1:123456789012:secret:x")
+        .args(
+            parameters
+                .iter()
+                .map(|(name, value)| format!("{name}={value}")),
+        )
         .output()
         .unwrap();
     assert!(
@@ -166,4 +184,118 @@ pub fn statements(role: &serde_json::Value) -> impl Iterator<Item = &serde_json:
                 .into_iter()
                 .flatten()
         })
+}
+
+/// What CloudFormation creates from a transformed template with these parameter values
+/// (the others at their defaults): each condition decided, the resources and outputs
+/// of a false one left out, every `Fn::If` replaced by its branch and
+/// `AWS::NoValue` removed. The transform keeps the conditions for CloudFormation; this
+/// is the deploy's view of them.
+pub fn deployed(cfn: &serde_json::Value, parameters: &[(&str, &str)]) -> serde_json::Value {
+    let conditions: std::collections::BTreeMap<String, bool> = cfn["Conditions"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, _)| (name.clone(), condition(cfn, parameters, name, 0)))
+        .collect();
+    let mut out = cfn.clone();
+    for section in ["Resources", "Outputs"] {
+        if let Some(entries) = out[section].as_object_mut() {
+            entries.retain(|_, entry| {
+                entry["Condition"]
+                    .as_str()
+                    .is_none_or(|name| conditions[name])
+            });
+        }
+    }
+    out.as_object_mut().unwrap().remove("Conditions");
+    chosen(&out, &conditions).unwrap_or(serde_json::Value::Null)
+}
+
+/// A parameter's value: given, else its default.
+fn parameter(
+    cfn: &serde_json::Value,
+    parameters: &[(&str, &str)],
+    name: &str,
+) -> serde_json::Value {
+    parameters
+        .iter()
+        .find(|(given, _)| *given == name)
+        .map(|(_, value)| serde_json::Value::from(*value))
+        .unwrap_or_else(|| cfn["Parameters"][name]["Default"].clone())
+}
+
+/// Decides the condition `name` (`depth`: conditions refer to conditions, never in a
+/// cycle CloudFormation would accept; the bound stops a broken template).
+fn condition(cfn: &serde_json::Value, parameters: &[(&str, &str)], name: &str, depth: u8) -> bool {
+    assert!(depth < 16, "conditions nest too deep at {name}");
+    decide(cfn, parameters, &cfn["Conditions"][name], depth + 1)
+}
+
+fn decide(
+    cfn: &serde_json::Value,
+    parameters: &[(&str, &str)],
+    v: &serde_json::Value,
+    depth: u8,
+) -> bool {
+    let value = |v: &serde_json::Value| -> String {
+        match v {
+            serde_json::Value::Object(o) if o.contains_key("Ref") => {
+                let found = parameter(cfn, parameters, o["Ref"].as_str().unwrap());
+                found
+                    .as_str()
+                    .map_or_else(|| found.to_string(), str::to_owned)
+            }
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    };
+    let (op, args) = v
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .unwrap_or_else(|| panic!("not a condition: {v}"));
+    let args = args.as_array();
+    let arg = |i: usize| &args.unwrap()[i];
+    match op.as_str() {
+        "Fn::Equals" => value(arg(0)) == value(arg(1)),
+        "Fn::Not" => !decide(cfn, parameters, arg(0), depth),
+        "Fn::And" => args
+            .unwrap()
+            .iter()
+            .all(|a| decide(cfn, parameters, a, depth)),
+        "Fn::Or" => args
+            .unwrap()
+            .iter()
+            .any(|a| decide(cfn, parameters, a, depth)),
+        "Fn::Condition" | "Condition" => {
+            let name = v[op.as_str()].as_str().unwrap();
+            condition(cfn, parameters, name, depth)
+        }
+        other => panic!("no such condition function {other}"),
+    }
+}
+
+/// `v` with every `Fn::If` replaced by its branch; `None` for `AWS::NoValue`.
+fn chosen(
+    v: &serde_json::Value,
+    conditions: &std::collections::BTreeMap<String, bool>,
+) -> Option<serde_json::Value> {
+    use serde_json::Value as J;
+    match v {
+        J::Object(o) if o.len() == 1 && o.get("Ref") == Some(&J::from("AWS::NoValue")) => None,
+        J::Object(o) if o.len() == 1 && o.contains_key("Fn::If") => {
+            let parts = o["Fn::If"].as_array().unwrap();
+            let holds = conditions[parts[0].as_str().unwrap()];
+            chosen(&parts[if holds { 1 } else { 2 }], conditions)
+        }
+        J::Object(o) => Some(J::Object(
+            o.iter()
+                .filter_map(|(k, v)| chosen(v, conditions).map(|v| (k.clone(), v)))
+                .collect(),
+        )),
+        J::Array(items) => Some(J::Array(
+            items.iter().filter_map(|v| chosen(v, conditions)).collect(),
+        )),
+        other => Some(other.clone()),
+    }
 }
