@@ -829,3 +829,35 @@ fn the_readmes_order_that_awaits_its_customer_is_what_confirm_settle_and_inspect
     let found = awaiting_disagreements(&drifted, &makefile, &run);
     assert_eq!(found.len(), 2, "{found:#?}");
 }
+
+#[test]
+fn a_customer_who_confirms_after_the_dlqs_fourteen_day_retention_would_have_passed_still_ends_with_the_order_recorded()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("late.sqlite3");
+    let event = "events/sqs-authentication-required.json";
+    // A shop that gives its customers three weeks; an SQS queue keeps a message 14 days
+    // at most, so a redrive from the DLQ could no longer complete this order.
+    let out = bare(&db, &["invoke", event])
+        .env("AUTHENTICATION_WAIT", "21d")
+        .output()
+        .unwrap();
+    assert_eq!(harness::failed_ids(&out.stdout), Vec::<String>::new());
+    let waiting = record_of(&db, "ord-6001");
+    let wait =
+        waiting["espera_hasta"].as_i64().unwrap() - waiting["creado"].as_i64().unwrap() / 1000;
+    assert!((wait - 21 * 24 * 3600).abs() <= 1, "{waiting}");
+
+    let run = printed(&db, &["settle", "--later", "15d"]);
+    assert_eq!(
+        run["waiting"], 1,
+        "fifteen days on, the order still waits: {run}"
+    );
+    printed(&db, &["confirm", "ord-6001", "--no-event"]);
+    let run = printed(&db, &["settle", "--later", "15d"]);
+    assert_eq!(run["completed"], 1, "{run}");
+    let done = record_of(&db, "ord-6001");
+    assert_eq!(done["estado"], "hecho", "{done}");
+    assert_eq!(done["recibo"], waiting["pago"]);
+    assert_eq!(charges(&db), [("ord-6001".to_owned(), 1)]);
+}
