@@ -11,7 +11,7 @@ VENV   := .venv
 PYTHON ?= python3
 CARGO  ?= cargo
 
-.PHONY: help deps tools test test-build lint-canary model model-build model-mutants model-mutant sam-build soak bench lint fmt run reset build validate watch invoke local-up local-down deploy clean
+.PHONY: help deps tools test test-build lint-canary model model-build model-mutants model-mutant sam-build soak bench lint fmt run confirm reset build validate watch invoke local-up local-down deploy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -138,6 +138,10 @@ DB    ?= .local/charge-once.sqlite3
 # never linked into the Lambda build.
 run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator (charge-once-local), needs only cargo
 	$(CARGO) run --quiet -p charge-once-local -- invoke $(EVENT) --db $(DB)
+
+ORDER ?= ord-3006
+confirm: ## play the customer of ORDER (default ord-3006, which make run leaves awaiting them): confirm its payment at the simulator, deliver Stripe's event to the handler
+	$(CARGO) run --quiet -p charge-once-local -- confirm $(ORDER) --db $(DB)
 
 reset: ## forget every local record and the simulator's ledger (the DB file of make run)
 	rm -f $(DB) $(DB)-wal $(DB)-shm

@@ -1,24 +1,36 @@
 //! The local commands: `invoke` runs the real handler once on an SQS event file,
 //! `inspect` prints an order's record and the simulator's ledger rows, `resolve`
 //! settles one with the simulator, `audit` holds the table against the simulator's
-//! payments; all on the `--db` SQLite file. Only `invoke` creates it. Edge code:
-//! errors are `anyhow`. stdout carries only the command's JSON; logs go to stderr.
+//! payments, `confirm` plays the customer of an order that awaits them and delivers
+//! Stripe's event to the handler, `settle` runs the scheduled settler; all on the
+//! `--db` SQLite file. Only `invoke` creates it. Edge code: errors are `anyhow`.
+//! stdout carries only the command's JSON; logs go to stderr.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use aws_lambda_events::event::sqs::SqsEvent;
+use charge_once::adapters::emf::Recorded;
+use charge_once::audit_lambda::SETTLE_LIMIT;
 use charge_once::commands::{read_event, record_json, resolution_json};
 use charge_once::config::Config;
+use charge_once::contracts::payment::PaymentListing as _;
+use charge_once::contracts::queue::Unreported;
+use charge_once::contracts::schema;
 use charge_once::contracts::store::IdempotencyStore as _;
-use charge_once::domain::Key;
-use charge_once::domain::clock;
+use charge_once::domain::clock::{self, Time};
 use charge_once::domain::order::{Order, validate_id};
+use charge_once::domain::{Key, State};
 use charge_once::drivers::audit;
 use charge_once::drivers::charge::{self, Settings};
+use charge_once::drivers::settle::Settler;
+use charge_once::policy::outcome_kind::{DECLARED, OutcomeKind};
 use charge_once::policy::resolve::Confirmed;
 use charge_once::{telemetry, wiring as product};
+use charge_once_local::simulated::{SimulatedProvider, event};
+use charge_once_local::sqlite::SqliteStore;
 use charge_once_local::sqlite_file::OpenMode;
 use charge_once_local::wiring::{self, Refusal};
 use clap::{Parser, Subcommand};
@@ -35,7 +47,8 @@ use serde_json::json;
                   PAYMENT_API_URL (the operator's commands on the real table and provider \
                   are charge-once's). The simulator answers as Stripe's test payment \
                   methods do: pm_card_visa succeeds, pm_card_chargeDeclined declines, \
-                  pm_card_authenticationRequired awaits the customer; the customer \
+                  pm_card_authenticationRequired awaits the customer (`confirm` plays \
+                  them and delivers Stripe's event); the customer \
                   cus_timeout_after_charge is charged, then the answer is lost."
 )]
 pub struct Cli {
@@ -106,6 +119,31 @@ pub enum Command {
         #[command(flatten)]
         db: Db,
     },
+    /// Play the customer of an order that awaits them, then Stripe: confirm the
+    /// PaymentIntent its record names at the simulator (it succeeds), deliver the
+    /// `payment_intent.succeeded` event to the handler in an SQS record, as the orders
+    /// queue carries it, and print what became of it. Exit 0: `reconciled`.
+    Confirm {
+        order_id: String,
+        /// Only confirm the payment: no event is delivered (as when the events never
+        /// arrive), and `settle` finds the payment succeeded.
+        #[arg(long)]
+        no_event: bool,
+        #[command(flatten)]
+        db: Db,
+    },
+    /// Run the scheduled settler once: every awaiting order's payment is looked up by
+    /// id; succeeded → `hecho`; past the wait's end → cancelled, then `fallido`.
+    /// Prints the run's summary. Exit 0: every awaiting order was read and settled or
+    /// left waiting.
+    Settle {
+        /// Run as if this much later than now (`8d`: past the default 7-day
+        /// AUTHENTICATION_WAIT).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        later: Duration,
+        #[command(flatten)]
+        db: Db,
+    },
 }
 
 /// The exit status of a command that ran to its end.
@@ -151,6 +189,12 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Invoke { event, db } => invoke(config, &event, &db.db).await.map(|()| 0),
         Command::Inspect { order_id, db } => inspect(&order_id, &db.db).await.map(|()| 0),
+        Command::Confirm {
+            order_id,
+            no_event,
+            db,
+        } => confirm(config, &order_id, no_event, &db.db).await,
+        Command::Settle { later, db } => settle(config, later, &db.db).await,
         Command::Audit {
             since,
             stuck_after,
@@ -181,15 +225,124 @@ async fn invoke(config: &Config, path: &Path, db: &Path) -> anyhow::Result<()> {
     let event = read_event(path)?;
     let store = wiring::store(db, OpenMode::Create)?;
     let simulator = wiring::simulator(db, OpenMode::Create)?;
+    let (response, _) = handle(config, store, simulator, &event).await?;
+    println!("{response}");
+    Ok(())
+}
+
+/// Runs the handler once on `event`, as `invoke` does: its response, and what it
+/// counted. The EMF document joins the logs on stderr (stdout is the command's).
+async fn handle(
+    config: &Config,
+    store: SqliteStore,
+    simulator: SimulatedProvider,
+    event: &SqsEvent,
+) -> anyhow::Result<(String, Arc<Recorded>)> {
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
     let consumer = product::consumer(config, Arc::new(store), Arc::new(simulator));
     let deadline = consumer.default_deadline();
-    let (response, recorded) = metrics.measure(consumer.run(&event, deadline)).await;
-    let response = response?;
-    // stdout is only the response; the EMF document joins the logs on stderr.
+    let (response, recorded) = metrics.measure(consumer.run(event, deadline)).await;
+    let response = serde_json::to_string(&response?)?;
     metrics.write(&recorded, &[], clock::wall_ms(), std::io::stderr())?;
-    println!("{}", serde_json::to_string(&response)?);
-    Ok(())
+    Ok((response, recorded))
+}
+
+/// Stripe's event for a payment the customer confirmed.
+const SUCCEEDED: &str = "payment_intent.succeeded";
+
+/// Exit 0 when the event completed the order (`reconciled`), or with `--no-event`
+/// when the payment is confirmed; 1 otherwise.
+async fn confirm(
+    config: &Config,
+    order_id: &str,
+    no_event: bool,
+    db: &Path,
+) -> anyhow::Result<ExitStatus> {
+    validate_id(order_id).context("order id")?;
+    let store = wiring::store(db, OpenMode::Existing)?;
+    let simulator = wiring::simulator(db, OpenMode::Existing)?;
+    let record = store.get(&Key::for_order_id(order_id)).await?;
+    let payment_id = match record {
+        Some(r) if r.state == State::Awaiting => r
+            .payment
+            .with_context(|| format!("{order_id} awaits its customer but names no payment"))?,
+        Some(r) => anyhow::bail!(
+            "{order_id} does not await its customer: its record is {} {}",
+            schema::attr::STATE,
+            schema::state_value(&r.state)
+        ),
+        None => anyhow::bail!("{order_id} has no record: no order of this file awaits it"),
+    };
+    // The customer authenticates on the shop's page. A payment already confirmed (its
+    // event was not delivered: `--no-event`, or a run that stopped) is delivered now.
+    simulator.authenticate(&payment_id)?;
+    let payment = simulator
+        .payment_by_id(&payment_id)
+        .await?
+        .with_context(|| format!("{payment_id}: not in the simulator's ledger"))?;
+    if !payment.succeeded() {
+        anyhow::bail!(
+            "{payment_id} is {}: the customer can no longer confirm it",
+            payment.status
+        );
+    }
+    if no_event {
+        println!(
+            "{}",
+            json!({"order_id": order_id, "payment_id": payment_id, "payment": payment.status})
+        );
+        return Ok(0);
+    }
+    let now = Time::from_ms(clock::wall_ms());
+    let stripe = event::stripe_event(SUCCEEDED, &payment, now);
+    let sqs = serde_json::from_value(event::sqs_event(&event::envelope(&stripe, now), now))?;
+    let (_, recorded) = handle(config, store, simulator, &sqs).await?;
+    let outcome = outcome_of(&recorded);
+    println!(
+        "{}",
+        json!({
+            "order_id": order_id, "payment_id": payment_id, "event": SUCCEEDED,
+            "event_id": stripe["id"], "outcome": outcome,
+        })
+    );
+    Ok(i32::from(outcome != Some(OutcomeKind::Reconciled.name())))
+}
+
+/// The outcome the handler counted for the one record it ran.
+fn outcome_of(recorded: &Recorded) -> Option<&'static str> {
+    DECLARED
+        .iter()
+        .map(|declared| declared.name)
+        .find(|name| recorded.counter(name) > 0)
+}
+
+/// How long one local settler run may take (the scheduled function's own bound is its
+/// invocation's time).
+const SETTLE_TIME: Duration = Duration::from_secs(60);
+
+/// Exit 0 when every awaiting order was read and handled; 1 when some failed (they are
+/// read again next run).
+async fn settle(config: &Config, later: Duration, db: &Path) -> anyhow::Result<ExitStatus> {
+    let store = wiring::store(db, OpenMode::Existing)?;
+    let simulator = wiring::simulator(db, OpenMode::Existing)?;
+    let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
+    let now = move || Time::from_ms(clock::wall_ms()) + later;
+    let settler = Settler {
+        store: &store,
+        provider: &simulator,
+        // Locally no shop's queue is called: the log line reports an ended wait.
+        reports: &Unreported,
+        now: &now,
+        retention: config.retention,
+        call_timeout: config.payment_timeout,
+        limit: SETTLE_LIMIT,
+        until: Instant::now() + SETTLE_TIME,
+    };
+    let (run, recorded) = metrics.measure(settler.run()).await;
+    let run = run.context("the settler could not read the awaiting orders")?;
+    metrics.write(&recorded, &[], clock::wall_ms(), std::io::stderr())?;
+    println!("{}", run.summary());
+    Ok(i32::from(run.failed > 0))
 }
 
 async fn inspect(order_id: &str, db: &Path) -> anyhow::Result<()> {

@@ -9,11 +9,12 @@
 //! | --- | --- |
 //! | [`sqlite_file`] | the one SQLite file the store and the simulator share: opened once, created only by `invoke` |
 //! | [`sqlite`] | the idempotency table in that file, with DynamoDB's contract and semantics |
-//! | [`simulated`] | the simulator: a payment provider with Stripe's idempotency, refusals and test cards, its ledger in that file |
+//! | [`simulated`] | the simulator: a payment provider with Stripe's idempotency, refusals and test cards, its ledger in that file; the customer who confirms a payment, and the event Stripe then sends |
 //! | [`wiring`] | the refusals that keep a local run away from real parts, and the store and simulator each command opens |
 //!
 //! The binary (`main.rs`, `cli.rs`, `charge-once-local`) parses its arguments and
-//! calls [`wiring`]: `invoke`, `inspect`, `resolve` and `audit` on the `--db` file.
+//! calls [`wiring`]: `invoke`, `inspect`, `resolve`, `audit`, `confirm` and `settle` on
+//! the `--db` file.
 
 pub mod simulated;
 pub mod sqlite;

@@ -1,9 +1,10 @@
 //! The local binary as a newcomer runs it: `invoke` on the SQLite file and the
 //! simulator, twice (`make run`); `inspect`; the crash-after-charge customer; the
-//! decline limit and `resolve --retry-declined`; the audit of what `make run` left; and
-//! the refusals that keep the simulator away from real parts (never inside Lambda,
-//! never beside the production settings) and the read-only commands from creating
-//! files.
+//! decline limit and `resolve --retry-declined`; the order that awaits its customer,
+//! `confirm` (the customer, then Stripe's event) and `settle` (the settler, on a moved
+//! clock); the audit of what `make run` left; and the refusals that keep the simulator
+//! away from real parts (never inside Lambda, never beside the production settings)
+//! and the read-only commands from creating files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -92,8 +93,9 @@ fn charges(db: &Path) -> Vec<(String, i64)> {
 fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("run.sqlite3");
-    // The invalid body, the declined card and the card that needs authentication.
-    let invalid = message_ids("events/sqs-batch.json", &[5, 6, 7]);
+    // The invalid body and the declined card; the card that needs authentication is
+    // acknowledged (its order awaits the customer).
+    let invalid = message_ids("events/sqs-batch.json", &[5, 6]);
 
     assert_eq!(invoke(&db, "events/sqs-batch.json"), invalid);
     let after_first = charges(&db);
@@ -276,6 +278,15 @@ fn inspect_of_an_unknown_order_prints_a_null_record() {
     assert_eq!(shown["ledger"], Value::Array(vec![]));
 }
 
+/// The commands that never create the `--db` file.
+const READ_ONLY: [&[&str]; 5] = [
+    &["audit"],
+    &["inspect", "ord-1001"],
+    &RESOLVE,
+    &["confirm", "ord-1001"],
+    &["settle"],
+];
+
 const RESOLVE: [&str; 10] = [
     "resolve",
     "ord-1001",
@@ -301,6 +312,8 @@ fn the_simulator_never_runs_inside_lambda_nor_beside_the_production_settings() {
         &RESOLVE[..],
         &["inspect", "ord-1001"][..],
         &["audit"][..],
+        &["confirm", "ord-1001"][..],
+        &["settle"][..],
     ];
     // (environment, the refusal's words)
     let refusals = [
@@ -336,7 +349,7 @@ fn read_only_commands_refuse_a_missing_db_and_create_nothing() {
         dir.path().join("mistyped.sqlite3"),
         dir.path().join("no-such-dir").join("x.sqlite3"),
     ] {
-        for args in [&["audit"][..], &["inspect", "ord-1001"][..], &RESOLVE[..]] {
+        for args in READ_ONLY {
             let out = charge_once(&db, args);
             let what = format!("{args:?} {}", db.display());
             assert_refused(&out, "no such file", &what);
@@ -360,7 +373,7 @@ fn a_file_without_the_simulators_ledger_is_refused_by_every_read_only_command() 
     // Records, but no ledger: not a file `invoke` made, so the simulator charged none
     // of its orders and its "not found" would say nothing about them.
     charge_once_local::sqlite::SqliteStore::open(&db).unwrap();
-    for args in [&["audit"][..], &["inspect", "ord-1001"][..], &RESOLVE[..]] {
+    for args in READ_ONLY {
         let out = charge_once(&db, args);
         assert_refused(&out, "holds no simulator ledger", &format!("{args:?}"));
     }
@@ -519,13 +532,332 @@ fn make_run_prints_and_logs_what_the_readme_says_and_a_readme_that_drifted_is_ca
         "README's Try it drifted:\n{}",
         found.join("\n")
     );
-    // A README that still told of one failure and three charges on the second run.
+    // A README that still told of three charges on the second run, and of the order
+    // that awaits its customer as a failure.
     let drifted = readme
         .replace("| `charged` | 3 | 0 |", "| `charged` | 3 | 3 |")
         .replace(
-            r#",{"itemIdentifier":"00000010-1100-0000-0000-000000001011"}"#,
-            "",
+            r#"{"itemIdentifier":"00000010-1000-0000-0000-000000001010"}]}"#,
+            r#"{"itemIdentifier":"00000010-1000-0000-0000-000000001010"},{"itemIdentifier":"00000010-1100-0000-0000-000000001011"}]}"#,
         );
     let found = disagreements(&drifted, [&first, &second]);
     assert_eq!(found.len(), 3, "{found:#?}");
+}
+
+/// A command that must exit 0: its stdout, one JSON value.
+fn printed(db: &Path, args: &[&str]) -> Value {
+    let out = charge_once(db, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `inspect`'s record of `order`.
+fn record_of(db: &Path, order: &str) -> Value {
+    printed(db, &["inspect", order])["record"].clone()
+}
+
+/// `inspect`'s ledger statuses of `order`, oldest first.
+fn ledger_of(db: &Path, order: &str) -> Vec<String> {
+    printed(db, &["inspect", order])["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["status"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_order_that_awaits_its_customer_is_acknowledged_then_done_once_they_confirm_and_stripes_event_arrives()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awaiting.sqlite3");
+    invoke(&db, "events/sqs-batch.json");
+    let waiting = record_of(&db, "ord-3006");
+    assert_eq!(waiting["estado"], "espera", "{waiting}");
+    let payment = waiting["pago"].as_str().unwrap().to_owned();
+    assert!(payment.starts_with("pi_sim_"), "{waiting}");
+    // The wait ends AUTHENTICATION_WAIT (7 days by default) after the attempt began.
+    let wait =
+        waiting["espera_hasta"].as_i64().unwrap() - waiting["creado"].as_i64().unwrap() / 1000;
+    assert!((wait - 7 * 24 * 3600).abs() <= 1, "{waiting}");
+
+    // Its second delivery is acknowledged and calls nothing.
+    invoke(&db, "events/sqs-batch.json");
+    assert_eq!(ledger_of(&db, "ord-3006"), ["authentication_required"]);
+    assert_eq!(record_of(&db, "ord-3006"), waiting);
+
+    let out = charge_once(&db, &["confirm", "ord-3006"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let confirmed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(confirmed["outcome"], "reconciled", "{confirmed}");
+    assert_eq!(confirmed["event"], "payment_intent.succeeded");
+    assert_eq!(confirmed["payment_id"], payment.as_str());
+    // The handler's own line: the event went through the batch, as a queue's record.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("key=\"cobro#ord-3006\"") && l.contains("outcome=\"reconciled\"")),
+        "{stderr}"
+    );
+
+    let done = record_of(&db, "ord-3006");
+    assert_eq!(done["estado"], "hecho", "{done}");
+    assert_eq!(done["recibo"], payment.as_str());
+    assert!(
+        done["pago"].is_null() && done["espera_hasta"].is_null(),
+        "{done}"
+    );
+    assert_eq!(
+        ledger_of(&db, "ord-3006"),
+        ["authentication_required", "authenticated"]
+    );
+    assert!(charges(&db).contains(&("ord-3006".to_owned(), 1)));
+    let audit = charge_once(&db, &["audit"]);
+    assert_eq!(audit.status.code(), Some(0), "the paid order audits clean");
+
+    // Nothing awaits any more: a second confirm does nothing and says why.
+    let again = charge_once(&db, &["confirm", "ord-3006"]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{stderr}");
+    assert!(again.stdout.is_empty());
+    assert!(
+        stderr.contains("does not await its customer: its record is estado hecho"),
+        "{stderr}"
+    );
+    assert_eq!(ledger_of(&db, "ord-3006").len(), 2, "no other call");
+}
+
+#[test]
+fn a_wait_that_ends_unconfirmed_is_cancelled_by_the_settler_and_the_next_message_is_a_new_attempt()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("settle.sqlite3");
+    let event = "events/sqs-authentication-required.json";
+    assert_eq!(invoke(&db, event), Vec::<String>::new(), "acknowledged");
+    let first = record_of(&db, "ord-6001");
+    assert_eq!(first["estado"], "espera");
+
+    // Within the wait the settler leaves it; eight days on it cancels the payment.
+    let run = printed(&db, &["settle"]);
+    assert_eq!(
+        (run["read"].as_u64(), run["waiting"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let out = charge_once(&db, &["settle", "--later", "8d"]);
+    assert!(out.status.success());
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["ended"], 1, "{run}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outcome=\"authentication_expired\""));
+    let ended = record_of(&db, "ord-6001");
+    assert_eq!(
+        (ended["estado"].as_str(), ended["intento"].as_u64()),
+        (Some("fallido"), Some(2))
+    );
+    assert_eq!(
+        ledger_of(&db, "ord-6001"),
+        ["authentication_required", "canceled"]
+    );
+
+    // The next message is the next attempt: a new payment, awaiting the customer again.
+    assert_eq!(invoke(&db, event), Vec::<String>::new());
+    let second = record_of(&db, "ord-6001");
+    assert_eq!(
+        (second["estado"].as_str(), second["intento"].as_u64()),
+        (Some("espera"), Some(2))
+    );
+    assert_ne!(second["pago"], first["pago"]);
+
+    // The customer confirms, and no event arrives: the settler finds the payment.
+    let confirmed = printed(&db, &["confirm", "ord-6001", "--no-event"]);
+    assert_eq!(confirmed["payment"], "succeeded");
+    assert_eq!(record_of(&db, "ord-6001")["estado"], "espera");
+    let run = printed(&db, &["settle"]);
+    assert_eq!(run["completed"], 1, "{run}");
+    let done = record_of(&db, "ord-6001");
+    assert_eq!(
+        (done["estado"].clone(), done["recibo"].clone()),
+        ("hecho".into(), second["pago"].clone())
+    );
+    assert_eq!(charges(&db), [("ord-6001".to_owned(), 1)]);
+}
+
+/// What README's "An order that awaits its customer" shows: the order `make confirm`
+/// is given, and the JSON lines it shows `confirm` and `settle` printing.
+fn readme_awaiting(readme: &str) -> (String, Vec<Value>) {
+    let section = readme
+        .split("\n## An order that awaits its customer\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has the section");
+    let order = section
+        .split("make confirm ORDER=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .expect("the section runs make confirm ORDER=…")
+        .to_owned();
+    let printed = section
+        .split("```json\n")
+        .skip(1)
+        .map(|s| serde_json::from_str(s.split("```").next().unwrap()).unwrap())
+        .collect();
+    (order, printed)
+}
+
+/// Whether a line README shows is what the binary printed: the same fields, each the
+/// same value, or (a value ending in `…`) one that starts so.
+fn shows(said: &Value, printed: &Value) -> bool {
+    match (said, printed) {
+        (Value::Object(said), Value::Object(printed)) => {
+            said.len() == printed.len()
+                && said
+                    .iter()
+                    .all(|(k, v)| printed.get(k).is_some_and(|p| shows(v, p)))
+        }
+        (Value::String(said), Value::String(printed)) => {
+            said.strip_suffix('…').map_or(said == printed, |start| {
+                printed.starts_with(start) && printed.len() > start.len()
+            })
+        }
+        _ => said == printed,
+    }
+}
+
+/// What the section's commands did: the record before, `confirm`'s line, the record
+/// after; on another file, `settle --later 8d`'s line and the record after it.
+struct AwaitingRun {
+    order: String,
+    waiting: Value,
+    confirmed: Value,
+    done: Value,
+    settled: Value,
+    ended: Value,
+}
+
+fn awaiting_run(order: &str, dir: &Path) -> AwaitingRun {
+    let db = dir.join("confirm.sqlite3");
+    invoke(&db, "events/sqs-batch.json");
+    invoke(&db, "events/sqs-batch.json");
+    let waiting = record_of(&db, order);
+    let confirmed = printed(&db, &["confirm", order]);
+    let done = record_of(&db, order);
+    let db = dir.join("settle.sqlite3");
+    invoke(&db, "events/sqs-batch.json");
+    let settled = printed(&db, &["settle", "--later", "8d"]);
+    AwaitingRun {
+        order: order.to_owned(),
+        waiting,
+        confirmed,
+        done,
+        settled,
+        ended: record_of(&db, order),
+    }
+}
+
+/// Where the section and the run disagree, one line each (empty: they agree).
+fn awaiting_disagreements(readme: &str, makefile: &str, run: &AwaitingRun) -> Vec<String> {
+    let (order, said) = readme_awaiting(readme);
+    let mut found = Vec::new();
+    if order != run.order {
+        found.push(format!("README confirms {order}, the run {}", run.order));
+    }
+    if !makefile.contains("-- confirm $(ORDER) --db $(DB)") {
+        found.push("make confirm does not run charge-once-local confirm $(ORDER)".to_owned());
+    }
+    let lines = [("confirm", &run.confirmed), ("settle", &run.settled)];
+    if said.len() != lines.len() {
+        found.push(format!(
+            "README shows {} lines, not {}",
+            said.len(),
+            lines.len()
+        ));
+    }
+    for ((command, printed), said) in lines.iter().zip(&said) {
+        if !shows(said, printed) {
+            found.push(format!(
+                "README shows {command} printing {said}, it prints {printed}"
+            ));
+        }
+    }
+    let states = [
+        ("espera", &run.waiting),
+        ("hecho", &run.done),
+        ("fallido", &run.ended),
+    ];
+    for (state, record) in states {
+        let claim = format!("`\"estado\": \"{state}\"`");
+        if !readme.contains(&claim) || record["estado"] != state {
+            found.push(format!("README says {claim}, inspect shows {record}"));
+        }
+    }
+    if run.done["recibo"] != run.waiting["pago"]
+        || run.confirmed["payment_id"] != run.waiting["pago"]
+    {
+        found.push(format!(
+            "the receipt is not the payment that awaited: {} then {}",
+            run.waiting, run.done
+        ));
+    }
+    found
+}
+
+#[test]
+fn the_readmes_order_that_awaits_its_customer_is_what_confirm_settle_and_inspect_print_and_a_drift_is_caught()
+ {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let makefile = std::fs::read_to_string(root().join("Makefile")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (order, _) = readme_awaiting(&readme);
+    let run = awaiting_run(&order, dir.path());
+    let found = awaiting_disagreements(&readme, &makefile, &run);
+    assert!(
+        found.is_empty(),
+        "README's order that awaits its customer drifted:\n{}",
+        found.join("\n")
+    );
+    // A README that still sent the order to the DLQ, and whose settler ended nothing.
+    let drifted = readme
+        .replace(
+            r#""outcome":"reconciled""#,
+            r#""outcome":"authentication_required""#,
+        )
+        .replace(r#""ended":1"#, r#""ended":0"#);
+    let found = awaiting_disagreements(&drifted, &makefile, &run);
+    assert_eq!(found.len(), 2, "{found:#?}");
+}
+
+#[test]
+fn a_customer_who_confirms_after_the_dlqs_fourteen_day_retention_would_have_passed_still_ends_with_the_order_recorded()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("late.sqlite3");
+    let event = "events/sqs-authentication-required.json";
+    // A shop that gives its customers three weeks; an SQS queue keeps a message 14 days
+    // at most, so a redrive from the DLQ could no longer complete this order.
+    let out = bare(&db, &["invoke", event])
+        .env("AUTHENTICATION_WAIT", "21d")
+        .output()
+        .unwrap();
+    assert_eq!(harness::failed_ids(&out.stdout), Vec::<String>::new());
+    let waiting = record_of(&db, "ord-6001");
+    let wait =
+        waiting["espera_hasta"].as_i64().unwrap() - waiting["creado"].as_i64().unwrap() / 1000;
+    assert!((wait - 21 * 24 * 3600).abs() <= 1, "{waiting}");
+
+    let run = printed(&db, &["settle", "--later", "15d"]);
+    assert_eq!(
+        run["waiting"], 1,
+        "fifteen days on, the order still waits: {run}"
+    );
+    printed(&db, &["confirm", "ord-6001", "--no-event"]);
+    let run = printed(&db, &["settle", "--later", "15d"]);
+    assert_eq!(run["completed"], 1, "{run}");
+    let done = record_of(&db, "ord-6001");
+    assert_eq!(done["estado"], "hecho", "{done}");
+    assert_eq!(done["recibo"], waiting["pago"]);
+    assert_eq!(charges(&db), [("ord-6001".to_owned(), 1)]);
 }

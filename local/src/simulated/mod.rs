@@ -22,12 +22,17 @@
 //! failed validation): a currency Stripe does not take, an amount below the currency's
 //! minimum charge, a customer id that is not a customer's (`cus_…`), a payment method
 //! that is not one (`pm_…`).
+//!
+//! What the customer does next is played here too: [`SimulatedProvider::authenticate`]
+//! confirms a payment that awaits them, and [`event`] renders the event Stripe then
+//! sends (its EventBridge envelope, in an SQS record of the orders queue).
 
 use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
+pub mod event;
 mod refusal;
 
 use refusal::refusal;
