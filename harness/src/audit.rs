@@ -107,12 +107,12 @@ fn expect(found: &[(&str, &Order)]) -> BTreeSet<(String, String)> {
 /// The scenario, the same on both pairs: `good` pays with a card the provider
 /// charges, `declining` with one it declines. Each audit's window reaches back to the
 /// scenario's start (whole seconds, and one more), so that only its own payments are
-/// in it; what it returns is that window.
+/// in it; it returns that start, for a later audit over the same payments.
 pub async fn clean_then_tampered_one_way_at_a_time(
     pair: &dyn AuditPair,
     good: Payer<'_>,
     declining: Payer<'_>,
-) -> Duration {
+) -> Instant {
     let started = Instant::now();
     let audit = || pair.audit(started.elapsed());
     let dir = tempfile::tempdir().unwrap();
@@ -198,5 +198,5 @@ pub async fn clean_then_tampered_one_way_at_a_time(
         .await;
     expected.push(("stuck", &stuck));
     assert_eq!(audit(), (1, expect(&expected)));
-    started.elapsed()
+    started
 }
