@@ -157,7 +157,7 @@ async fn moto_and_localstripe_audit_clean_then_name_each_tampered_order() {
                 // Back to the scenario's start, and no further.
                 (
                     "AUDIT_SINCE",
-                    format!("{}s", started.elapsed().as_secs() + 2),
+                    format!("{}s", started.elapsed().as_secs() + 1),
                 ),
             ],
             ..Launch::logging_to(log.clone())
