@@ -1244,6 +1244,77 @@ async fn the_audit_lists_every_page_of_payment_intents_since_a_time_and_finds_on
 /// Stripe stores a 500 under its key and says its payment may still appear: the record
 /// keeps the key through every delivery, and the payment that appears completes it. No
 /// second PaymentIntent is ever made for the order.
+/// The audit's read of late confirmations: the `payment_intent.succeeded` events
+/// since a time (`type`, `created[gte]`, every page of 100, under the pinned version),
+/// each one's PaymentIntent: one created before that time and confirmed after it by
+/// the customer is there, succeeded, with its order; one that was only created before
+/// is not.
+#[tokio::test]
+async fn the_audit_lists_the_payments_that_succeeded_since_a_time_whenever_they_were_created() {
+    let p = provider();
+    let waiting = localstripe::payer(Card::RequiresAuthentication).await;
+    let late = order_of(&unique_id(), 2600, &waiting);
+    let Err(PaymentError::AuthenticationRequired {
+        payment_id: Some(late_id),
+    }) = p.charge(&late, &key(&late, 1)).await
+    else {
+        panic!("expected AuthenticationRequired with its id")
+    };
+    let payer = localstripe::payer(Card::Visa).await;
+    let before = order_of(&unique_id(), 2601, &payer);
+    let before_id = p.charge(&before, &key(&before, 1)).await.unwrap().id;
+    // The window starts at the next whole second (`created` is in seconds).
+    let since = Time::from_secs(now().as_secs() + 1);
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(since.as_ms() - now().as_ms()).unwrap_or(0),
+    ))
+    .await;
+    localstripe::authenticate(&late_id).await;
+    let mut made = Vec::new();
+    for n in 0..101 {
+        let o = order_of(&unique_id(), 2700 + n, &payer);
+        made.push(p.charge(&o, &key(&o, 1)).await.unwrap().id);
+    }
+
+    let confirmed = p.confirmed_since(since).await.unwrap();
+    let once = |id: &str| confirmed.iter().filter(|c| c.payment.id == id).count();
+    let found = confirmed
+        .iter()
+        .find(|c| c.payment.id == late_id)
+        .expect("the late confirmation is listed");
+    assert!(found.payment.succeeded(), "{found:?}");
+    assert_eq!(found.payment.order_id.as_deref(), Some(late.id()));
+    assert!(
+        found.payment.created < since && found.at >= since,
+        "{found:?}"
+    );
+    assert_eq!(once(&late_id), 1);
+    assert!(
+        made.iter().all(|id| once(id) == 1),
+        "each payment of the window once"
+    );
+    assert_eq!(once(&before_id), 0, "succeeded before the window");
+    // Every page was read, each under the pinned version and the filters.
+    let pages: Vec<_> = localstripe::requests_seen(Some("/v1/events"))
+        .await
+        .into_iter()
+        .filter(|r| r.param("created[gte]") == Some(since.as_secs().to_string().as_str()))
+        .collect();
+    assert!(pages.len() >= 2, "{pages:?}");
+    assert!(
+        pages.iter().all(|r| r.stripe_version == STRIPE_VERSION
+            && r.param("type") == Some("payment_intent.succeeded")
+            && r.param("limit") == Some("100")),
+        "{pages:?}"
+    );
+    assert!(
+        p.confirmed_since(since + Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 #[tokio::test]
 async fn a_stored_server_error_whose_payment_appears_later_completes_the_order_with_one_payment() {
     let payer = localstripe::payer(Card::Visa).await;

@@ -702,43 +702,6 @@ async fn missing_key_reads_as_none(t: Fixture) {
     assert_eq!(t.store.get(&key()).await.unwrap(), None);
 }
 
-/// The audit's read: every record first reserved at or after `since`, over several
-/// pages of the DynamoDB scan (100 items each); older and legacy-format items left out.
-async fn created_since_reads_every_page_and_only_records_from_then_on(t: Fixture) {
-    let recent: Vec<Key> = (0..230).map(|_| key()).collect();
-    let reserve_all = |keys: Vec<Key>, at: Time| {
-        let store = t.store.clone();
-        async move {
-            for chunk in keys.chunks(20) {
-                let writes = chunk.iter().map(|pk| {
-                    let store = store.clone();
-                    let pk = pk.clone();
-                    async move { won(store.as_ref(), &req(&pk, H1, "a", at)).await }
-                });
-                futures::future::join_all(writes).await;
-            }
-        }
-    };
-    reserve_all(recent.clone(), T).await;
-    reserve_all((0..5).map(|_| key()).collect(), T - DAY).await;
-    t.put_legacy_item(&key(), State::Done, Some("ch_legacy"), T + DAY)
-        .await;
-
-    let mut read: Vec<Key> = t
-        .store
-        .created_since(T - MINUTE)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.pk)
-        .collect();
-    read.sort();
-    let mut expected = recent;
-    expected.sort();
-    assert_eq!(read, expected);
-    assert_eq!(t.store.created_since(T + MINUTE).await.unwrap(), []);
-}
-
 /// 20 concurrent reservations of one key, 50 rounds: exactly one winner each round.
 async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Fixture) {
     for round in 0..50 {
@@ -815,7 +778,6 @@ contract_suite!(
     a_legacy_done_item_is_a_duplicate,
     a_legacy_in_progress_item_needs_reconciliation,
     missing_key_reads_as_none,
-    created_since_reads_every_page_and_only_records_from_then_on,
     twenty_concurrent_reservations_have_exactly_one_winner,
 );
 

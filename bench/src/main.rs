@@ -42,7 +42,9 @@
 //! `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
 //! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
 //! 100) and `BENCH_CELLS=<slug>,<slug>` (cells of the full matrix, e.g.
-//! `fresh-b10-s0-p0`) shorten a development run.
+//! `fresh-b10-s0-p0`) shorten a development run. `BENCH_REPRICE=<results .json>`
+//! runs nothing: it prices that run's whole bill again from its measured figures
+//! (`whole.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark fails loudly
 
@@ -96,6 +98,11 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // BENCH_REPRICE=<results .json>: that run's whole bill priced again, nothing run.
+    if let Ok(path) = std::env::var("BENCH_REPRICE") {
+        whole::reprice(Path::new(&path));
+        return;
+    }
     let full = std::env::var("FULL").is_ok_and(|v| v == "1");
     let rounds = env_usize("BENCH_ROUNDS", 5);
     let records = env_usize("BENCH_RECORDS", 100);

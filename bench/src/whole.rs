@@ -19,13 +19,22 @@
 //! Storage is the steady state: a record is kept for the retention plus the time TTL
 //! takes to delete it (`BENCH_TTL_LAG_HOURS`, the pattern card's trap 2), so storage per
 //! million orders is `bytes × 10⁶ × (retention + lag) / month × price`, whatever the
-//! rate. charge-once's daily audit scans the whole table, so its reads grow with the
-//! retention like the storage does.
+//! rate. charge-once's daily audit reads what changed, never the table (DESIGN §11): each
+//! order of its window by key (one strongly consistent `GetItem`, by every run whose
+//! window holds it: `AUDIT_SINCE` over a day), the awaiting records from the sparse
+//! index, and the provider's listings (no AWS money); the index itself costs its writes
+//! for the orders that await their customer (2 units each: put when the wait begins,
+//! removed when it ends), at an assumed share of orders (`BENCH_AWAITING_SHARE`,
+//! default 0.02). None of it grows with the retention.
 //!
 //! Knobs: `BENCH_WHOLE=0` leaves it out; `BENCH_WHOLE_ORDERS` (default 100) orders per
 //! phase; `BENCH_RETENTIONS` (default `1h,1d,7d,21d,30d,90d,400d`) the retention sweep;
 //! `BENCH_EQUAL_RETENTION` (default the template's) the retention every contender is
-//! compared at; `BENCH_TTL_LAG_HOURS` (default 48); every price by `BENCH_PRICE_*`.
+//! compared at; `BENCH_TTL_LAG_HOURS` (default 48); `BENCH_AWAITING_SHARE`; every price
+//! by `BENCH_PRICE_*`. `BENCH_REPRICE=<a results .json>` measures nothing: it prices
+//! that run's measured figures (the whole bill's and the bill's) again, at this tree's
+//! template and model, and rewrites that run's whole-bill section, its `whole_bill`
+//! and its `-whole.svg` ([`reprice`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -88,6 +97,8 @@ pub struct Template {
     pub dashboards: usize,
     pub custom_metrics: Vec<String>,
     pub audit: bool,
+    /// The audit's window (`AUDIT_SINCE` of the AuditFunction), read daily.
+    pub audit_since: Duration,
 }
 
 impl Template {
@@ -128,6 +139,13 @@ impl Template {
             dashboards: of_type("AWS::CloudWatch::Dashboard"),
             custom_metrics: custom_metrics(&t),
             audit: !t["Resources"]["AuditFunction"].is_null(),
+            audit_since: t["Resources"]["AuditFunction"]["Properties"]["Environment"]["Variables"]
+                ["AUDIT_SINCE"]
+                .as_str()
+                .map_or(Duration::from_secs(86_400), |since| {
+                    humantime::parse_duration(since)
+                        .unwrap_or_else(|e| panic!("template.yaml: AUDIT_SINCE {since:?}: {e}"))
+                }),
         }
     }
 
@@ -549,7 +567,7 @@ pub const PARTS: [&str; 8] = [
     "DynamoDB reads",
     "storage",
     "PITR",
-    "audit scan",
+    "audit reads",
     "SQS",
     "logs",
     "Lambda",
@@ -562,7 +580,7 @@ pub struct Config {
     pub class: Class,
     pub pitr: bool,
     pub platform_lines: bool,
-    pub audit: bool,
+    pub audit: Option<Audit>,
     pub batch: usize,
     /// Lambda per million orders and where it comes from, when the bill measured it.
     pub lambda: Option<(f64, String)>,
@@ -574,7 +592,11 @@ impl Config {
             "{}, {}{}, retention {}, batch {}, {}",
             self.class.name(),
             if self.pitr { "PITR" } else { "no PITR" },
-            if self.audit { ", daily audit" } else { "" },
+            if self.audit.is_some() {
+                ", daily audit"
+            } else {
+                ""
+            },
             days(self.retention),
             self.batch,
             self.lambda
@@ -584,19 +606,56 @@ impl Config {
     }
 }
 
+/// What the daily audit reads per order (DESIGN §11), and what the awaiting index costs.
+#[derive(Clone, Copy, Debug)]
+pub struct Audit {
+    /// How many daily runs read each order: `AUDIT_SINCE` over a day (25 h: 1.04).
+    pub runs_per_order: f64,
+    /// The share of orders that await their customer: assumed
+    /// (`BENCH_AWAITING_SHARE`, default 0.02), not measured.
+    pub awaiting_share: f64,
+    /// How long an order awaits at most (`AUTHENTICATION_WAIT`'s default, 7 d): every
+    /// daily run reads it from the index meanwhile.
+    pub wait: Duration,
+}
+
+impl Audit {
+    fn of(template: &Template) -> Self {
+        let share = std::env::var("BENCH_AWAITING_SHARE").map_or(0.02, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("BENCH_AWAITING_SHARE: a share, such as 0.02"))
+        });
+        Self {
+            runs_per_order: template.audit_since.as_secs_f64() / 86_400.0,
+            awaiting_share: share,
+            wait: Duration::from_secs(7 * 86_400),
+        }
+    }
+
+    /// Read and write units per order: (reads, writes).
+    fn units(&self, item_bytes: f64) -> (f64, f64) {
+        // Each order of a window: its record by key, strongly consistent.
+        let by_key = self.runs_per_order * read_units(item_bytes.ceil() as u64, true);
+        // Each awaiting record from the index (a Query: eventually consistent, half a
+        // unit per 4 KB of items), by every run while it waits.
+        let index = self.awaiting_share * self.wait.as_secs_f64() / 86_400.0 * item_bytes
+            / harness::capacity::READ_UNIT_BYTES as f64
+            / 2.0;
+        // The index's writes: its item put when the wait begins, removed when it ends.
+        (by_key + index, 2.0 * self.awaiting_share)
+    }
+}
+
 /// The whole bill of `m` deployed as `c`, per million orders, part by part (`PARTS`).
 pub fn price(m: &Measured, c: &Config, p: &Prices, ttl_lag: Duration) -> [f64; 8] {
     let (writes, reads) = m.units();
     let kept_months = (c.retention + ttl_lag).as_secs_f64() / MONTH_S;
     let stored_gib_months = m.record_bytes() * 1e6 / GIB * kept_months;
-    // A daily Scan reads every item (eventually consistent: half a unit per 4 KB).
-    let audit_reads = if c.audit {
-        let scans = MONTH_S / 86_400.0;
-        let item = m.record_bytes() - harness::capacity::STORAGE_OVERHEAD as f64;
-        scans * kept_months * 1e6 * item / harness::capacity::READ_UNIT_BYTES as f64 / 2.0
-    } else {
-        0.0
-    };
+    // The audit's reads and the awaiting index's writes: per order, whatever the
+    // retention.
+    let (audit_reads, index_writes) = c.audit.map_or((0.0, 0.0), |a| {
+        a.units(m.record_bytes() - harness::capacity::STORAGE_OVERHEAD as f64)
+    });
     let requests = (c.batch.div_ceil(SQS_BATCH) * 2) as f64 / c.batch as f64;
     let sqs = 1.0 + requests + m.fresh.sqs_per_order();
     let platform = if c.platform_lines {
@@ -614,7 +673,8 @@ pub fn price(m: &Measured, c: &Config, p: &Prices, ttl_lag: Duration) -> [f64; 8
         } else {
             0.0
         },
-        audit_reads * p.class(p.read_request, c.class) / 1e6,
+        audit_reads * p.class(p.read_request, c.class)
+            + index_writes * p.class(p.write_request, c.class),
         sqs * p.sqs_request,
         log_bytes * 1e6 / GIB * p.logs_ingested,
         c.lambda.as_ref().map_or(0.0, |(cost, _)| *cost),
@@ -657,6 +717,8 @@ pub struct Whole {
     pub ttl_lag: Duration,
     pub equal_retention: Duration,
     pub retentions: Vec<Duration>,
+    /// When the figures were priced again from a run's results (`BENCH_REPRICE`).
+    pub repriced: Option<String>,
 }
 
 /// A retention or a delay as an operator reads it: whole days, else hours.
@@ -667,6 +729,17 @@ fn days(d: Duration) -> String {
     } else {
         format!("{hours:.0} h")
     }
+}
+
+fn retentions() -> Vec<Duration> {
+    std::env::var("BENCH_RETENTIONS")
+        .unwrap_or_else(|_| "1h,1d,7d,21d,30d,90d,400d".to_owned())
+        .split(',')
+        .map(|r| {
+            humantime::parse_duration(r.trim())
+                .unwrap_or_else(|e| panic!("BENCH_RETENTIONS: {r:?}: {e}"))
+        })
+        .collect()
 }
 
 fn env_duration(name: &str, default: &str) -> Duration {
@@ -690,14 +763,7 @@ impl Whole {
             Ok(_) => env_duration("BENCH_EQUAL_RETENTION", ""),
             Err(_) => template.retention,
         };
-        let retentions = std::env::var("BENCH_RETENTIONS")
-            .unwrap_or_else(|_| "1h,1d,7d,21d,30d,90d,400d".to_owned())
-            .split(',')
-            .map(|r| {
-                humantime::parse_duration(r.trim())
-                    .unwrap_or_else(|e| panic!("BENCH_RETENTIONS: {r:?}: {e}"))
-            })
-            .collect();
+        let retentions = retentions();
         Self {
             template,
             measured,
@@ -705,6 +771,7 @@ impl Whole {
             ttl_lag,
             equal_retention,
             retentions,
+            repriced: None,
         }
     }
 
@@ -763,7 +830,7 @@ impl Whole {
                 class: t.table_class,
                 pitr: t.pitr,
                 platform_lines: t.platform_lines,
-                audit: t.audit,
+                audit: t.audit.then(|| Audit::of(t)),
                 batch: t.batch,
                 lambda: Self::lambda_at(bill, contender, t.memory_mb, t.batch, t.arm64),
             }
@@ -773,7 +840,7 @@ impl Whole {
                 class: Class::Standard,
                 pitr: false,
                 platform_lines: true,
-                audit: false,
+                audit: None,
                 batch: 10,
                 lambda: Self::lambda_at(bill, contender, 128, 10, false),
             }
@@ -1035,6 +1102,24 @@ impl Whole {
         md.push(String::new());
         md.push("GB = 2³⁰ bytes; no free tier; a month is 730 hours.".to_owned());
         md.push(String::new());
+        if let Some(a) = self.defaults(Contender::ChargeOnce, bill).audit {
+            let item = self.measured[&Contender::ChargeOnce].record_bytes()
+                - harness::capacity::STORAGE_OVERHEAD as f64;
+            let (reads, writes) = a.units(item);
+            md.push(format!(
+                "The audit reads what changed (ARCHITECTURE.md, \"The audit\"), never the table: each order of its window by key, one strongly consistent `GetItem` by each of the {:.2} daily runs whose window (`AUDIT_SINCE`) holds it; the records awaiting their customer from the sparse index, by every run while they wait (up to {}); the provider's listings and lookups, which cost no AWS money. The index costs 2 write units per order that awaits (its item put, then removed), at an assumed {:.0}% of orders (`BENCH_AWAITING_SHARE`): {reads:.3} read and {writes:.3} write units per order, whatever the retention.",
+                a.runs_per_order,
+                days(a.wait),
+                a.awaiting_share * 100.0,
+            ));
+            md.push(String::new());
+        }
+        if let Some(date) = &self.repriced {
+            md.push(format!(
+                "Priced again on {date} from this run's measured figures (`BENCH_REPRICE`), at the template and model of the tree that priced it; nothing was measured again."
+            ));
+            md.push(String::new());
+        }
         md.push("### The whole bill per million orders".to_owned());
         md.push(String::new());
         let mut header = "| contender | configuration | ".to_owned();
@@ -1079,7 +1164,7 @@ impl Whole {
             days(self.ttl_lag),
         ));
         md.push(String::new());
-        md.push("| retention | storage + PITR + audit scan $/M | whole bill $/M (template's defaults otherwise) | its floor at that retention | × floor | outlives queue + DLQ + redrive | the template allows it (≥ 30 d) |".to_owned());
+        md.push("| retention | storage + PITR + audit reads $/M | whole bill $/M (template's defaults otherwise) | its floor at that retention | × floor | outlives queue + DLQ + redrive | the template allows it (≥ 30 d) |".to_owned());
         md.push("| --- | --- | --- | --- | --- | --- | --- |".to_owned());
         let co = Contender::ChargeOnce;
         let m = &self.measured[&co];
@@ -1257,7 +1342,7 @@ impl Whole {
                         "write_units_per_order": w, "read_units_per_order": r,
                         "calls_without_reported_units": ph.computed_calls(),
                         "capacity": ph.capacity.iter().map(|(k, v)| (k.clone(), json!({"units": v.units, "reported": v.reported, "unreported": v.unreported}))).collect::<serde_json::Map<_, _>>(),
-                        "sqs_calls": ph.sqs_calls,
+                        "sqs_calls": ph.sqs_calls, "failures": ph.failures,
                         "log_bytes": ph.log_bytes, "log_lines": ph.log_lines,
                     })
                 };
@@ -1354,4 +1439,231 @@ impl Whole {
         ];
         crate::chart::draw_stacked(path, &panels, &PARTS);
     }
+}
+
+// --- Pricing a committed run again ---------------------------------------------------
+
+fn contender_named(name: &str) -> Contender {
+    CONTENDERS
+        .into_iter()
+        .find(|c| c.name() == name)
+        .unwrap_or_else(|| panic!("no contender named {name:?}"))
+}
+
+fn number(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("the results hold no number at {what}: {v}"))
+}
+
+fn count(v: &Value, what: &str) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("the results hold no count at {what}: {v}"))
+}
+
+/// A phase as `Whole::json` wrote it.
+fn phase_from(j: &Value, what: &str) -> Phase {
+    let capacity = j["capacity"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(op, c)| {
+            let consumed = Consumed {
+                units: number(&c["units"], what),
+                reported: count(&c["reported"], what),
+                unreported: count(&c["unreported"], what),
+            };
+            (op.clone(), consumed)
+        })
+        .collect();
+    let sqs_calls = j["sqs_calls"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(op, n)| (op.clone(), count(n, what)))
+        .collect();
+    Phase {
+        orders: count(&j["orders"], what) as usize,
+        invocations: count(&j["invocations"], what) as usize,
+        failures: count(&j["failures"], &format!("{what}.failures")) as usize,
+        capacity,
+        sqs_calls,
+        log_bytes: count(&j["log_bytes"], what),
+        log_lines: count(&j["log_lines"], what),
+    }
+}
+
+/// A contender's measurement as `Whole::json` wrote it. The records' sizes are kept
+/// as their count and mean: rebuilt as that many sizes of that exact sum (every
+/// record under a unit either way, so the units computed from the largest agree).
+fn measured_from(j: &Value, name: &str) -> Measured {
+    let n = count(&j["records"], name);
+    let sum = (number(&j["record_bytes_stored_mean"], name) * n as f64).round() as u64;
+    let records: Vec<u64> = (0..n)
+        .map(|i| sum / n.max(1) + u64::from(i < sum % n.max(1)))
+        .collect();
+    let sample = j["sample_record"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pair| {
+            (
+                pair[0].as_str().unwrap_or_default().to_owned(),
+                count(&pair[1], name),
+            )
+        })
+        .collect();
+    let m = Measured {
+        batch: count(&j["batch"], name) as usize,
+        fresh: phase_from(&j["fresh"], name),
+        duplicate: phase_from(&j["duplicate"], name),
+        failed: phase_from(&j["refused"], name),
+        invalid: phase_from(&j["invalid"], name),
+        records,
+        sample,
+        smallest: j["smallest_record_bytes_stored"].as_u64(),
+    };
+    // What the run derived from its figures, derived again the same.
+    for (phase, key) in [
+        (&m.fresh, "fresh"),
+        (&m.duplicate, "duplicate"),
+        (&m.failed, "refused"),
+        (&m.invalid, "invalid"),
+    ] {
+        let (w, r) = phase.units_per_order(m.largest());
+        let written = (
+            number(&j[key]["write_units_per_order"], name),
+            number(&j[key]["read_units_per_order"], name),
+        );
+        assert!(
+            (w - written.0).abs() < 1e-9 && (r - written.1).abs() < 1e-9,
+            "{name} {key}: units per order {:?} against the run's {written:?}",
+            (w, r)
+        );
+    }
+    m
+}
+
+/// The bill's cells as `Bill::json` wrote them.
+fn bill_from(j: &Value) -> Bill {
+    let prices = bill::Prices::from_env();
+    let measured = j["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|cell| {
+            let at = BillCell {
+                memory_mb: count(&cell["memory_mb"], "bill"),
+                period_ms: count(&cell["period_ms"], "bill"),
+                batch: count(&cell["batch"], "bill") as usize,
+            };
+            let contender = contender_named(cell["contender"].as_str().unwrap_or_default());
+            let m = &cell["measured"];
+            let measured = match m["does_not_run"].as_str() {
+                Some(reason) => bill::Measured::DoesNotRun {
+                    reason: reason.to_owned(),
+                },
+                None => bill::Measured::Ran {
+                    billed_ms: m["billed_ms"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|v| number(v, "bill"))
+                        .collect(),
+                    init_ms: number(&m["init_ms"], "bill"),
+                    failed_records: count(&m["failed_records"], "bill") as usize,
+                    records: count(&m["records"], "bill") as usize,
+                },
+            };
+            if let (Some((arm, x86)), Some(written)) = (
+                bill::cost_per_million(&measured, at, &prices),
+                cell["cost_per_million"].as_object(),
+            ) {
+                let same = |a: f64, key: &str| (a - number(&written[key], "bill")).abs() < 1e-9;
+                assert!(
+                    same(arm, "arm64") && same(x86, "x86_64"),
+                    "{} {at:?}: the bill's cost per million, priced again, differs",
+                    contender.name()
+                );
+            }
+            ((at, contender), measured)
+        })
+        .collect();
+    Bill {
+        measured,
+        share: j["share"].as_str().unwrap_or_default().to_owned(),
+        prices,
+    }
+}
+
+/// `BENCH_REPRICE=<a results .json>`: the whole bill of that run priced again from
+/// its measured figures, at this tree's template (`template.yaml`), model and prices;
+/// rewrites the run's `## The whole bill` section of its `.md`, its `whole_bill` in
+/// the `.json` and its `-whole.svg`. Nothing else of the run changes.
+pub fn reprice(json_path: &Path) {
+    let text = std::fs::read_to_string(json_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", json_path.display()));
+    let results: Value = serde_json::from_str(&text).unwrap();
+    let figures = &results["whole_bill"];
+    let measured = figures["measured"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{}: no whole_bill.measured", json_path.display()))
+        .iter()
+        .map(|(name, m)| (contender_named(name), measured_from(m, name)))
+        .collect();
+    let bill = results["bill"]
+        .is_object()
+        .then(|| bill_from(&results["bill"]));
+    let whole = Whole {
+        template: Template::read(),
+        measured,
+        prices: Prices::from_env(),
+        ttl_lag: Duration::from_secs(count(&figures["ttl_lag_hours"], "ttl_lag_hours") * 3600),
+        equal_retention: Duration::from_secs(count(
+            &figures["equal_retention_s"],
+            "equal_retention_s",
+        )),
+        retentions: retentions(),
+        repriced: Some(crate::report::today()),
+    };
+    // Only `whole_bill` is written again, in place: the rest of the file keeps its text
+    // (a number parsed and printed again may move in its last digit).
+    let at = text
+        .find("\n  \"whole_bill\": ")
+        .unwrap_or_else(|| panic!("{}: no whole_bill", json_path.display()));
+    let value = serde_json::to_string_pretty(&whole.json(bill.as_ref()))
+        .unwrap()
+        .replace('\n', "\n  ");
+    let rest = &text[at + 1..];
+    let end = rest
+        .find("\n  }")
+        .filter(|_| rest.trim_end().ends_with("\n  }\n}"))
+        .map(|_| rest.trim_end().len() - "\n}".len())
+        .unwrap_or_else(|| panic!("{}: whole_bill is not its last key", json_path.display()));
+    let rewritten = format!("{}\n  \"whole_bill\": {value}{}", &text[..at], &rest[end..]);
+    std::fs::write(json_path, rewritten).unwrap();
+    let md_path = json_path.with_extension("md");
+    let md =
+        std::fs::read_to_string(&md_path).unwrap_or_else(|e| panic!("{}: {e}", md_path.display()));
+    let start = md
+        .find("## The whole bill\n")
+        .unwrap_or_else(|| panic!("{}: no whole-bill section", md_path.display()));
+    // The section ends where the next one starts (`## `), or with the file.
+    let end = md[start + 1..]
+        .find("\n## ")
+        .map_or(md.len(), |at| start + 1 + at);
+    let section = whole.markdown(bill.as_ref()) + "\n\n";
+    let rewritten = format!("{}{section}{}", &md[..start], &md[end..]);
+    std::fs::write(&md_path, rewritten).unwrap();
+    let stem = json_path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("run");
+    let svg = json_path.with_file_name(format!("{stem}-whole.svg"));
+    whole.chart(&svg, bill.as_ref());
+    eprintln!(
+        "bench: priced the whole bill of {} again: {}, its whole_bill and {}",
+        json_path.display(),
+        md_path.display(),
+        svg.display()
+    );
 }

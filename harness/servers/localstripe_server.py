@@ -20,7 +20,10 @@ localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards
 * it writes its whole store to /tmp/localstripe.pickle on every change and reads it
   back at start: here the store lives in memory only, one per process.
 
-Every other answer is localstripe's own. Binds 127.0.0.1 on a free port (or `--port
+Every other answer is localstripe's own: among them `GET /v1/events` (`type` and
+`created[gte]` filters, paged), which holds a `payment_intent.succeeded` event for
+every PaymentIntent that succeeds, at its create's confirm or at the customer's
+`_authenticate` (what the audit reads for late confirmations). Binds 127.0.0.1 on a free port (or `--port
 N`), prints `PORT=<n>` on stdout, and exits when its stdin closes (the test process
 that started it ended). `--detached` (for `make watch`, started in the background)
 does not watch stdin; `--local` adds what `events/` names: Stripe's test

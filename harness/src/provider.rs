@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::contracts::payment::{
-    Cancel, ChargePath, FailureKind, ListedPayment, Lookup, PaymentError, PaymentListing, Receipt,
+    Cancel, ChargePath, Confirmation, FailureKind, ListedPayment, Lookup, PaymentError,
+    PaymentListing, Receipt,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -344,6 +345,9 @@ impl PaymentListing for TestProvider {
     }
 
     async fn payment_by_id(&self, _: &str) -> Result<Option<ListedPayment>, PaymentError> {
+        panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
+    }
+    async fn confirmed_since(&self, _: Time) -> Result<Vec<Confirmation>, PaymentError> {
         panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
 }

@@ -76,9 +76,6 @@ impl IdempotencyStore for FlakyStore {
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(pk).await
     }
-    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
-        self.inner.created_since(since).await
-    }
     async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.inner.awaiting(until, limit).await
     }

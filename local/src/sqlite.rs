@@ -115,7 +115,6 @@ const SETTLE_ENDED: &str = "UPDATE idempotency
 const AWAITING: &str = "SELECT * FROM idempotency
     WHERE estado = :awaiting AND espera_hasta < :until ORDER BY espera_hasta LIMIT :limit";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
-const CREATED_SINCE: &str = "SELECT * FROM idempotency WHERE creado >= :since ORDER BY pk";
 
 /// The idempotency table in a SQLite file. Cheap to clone.
 #[derive(Clone)]
@@ -374,18 +373,6 @@ impl IdempotencyStore for SqliteStore {
             })
             .await
             .map_err(|e| store_error("query", "idempotency", e))
-    }
-
-    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
-        self.conn
-            .call(move |conn| {
-                let mut stmt = conn.prepare(CREATED_SINCE)?;
-                let rows =
-                    stmt.query_map(named_params! {":since": since.as_ms()}, row_to_record)?;
-                rows.collect()
-            })
-            .await
-            .map_err(|e| store_error("scan", "idempotency", e))
     }
 }
 

@@ -24,12 +24,6 @@ use crate::domain::{Key, Record};
 
 type Item = HashMap<String, AttributeValue>;
 
-/// The audit's scan: items per page (before the filter), the pause between pages, and
-/// how many pages at most (ten million items).
-const SCAN_PAGE: i32 = 100;
-const SCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
-const SCAN_MAX_PAGES: usize = 100_000;
-
 /// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every
 /// expression (several are DynamoDB reserved words; aliasing all avoids the trap).
 const NAMES: &[(&str, &str)] = &[
@@ -288,41 +282,6 @@ impl IdempotencyStore for DynamoStore {
 
     async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.query_awaiting(until, limit).await
-    }
-
-    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError> {
-        let mut records = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        for page in 0..SCAN_MAX_PAGES {
-            if page > 0 {
-                // Rate-limited: the audit must not take the consumer's read capacity.
-                tokio::time::sleep(SCAN_PAUSE).await;
-            }
-            let output = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("#created >= :since")
-                .expression_attribute_names("#created", attr::CREATED)
-                .expression_attribute_values(":since", n(since.as_ms()))
-                .limit(SCAN_PAGE)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("scan", &self.table, e))?;
-            for item in output.items() {
-                records.push(record_from_item(item)?);
-            }
-            match output.last_evaluated_key() {
-                Some(last) if !last.is_empty() => start = Some(last.clone()),
-                _ => return Ok(records),
-            }
-        }
-        Err(StoreError::backend(
-            "scan",
-            &self.table,
-            std::io::Error::other("more pages than the audit reads"),
-        ))
     }
 }
 

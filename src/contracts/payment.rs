@@ -343,4 +343,19 @@ pub trait PaymentListing: Send + Sync {
 
     /// The charge `id`, `None` when the provider has no such charge.
     async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError>;
+
+    /// Every payment that succeeded at or after `since`, whenever it was created: a
+    /// PaymentIntent created before the window and confirmed in it (a customer who
+    /// authenticates late) is in no listing by creation. Stripe: the
+    /// `payment_intent.succeeded` events of the window (kept 30 days), every page read.
+    /// An error, never a shorter list, when not everything could be read.
+    async fn confirmed_since(&self, since: Time) -> Result<Vec<Confirmation>, PaymentError>;
+}
+
+/// A payment that succeeded, and when (Stripe: the `payment_intent.succeeded` event's
+/// `created`, its `data.object` the PaymentIntent as it was then).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confirmation {
+    pub at: Time,
+    pub payment: ListedPayment,
 }

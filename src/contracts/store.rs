@@ -221,11 +221,6 @@ pub trait IdempotencyStore: Send + Sync {
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
 
-    /// For the audit: every record first reserved at or after `since` (`created`;
-    /// legacy-format items have none). Every page is read, or an error: never a
-    /// shorter list.
-    async fn created_since(&self, since: Time) -> Result<Vec<Record>, StoreError>;
-
     /// Every record that awaits its customer whose wait ends before `until` (all of
     /// them with a far `until`), soonest first, at most `limit`: the settler's and the
     /// audit's reads, from the awaiting index (never a scan of the table).

@@ -1,22 +1,31 @@
 //! The audit: the table's records held against the provider's payments, every
 //! disagreement named. This module only judges (no I/O); [`crate::drivers::audit`] reads both sides.
 //!
-//! What counts as a finding (a `Free` record after declines is not one):
-//! * `double_charge`: more than one succeeded payment for one order;
+//! An order's succeeded payments are counted once each, whatever read them: the
+//! listing of the window's payments, the payments that succeeded in the window
+//! (a customer who authenticated late confirms a payment created long before), and
+//! the payment its record names, looked up by id. What counts as a finding (a `Free`
+//! record after declines is not one):
+//! * `double_charge`: more than one succeeded payment for one order (a late
+//!   confirmation of an old open payment of an order already paid with another);
 //! * `charged_not_recorded`: a succeeded payment whose order has no `Done` record
-//!   (none, or `Free`/`InProgress` with no live lease);
+//!   (none, `Free`/`InProgress` with no live lease, or awaiting its customer longer
+//!   than `stuck_after` after the payment it awaits succeeded: neither its event nor
+//!   the settler recorded it);
 //! * `recorded_without_charge`: a `Done` record whose receipt is not a succeeded
 //!   payment at the provider;
-//! * `mismatch`: a succeeded payment whose amount, currency or customer does not match
-//!   its record's fingerprint;
-//! * `stuck`: an `InProgress` record whose lease ended more than `stuck_after` ago.
+//! * `mismatch`: a succeeded payment whose amount, currency, customer or payment
+//!   method does not match its record's fingerprint;
+//! * `stuck`: an `InProgress` record whose lease ended more than `stuck_after` ago, or
+//!   one awaiting its customer whose wait ended that long ago (the settler has not
+//!   run).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::contracts::payment::ListedPayment;
+use crate::contracts::payment::{Confirmation, ListedPayment};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Key, Record, State};
@@ -115,32 +124,66 @@ impl Finding {
 /// Everything the audit reads, already read.
 #[derive(Debug, Default)]
 pub struct Evidence {
-    /// The provider's payments in the window.
+    /// Where the window starts: a payment that succeeded and is not among `confirmed`
+    /// succeeded before it.
+    pub since: Time,
+    /// The provider's payments created in the window.
     pub payments: Vec<ListedPayment>,
-    /// The records of the window and of every charged order, by key.
+    /// The payments that succeeded in the window, whenever they were created (a
+    /// customer who authenticated late): Stripe's events.
+    pub confirmed: Vec<Confirmation>,
+    /// The records read, by key: the order of each payment listed or confirmed, and
+    /// every record that awaits its customer.
     pub records: BTreeMap<Key, Record>,
-    /// Charges looked up by id: the receipts of `Done` records that the listing did
-    /// not hold (`None`: the provider has no such payment).
+    /// Payments looked up by id, the ones a record names that no listing held: a
+    /// `Done` record's receipt, an awaiting record's payment (`None`: the provider
+    /// has no such payment).
     pub receipts: BTreeMap<String, Option<ListedPayment>>,
 }
 
 impl Evidence {
-    /// The receipt ids of `Done` records that the listing does not hold: the ones
-    /// to look up by id.
-    pub fn unlisted_receipts(&self) -> Vec<String> {
-        self.records
-            .values()
-            .filter(|r| r.state == State::Done)
-            .filter_map(|r| r.receipt.clone())
-            .filter(|id| !self.payments.iter().any(|c| c.id == *id))
-            .collect()
+    /// The payment `id` as it was read: listed by creation, looked up by id, or
+    /// named by its success event.
+    fn payment(&self, id: &str) -> Option<&ListedPayment> {
+        self.payments
+            .iter()
+            .find(|p| p.id == id)
+            .or_else(|| self.receipts.get(id).and_then(Option::as_ref))
+            .or_else(|| {
+                self.confirmed
+                    .iter()
+                    .map(|c| &c.payment)
+                    .find(|p| p.id == id)
+            })
     }
 
-    /// The orders charged in the window whose record was not read yet.
+    fn listed(&self, id: &str) -> bool {
+        self.payments.iter().any(|p| p.id == id)
+            || self.confirmed.iter().any(|c| c.payment.id == id)
+    }
+
+    /// The payment ids the records name (a `Done` record's receipt, an awaiting
+    /// record's payment) that no listing holds: the ones to look up by id.
+    pub fn unlisted_payments(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .records
+            .values()
+            .flat_map(named_payments)
+            .filter(|id| !self.listed(id))
+            .map(str::to_owned)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// The orders of the payments listed or confirmed in the window whose record was
+    /// not read yet: the ones to read by key.
     pub fn unread_orders(&self) -> Vec<Key> {
         let mut keys: Vec<Key> = self
             .payments
             .iter()
+            .chain(self.confirmed.iter().map(|c| &c.payment))
             .filter_map(|c| c.order_id.as_deref())
             .map(Key::for_order_id)
             .filter(|k| !self.records.contains_key(k))
@@ -149,6 +192,50 @@ impl Evidence {
         keys.dedup();
         keys
     }
+
+    /// When payment `id` succeeded: its event's time, or, with no event in the
+    /// window, the window's start (it succeeded before).
+    fn confirmed_at(&self, id: &str) -> Time {
+        self.confirmed
+            .iter()
+            .find(|c| c.payment.id == id)
+            .map_or(self.since, |c| c.at)
+    }
+
+    /// Every order's succeeded payments, each once, whatever read it: the listing by
+    /// creation, the success events, the lookups of the payments records name.
+    fn succeeded_by_order(&self) -> BTreeMap<&str, BTreeMap<&str, &ListedPayment>> {
+        let mut by_order: BTreeMap<&str, BTreeMap<&str, &ListedPayment>> = BTreeMap::new();
+        let listed = self
+            .payments
+            .iter()
+            .chain(self.confirmed.iter().map(|c| &c.payment))
+            .filter(|p| p.succeeded())
+            .filter_map(|p| Some((p.order_id.as_deref()?, p)));
+        // A payment a record names is that record's order's, whatever its metadata.
+        let named = self.records.values().flat_map(|record| {
+            named_payments(record)
+                .filter_map(|id| self.payment(id))
+                .filter(|p| p.succeeded())
+                .map(|p| (record.pk.order_id(), p))
+        });
+        for (order_id, payment) in listed.chain(named) {
+            by_order
+                .entry(order_id)
+                .or_default()
+                .insert(payment.id.as_str(), payment);
+        }
+        by_order
+    }
+}
+
+/// The payments a record names: its receipt, and the payment it awaits.
+fn named_payments(record: &Record) -> impl Iterator<Item = &str> {
+    record
+        .receipt
+        .as_deref()
+        .into_iter()
+        .chain(record.payment.as_deref())
 }
 
 fn record_evidence(record: &Record) -> Value {
@@ -158,21 +245,21 @@ fn record_evidence(record: &Record) -> Value {
         "receipt": record.receipt,
         "attempt": record.attempt,
         "lease_until_ms": record.lease_until.map(Time::as_ms),
+        "payment": record.payment,
+        "wait_until_s": record.wait_until.map(Time::as_secs),
         "created_ms": record.created.map(Time::as_ms),
     })
 }
 
 /// The findings, in order: by kind, then order id.
 pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Finding> {
-    let mut succeeded: BTreeMap<&str, Vec<&ListedPayment>> = BTreeMap::new();
-    for payment in evidence.payments.iter().filter(|c| c.succeeded()) {
-        if let Some(order_id) = payment.order_id.as_deref() {
-            succeeded.entry(order_id).or_default().push(payment);
-        }
-    }
+    let succeeded = evidence.succeeded_by_order();
     let mut out: Vec<Finding> = succeeded
         .iter()
-        .flat_map(|(order_id, payments)| payment_findings(evidence, order_id, payments, now))
+        .flat_map(|(order_id, payments)| {
+            let payments: Vec<&ListedPayment> = payments.values().copied().collect();
+            payment_findings(evidence, order_id, &payments, now, stuck_after)
+        })
         .collect();
     out.extend(
         evidence
@@ -184,13 +271,14 @@ pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Fi
     out
 }
 
-/// What an order's succeeded payments say against its record: charged twice, charged
-/// but not recorded, charged for something else.
+/// What an order's succeeded payments (each counted once) say against its record:
+/// charged twice, charged but not recorded, charged for something else.
 fn payment_findings(
     evidence: &Evidence,
     order_id: &str,
     payments: &[&ListedPayment],
     now: Time,
+    stuck_after: Duration,
 ) -> Vec<Finding> {
     let record = evidence.records.get(&Key::for_order_id(order_id));
     let finding = |kind, extra: Value| {
@@ -216,7 +304,17 @@ fn payment_findings(
     let running = record.is_some_and(|r| {
         r.state == State::InProgress && r.lease_until.is_some_and(|until| until > now)
     });
-    if !recorded && !running {
+    // The customer confirmed the payment the record awaits, lately: its event, or
+    // the settler's next run, is about to record it. Longer than `stuck_after`, and
+    // neither did.
+    let settling = record.is_some_and(|r| {
+        r.state == State::Awaiting
+            && r.payment.as_deref().is_some_and(|id| {
+                payments.iter().any(|p| p.id == id)
+                    && evidence.confirmed_at(id) + stuck_after >= now
+            })
+    });
+    if !recorded && !running && !settling {
         out.push(finding(Kind::ChargedNotRecorded, json!({})));
     }
     if let Some(fingerprint) = record.and_then(|r| r.fingerprint.as_ref()) {
@@ -235,8 +333,8 @@ fn payment_findings(
     out
 }
 
-/// What a record says against the payments: `Done` without a succeeded payment, or a
-/// lease that ended long ago.
+/// What a record says against the payments: `Done` without a succeeded payment, a
+/// lease that ended long ago, or a wait that ended long ago and was never settled.
 fn record_finding(
     evidence: &Evidence,
     record: &Record,
@@ -246,14 +344,10 @@ fn record_finding(
     let order_id = record.pk.order_id().to_owned();
     match &record.state {
         State::Done => {
-            let receipt = record.receipt.as_deref();
-            let payment = receipt.and_then(|id| {
-                evidence
-                    .payments
-                    .iter()
-                    .find(|c| c.id == id)
-                    .or_else(|| evidence.receipts.get(id).and_then(Option::as_ref))
-            });
+            let payment = record
+                .receipt
+                .as_deref()
+                .and_then(|id| evidence.payment(id));
             (!payment.is_some_and(ListedPayment::succeeded)).then(|| Finding {
                 kind: Kind::RecordedWithoutCharge,
                 order_id,
@@ -274,7 +368,26 @@ fn record_finding(
                 }),
             })
         }
-        State::Free | State::Awaiting | State::Failed | State::Other(_) => None,
+        State::Awaiting => {
+            // Its payment succeeded: `charged_not_recorded` names it once it is late.
+            let paid = record
+                .payment
+                .as_deref()
+                .and_then(|id| evidence.payment(id))
+                .is_some_and(ListedPayment::succeeded);
+            let ended = record.wait_until.unwrap_or(Time::from_ms(0));
+            // The settler cancels a payment whose wait ended; still awaiting long after
+            // that, it has not run.
+            (!paid && ended + stuck_after < now).then(|| Finding {
+                kind: Kind::Stuck,
+                order_id,
+                evidence: json!({
+                    "record": record_evidence(record),
+                    "wait_ended_s_ago": ended.until(now).as_secs(),
+                }),
+            })
+        }
+        State::Free | State::Failed | State::Other(_) => None,
     }
 }
 
@@ -319,7 +432,7 @@ mod tests {
         let evidence = Evidence {
             payments,
             records: records.into_iter().map(|r| (r.pk.clone(), r)).collect(),
-            receipts: BTreeMap::new(),
+            ..Evidence::default()
         };
         findings(&evidence, NOW, HOUR)
             .into_iter()
@@ -379,7 +492,7 @@ mod tests {
             .into(),
             ..Evidence::default()
         };
-        assert_eq!(evidence.unlisted_receipts(), ["ch_old"]);
+        assert_eq!(evidence.unlisted_payments(), ["ch_old"]);
         assert_eq!(findings(&evidence, NOW, HOUR), []);
     }
 
@@ -413,5 +526,169 @@ mod tests {
         assert_eq!(line["mismatched"], serde_json::json!(["ch_2"]));
         assert_eq!(line["record"]["receipt"], "ch_1");
         assert_eq!(line["payments"].as_array().unwrap().len(), 2);
+    }
+
+    fn confirmed(id: &str, order_id: &str, ago: Duration) -> Confirmation {
+        let mut payment = payment(id, order_id, "succeeded");
+        // Created long before the window: only its success event lists it.
+        payment.created = NOW - 30 * HOUR;
+        Confirmation {
+            at: NOW - ago,
+            payment,
+        }
+    }
+
+    fn awaiting(order_id: &str, payment_id: &str, wait_ends_in: i64) -> Record {
+        let mut r = record(order_id, State::Awaiting);
+        r.payment = Some(payment_id.to_owned());
+        let wait_until = NOW.as_ms() + wait_ends_in * 1000;
+        r.wait_until = Some(Time::from_ms(wait_until));
+        r
+    }
+
+    fn old_succeeded(id: &str, order_id: &str) -> (String, Option<ListedPayment>) {
+        let mut p = payment(id, order_id, "succeeded");
+        p.created = NOW - 48 * HOUR;
+        (id.to_owned(), Some(p))
+    }
+
+    /// One case of the late confirmations: what was read, and what it must say.
+    struct Late {
+        case: &'static str,
+        payments: Vec<ListedPayment>,
+        confirmed: Vec<Confirmation>,
+        records: Vec<Record>,
+        receipts: Vec<(String, Option<ListedPayment>)>,
+        found: Vec<Kind>,
+    }
+
+    #[test]
+    fn a_late_confirmation_is_counted_once_and_a_second_succeeded_payment_is_a_double_charge() {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        let day = 24 * 3600;
+        let cases = [
+            Late {
+                case: "an old open payment confirmed late, the order already paid with another",
+                payments: vec![],
+                confirmed: vec![confirmed("pi_old", "o-1", minutes(5))],
+                records: vec![done("o-1", "pi_paid")],
+                receipts: vec![old_succeeded("pi_paid", "o-1")],
+                found: vec![Kind::DoubleCharge],
+            },
+            Late {
+                case: "the same, the other payment listed in the window",
+                payments: vec![payment("pi_paid", "o-1", "succeeded")],
+                confirmed: vec![confirmed("pi_old", "o-1", minutes(5))],
+                records: vec![done("o-1", "pi_paid")],
+                receipts: vec![],
+                found: vec![Kind::DoubleCharge],
+            },
+            Late {
+                case: "the late confirmation is the order's receipt",
+                payments: vec![],
+                confirmed: vec![confirmed("pi_old", "o-1", minutes(5))],
+                records: vec![done("o-1", "pi_old")],
+                receipts: vec![],
+                found: vec![],
+            },
+            Late {
+                case: "one payment listed, confirmed and the receipt: counted once",
+                payments: vec![payment("pi_1", "o-1", "succeeded")],
+                confirmed: vec![confirmed("pi_1", "o-1", minutes(5))],
+                records: vec![done("o-1", "pi_1")],
+                receipts: vec![],
+                found: vec![],
+            },
+            Late {
+                case: "the awaited payment confirmed minutes ago: being settled",
+                payments: vec![],
+                confirmed: vec![confirmed("pi_wait", "o-1", minutes(5))],
+                records: vec![awaiting("o-1", "pi_wait", day)],
+                receipts: vec![],
+                found: vec![],
+            },
+            Late {
+                case: "the awaited payment confirmed longer than stuck_after ago",
+                payments: vec![],
+                confirmed: vec![confirmed("pi_wait", "o-1", 2 * HOUR)],
+                records: vec![awaiting("o-1", "pi_wait", day)],
+                receipts: vec![],
+                found: vec![Kind::ChargedNotRecorded],
+            },
+            Late {
+                case: "the awaited payment succeeded before the window (no event in it)",
+                payments: vec![],
+                confirmed: vec![],
+                records: vec![awaiting("o-1", "pi_wait", day)],
+                receipts: vec![old_succeeded("pi_wait", "o-1")],
+                found: vec![Kind::ChargedNotRecorded],
+            },
+            Late {
+                case: "the awaited payment confirmed, and another payment of the order",
+                payments: vec![payment("pi_other", "o-1", "succeeded")],
+                confirmed: vec![confirmed("pi_wait", "o-1", minutes(5))],
+                records: vec![awaiting("o-1", "pi_wait", day)],
+                receipts: vec![],
+                found: vec![Kind::DoubleCharge],
+            },
+            Late {
+                case: "an open awaited payment whose wait ends tomorrow",
+                payments: vec![payment("pi_wait", "o-1", "requires_action")],
+                confirmed: vec![],
+                records: vec![awaiting("o-1", "pi_wait", day)],
+                receipts: vec![],
+                found: vec![],
+            },
+            Late {
+                case: "an open awaited payment whose wait ended two hours ago: unsettled",
+                payments: vec![],
+                confirmed: vec![],
+                records: vec![awaiting("o-1", "pi_wait", -2 * 3600)],
+                receipts: vec![(
+                    "pi_wait".to_owned(),
+                    Some(payment("pi_wait", "o-1", "requires_action")),
+                )],
+                found: vec![Kind::Stuck],
+            },
+        ];
+        for late in cases {
+            let evidence = Evidence {
+                since: NOW - 3 * HOUR,
+                payments: late.payments,
+                confirmed: late.confirmed,
+                records: late
+                    .records
+                    .into_iter()
+                    .map(|r| (r.pk.clone(), r))
+                    .collect(),
+                receipts: late.receipts.into_iter().collect(),
+            };
+            let found: Vec<Kind> = findings(&evidence, NOW, HOUR)
+                .into_iter()
+                .map(|f| f.kind)
+                .collect();
+            assert_eq!(found, late.found, "{}", late.case);
+        }
+    }
+
+    #[test]
+    fn the_records_to_read_are_the_orders_of_the_listed_and_the_confirmed_payments() {
+        let mut evidence = Evidence {
+            payments: vec![payment("pi_1", "o-1", "requires_action")],
+            confirmed: vec![confirmed("pi_old", "o-2", HOUR)],
+            ..Evidence::default()
+        };
+        assert_eq!(
+            evidence.unread_orders(),
+            [Key::for_order_id("o-1"), Key::for_order_id("o-2")]
+        );
+        // The payments records name that no listing holds are looked up by id.
+        for r in [done("o-2", "pi_paid"), awaiting("o-3", "pi_wait", 60)] {
+            evidence.records.insert(r.pk.clone(), r);
+        }
+        evidence
+            .records
+            .insert(Key::for_order_id("o-4"), done("o-4", "pi_old"));
+        assert_eq!(evidence.unlisted_payments(), ["pi_paid", "pi_wait"]);
     }
 }

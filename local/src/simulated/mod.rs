@@ -39,7 +39,8 @@ use refusal::refusal;
 
 use crate::sqlite_file::{OpenError, OpenMode, SharedConnection};
 use charge_once::contracts::payment::{
-    Cancel, ChargePath, FailureKind, ListedPayment, Lookup, PaymentError, PaymentListing, Receipt,
+    Cancel, ChargePath, Confirmation, FailureKind, ListedPayment, Lookup, PaymentError,
+    PaymentListing, Receipt,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::order::Order;
@@ -449,6 +450,23 @@ impl PaymentListing for SimulatedProvider {
             .call(move |conn| listed_blocking(conn, Some(since), None))
             .await
             .map_err(ledger_error)
+    }
+
+    /// The payments of the window that succeeded, confirmed at their creation. The
+    /// ledger keeps a payment's status, not when it changed, so a payment created
+    /// before the window and authenticated in it is not here: local runs are short
+    /// and audited over a window that holds them whole, and the late confirmation is
+    /// audited on localstripe's events (`tests/audit.rs`).
+    async fn confirmed_since(&self, since: Time) -> Result<Vec<Confirmation>, PaymentError> {
+        let listed = self.payments_since(since).await?;
+        Ok(listed
+            .into_iter()
+            .filter(ListedPayment::succeeded)
+            .map(|payment| Confirmation {
+                at: payment.created,
+                payment,
+            })
+            .collect())
     }
 
     async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {

@@ -5,7 +5,8 @@
 use serde::Deserialize;
 
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, ListedPayment, Lookup, PaymentError, Receipt,
+    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, Confirmation, ListedPayment, Lookup, PaymentError,
+    Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -189,11 +190,62 @@ pub(super) fn better(so_far: Option<Lookup>, found: Lookup) -> Option<Lookup> {
     }
 }
 
+/// One page of a list endpoint: its objects, oldest or newest first as the
+/// provider lists them, and whether another page follows.
 #[derive(Deserialize)]
-pub(super) struct IntentList {
-    pub(super) data: Vec<Intent>,
+pub(super) struct Page<T> {
+    pub(super) data: Vec<T>,
     #[serde(default)]
     pub(super) has_more: bool,
+}
+
+/// What a list is paged by: the id of its page's last object is the next page's
+/// `starting_after`.
+pub(super) trait Listed {
+    fn id(&self) -> &str;
+}
+
+impl Listed for Intent {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// A `payment_intent.succeeded` event: when it happened and the PaymentIntent as it
+/// was then (`data.object`).
+#[derive(Deserialize)]
+pub(super) struct Event {
+    pub(super) id: String,
+    #[serde(default, rename = "type")]
+    pub(super) kind: Option<String>,
+    /// Seconds since the epoch: when the payment succeeded.
+    #[serde(default)]
+    pub(super) created: Option<i64>,
+    pub(super) data: EventData,
+}
+
+#[derive(Deserialize)]
+pub(super) struct EventData {
+    pub(super) object: Intent,
+}
+
+impl Listed for Event {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Event {
+    /// The payment it names, succeeded then. The event's type says so whatever the
+    /// object's snapshot holds, so the status is the event's.
+    pub(super) fn confirmation(self) -> Confirmation {
+        let mut payment = self.data.object.listed();
+        payment.status = "succeeded".to_owned();
+        Confirmation {
+            at: Time::from_secs(self.created.unwrap_or(0)),
+            payment,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -7,8 +7,11 @@
 //! the original outcome. `find_payment` lists the customer's PaymentIntents created since
 //! the record was (`GET /v1/payment_intents?customer=&created[gte]=`, never Search,
 //! which lags) for reconciliation, so earlier orders never lengthen the walk;
-//! `cancel` closes an open one. Answers are classified per ARCHITECTURE.md, "The
-//! payment provider".
+//! `cancel` closes an open one. The audit lists the PaymentIntents created in its
+//! window (`created[gte]`) and those that succeeded in it, whenever created (the
+//! `payment_intent.succeeded` events, `GET /v1/events?type=&created[gte]=`, each
+//! one's `data.object`), every page, and looks receipts up by id. Answers are
+//! classified per ARCHITECTURE.md, "The payment provider".
 //!
 //! The API key is sent as a sensitive header and never appears in errors, logs or
 //! `Debug` output; the provider's error text is never carried into our errors (an
@@ -23,12 +26,12 @@ use reqwest::{Client, Response, StatusCode};
 
 mod answers;
 
-use answers::{ErrorBody, Intent, IntentList, better, pick, settle};
+use answers::{ErrorBody, Event, Intent, Listed, Page, better, pick, settle};
 
 use crate::config::Secret;
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, Cancel, ChargePath, FailureKind, Limiter, ListedPayment, Lookup,
-    PaymentError, PaymentListing, Receipt,
+    AUTHENTICATION_REQUIRED, Cancel, ChargePath, Confirmation, FailureKind, Limiter, ListedPayment,
+    Lookup, PaymentError, PaymentListing, Receipt,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -42,6 +45,10 @@ use crate::domain::order::Order;
 pub const STRIPE_VERSION: &str = "2026-09-30.endive";
 /// The PaymentIntents endpoint.
 const PAYMENT_INTENTS: &str = "/v1/payment_intents";
+/// The Events endpoint (Stripe lists the last 30 days).
+const EVENTS: &str = "/v1/events";
+/// The event of a payment that succeeded.
+const SUCCEEDED_EVENT: &str = "payment_intent.succeeded";
 
 /// Page size of a listing, and how many pages reconciliation reads at most.
 const PAGE_SIZE: usize = 100;
@@ -140,7 +147,20 @@ impl HttpProvider {
         &self,
         filter: &[(&'static str, String)],
         max_pages: usize,
-        mut visit: impl FnMut(Vec<Intent>) -> ControlFlow<T>,
+        visit: impl FnMut(Vec<Intent>) -> ControlFlow<T>,
+    ) -> Result<Walk<T>, PaymentError> {
+        self.walk(PAYMENT_INTENTS, filter, max_pages, visit).await
+    }
+
+    /// Reads `GET <path>?<filter>` page after page (at most `max_pages`, `PAGE_SIZE`
+    /// a page, each after the last one's id), handing each page to `visit` until it
+    /// breaks.
+    async fn walk<O: Listed + serde::de::DeserializeOwned, T>(
+        &self,
+        path: &str,
+        filter: &[(&'static str, String)],
+        max_pages: usize,
+        mut visit: impl FnMut(Vec<O>) -> ControlFlow<T>,
     ) -> Result<Walk<T>, PaymentError> {
         let mut starting_after: Option<String> = None;
         for _ in 0..max_pages {
@@ -149,11 +169,10 @@ impl HttpProvider {
             if let Some(after) = &starting_after {
                 query.push(("starting_after", after.clone()));
             }
-            let request = self.client.get(self.url(PAYMENT_INTENTS)).query(&query);
-            let page: IntentList =
-                send_json(request, "a PaymentIntent listing that is not a list").await?;
+            let request = self.client.get(self.url(path)).query(&query);
+            let page: Page<O> = send_json(request, "a listing that is not a list").await?;
             let next = match page.data.last() {
-                Some(last) if page.has_more => Some(last.id.clone()),
+                Some(last) if page.has_more => Some(last.id().to_owned()),
                 _ => None,
             };
             if let ControlFlow::Break(found) = visit(page.data) {
@@ -415,6 +434,33 @@ impl PaymentListing for HttpProvider {
             Walk::Read | Walk::Stopped(()) => Ok(payments),
             Walk::Truncated => Err(unexpected(
                 "more PaymentIntents than the audit reads; narrow --since",
+            )),
+        }
+    }
+
+    async fn confirmed_since(&self, since: Time) -> Result<Vec<Confirmation>, PaymentError> {
+        let mut confirmed = Vec::new();
+        let filter = [
+            ("type", SUCCEEDED_EVENT.to_owned()),
+            ("created[gte]", since.as_secs().to_string()),
+        ];
+        let walk = self
+            .walk(EVENTS, &filter, AUDIT_MAX_PAGES, |page: Vec<Event>| {
+                // Filtered here too, as the PaymentIntents are: a provider that ignores
+                // the filters lists more (an event without a time is kept).
+                confirmed.extend(
+                    page.into_iter()
+                        .filter(|e| e.kind.as_deref().is_none_or(|k| k == SUCCEEDED_EVENT))
+                        .filter(|e| e.created.is_none_or(|s| s >= since.as_secs()))
+                        .map(Event::confirmation),
+                );
+                ControlFlow::<()>::Continue(())
+            })
+            .await?;
+        match walk {
+            Walk::Read | Walk::Stopped(()) => Ok(confirmed),
+            Walk::Truncated => Err(unexpected(
+                "more payment_intent.succeeded events than the audit reads; narrow --since",
             )),
         }
     }

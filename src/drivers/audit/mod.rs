@@ -1,6 +1,18 @@
-//! Reads both sides for the audit: the provider's payments in the window, the table's
-//! records of the window and of every charged order, and the receipts the listing did
-//! not hold. Any read that fails fails the audit: a partial read is never "clean".
+//! Reads both sides for the audit, what changed in the window and never the whole
+//! table: the provider's payments created in the window, the payments that succeeded
+//! in it whenever created (Stripe's `payment_intent.succeeded` events: a customer who
+//! authenticated an old payment late), each one's record by key, every record that
+//! awaits its customer (the sparse awaiting index), and the payments those records
+//! name that no listing held, by id. Its reads grow with the window's orders (one
+//! strongly consistent `GetItem` each, and a few pages), never with the table.
+//!
+//! A record is read because a payment of the window names its order, or because it
+//! awaits its customer: `stuck` (a lease that ended long ago) is found for records
+//! that hold a payment of the window. A stuck record that never made a payment is not
+//! read: no money moved, and its message is still retried or in the DLQ, whose alarm
+//! covers it.
+//!
+//! Any read that fails fails the audit: a partial read is never "clean".
 
 use std::time::Duration;
 
@@ -18,13 +30,15 @@ pub enum ReadError {
     Store(#[from] StoreError),
     #[error("reading the provider's payments failed")]
     Provider(#[from] PaymentError),
+    #[error("more than {0} records await their customer; the audit reads at most that many")]
+    TooManyAwaiting(usize),
 }
 
 /// The window of an audit.
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
     pub now: Time,
-    /// Charges and records created at or after this.
+    /// Payments created, or succeeded, at or after this.
     pub since: Time,
     /// An `InProgress` record whose lease ended longer ago than this is stuck.
     pub stuck_after: Duration,
@@ -46,7 +60,10 @@ impl Window {
 /// The audit's answer: what it read, and what disagrees.
 #[derive(Debug)]
 pub struct Report {
+    /// Payments created in the window.
     pub payments: usize,
+    /// Payments that succeeded in the window (their events), whenever created.
+    pub confirmed: usize,
     pub records: usize,
     pub findings: Vec<Finding>,
 }
@@ -74,6 +91,7 @@ impl Report {
             "audit": if self.findings.is_empty() { "clean" } else { "findings" },
             "since_ms": window.since.as_ms(),
             "payments": self.payments,
+            "confirmed": self.confirmed,
             "records": self.records,
             "findings": by_kind,
         })
@@ -88,6 +106,11 @@ impl Report {
     }
 }
 
+/// The most awaiting records one audit reads: more, and the audit is incomplete (the
+/// settler reads them in runs of its own limit; this many waiting at once is an
+/// incident of its own).
+pub const MAX_AWAITING: usize = 100_000;
+
 /// Reads both sides and judges them.
 pub async fn audit(
     store: &dyn IdempotencyStore,
@@ -95,25 +118,36 @@ pub async fn audit(
     window: Window,
 ) -> Result<Report, ReadError> {
     let mut evidence = Evidence {
+        since: window.since,
         payments: provider.payments_since(window.since).await?,
+        confirmed: provider.confirmed_since(window.since).await?,
         ..Evidence::default()
     };
-    for record in store.created_since(window.since).await? {
+    // Every record that awaits its customer, whenever it began: its payment may have
+    // succeeded without the record saying so. One more than read, to know it is all.
+    let far = Time::from_secs(i64::MAX / 1000);
+    let awaiting = store.awaiting(far, MAX_AWAITING + 1).await?;
+    if awaiting.len() > MAX_AWAITING {
+        return Err(ReadError::TooManyAwaiting(MAX_AWAITING));
+    }
+    for record in awaiting {
         evidence.records.insert(record.pk.clone(), record);
     }
-    // A payment in the window may belong to a record reserved before it.
+    // Each payment's order, by key: a payment of the window may belong to a record
+    // reserved long before it.
     for key in evidence.unread_orders() {
         if let Some(record) = store.get(&key).await? {
             evidence.records.insert(key, record);
         }
     }
-    // A receipt may name a payment created before the window (or none at all).
-    for id in evidence.unlisted_receipts() {
+    // A receipt, or an awaited payment, may have been created before the window.
+    for id in evidence.unlisted_payments() {
         let payment = provider.payment_by_id(&id).await?;
         evidence.receipts.insert(id, payment);
     }
     Ok(Report {
         payments: evidence.payments.len(),
+        confirmed: evidence.confirmed.len(),
         records: evidence.records.len(),
         findings: findings(&evidence, window.now, window.stuck_after),
     })
