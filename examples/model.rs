@@ -392,6 +392,8 @@ const PAYMENT_FAILED: u8 = 4;
 const BY_EVENT: u8 = 1;
 const BY_SETTLER: u8 = 2;
 const EXPIRED: u8 = 4;
+/// The settler's cancel refused: the customer confirmed after the wait's end.
+const CONFIRMED_LATE: u8 = 8;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct State {
@@ -399,8 +401,9 @@ struct State {
     table: Option<Record>,
     keys: Vec<KeyEntry>,
     charges: Vec<(Payload, Status)>,
-    /// The events each charge made so far (bits, by the charge's index).
-    events: Vec<u8>,
+    /// The events each charge made so far: three bits per charge, by its index (no
+    /// allocation: the search clones every state it expands).
+    events: u64,
     /// A settler run that found the awaited payment `i` open past the wait's end and is
     /// about to cancel it.
     cancelling: Option<usize>,
@@ -467,6 +470,9 @@ struct ChargeModel {
     /// of the search's time.
     order: Identity,
     other: Identity,
+    /// What each event (`SUCCEEDED`, `CANCELED`, `PAYMENT_FAILED`) says of its payment,
+    /// read once by the consumer's own function.
+    event_now: [PaymentNow; 3],
 }
 
 /// The instant of a tick.
@@ -517,7 +523,6 @@ impl State {
     /// A new payment, with the event its status makes.
     fn new_payment(&mut self, payload: Payload, status: Status) -> usize {
         self.charges.push((payload, status));
-        self.events.push(0);
         let i = self.charges.len() - 1;
         self.set_status(i, status);
         i
@@ -526,12 +531,23 @@ impl State {
     /// Payment `i` is now `status`; the provider makes the event a change to it makes.
     fn set_status(&mut self, i: usize, status: Status) {
         self.charges[i].1 = status;
-        self.events[i] |= match status {
+        let made = match status {
             Status::Succeeded => SUCCEEDED,
             Status::Canceled => CANCELED,
             Status::Open | Status::AwaitsCustomer | Status::Failed => PAYMENT_FAILED,
             Status::Pending | Status::Limbo => 0,
         };
+        // A run makes a handful of payments; more would overflow the bits.
+        assert!(
+            i < 21,
+            "payment {i}: more payments than the event bits hold"
+        );
+        self.events |= u64::from(made) << (3 * i);
+    }
+
+    /// Payment `i` made `event`.
+    fn made(&self, i: usize, event: u8) -> bool {
+        (self.events >> (3 * i)) & u64::from(event) != 0
     }
 }
 
@@ -549,16 +565,16 @@ fn payment_now(status: Status) -> PaymentNow {
 }
 
 /// What an event (one bit) says of its payment, read by the consumer's own function.
-fn event_now(i: usize, event: u8) -> PaymentNow {
+fn event_now(event: u8) -> PaymentNow {
     let (kind, status) = match event {
         SUCCEEDED => ("payment_intent.succeeded", "succeeded"),
         CANCELED => ("payment_intent.canceled", "canceled"),
         _ => ("payment_intent.payment_failed", "requires_payment_method"),
     };
     charge_once::drivers::settle::payment_now(&PaymentEvent {
-        id: format!("evt_{i}_{event}"),
+        id: format!("evt_{event}"),
         kind: kind.to_owned(),
-        payment_id: format!("ch{i}"),
+        payment_id: "ch0".to_owned(),
         status: status.to_owned(),
         order_id: Some("o".to_owned()),
     })
@@ -570,6 +586,7 @@ impl ChargeModel {
             p,
             order: Identity::of(&Payload::Order.order()),
             other: Identity::of(&Payload::Other.order()),
+            event_now: [SUCCEEDED, CANCELED, PAYMENT_FAILED].map(event_now),
         }
     }
 
@@ -703,24 +720,37 @@ impl ChargeModel {
         applied
     }
 
-    /// The provider's event `event` about payment `i`, read by a consumer: `None` when
-    /// it changes nothing.
-    fn on_event(&self, s: &mut State, i: usize, event: u8) -> Option<()> {
-        let paid = self.paid(s);
-        let Decision::Settle(settled) = settle::on_event(event_now(i, event), paid, self.p.rules)
-        else {
-            return None;
-        };
-        let how = if settled == Settled::Ended {
-            0
-        } else {
-            BY_EVENT
-        };
-        self.settle(s, i, settled, how).then_some(())
+    /// Whether the settle of payment `i`'s wait holds on the record now.
+    fn settle_holds(&self, s: &State, i: usize, settled: Settled) -> bool {
+        let payment_id = format!("ch{i}");
+        let write = Write::Settle(SettleRequest {
+            pk: &self.order.key,
+            payment_id: &payment_id,
+            settled,
+        });
+        holds(&write, s.table.as_ref(), self.p.rules)
     }
 
-    /// A settler run: the awaiting record, its payment looked up by id.
-    fn settler_looks(&self, s: &mut State) -> Option<()> {
+    /// The settle the provider's event `event` about payment `i` makes a consumer
+    /// write, when the table would apply it: `None` when the event changes nothing
+    /// (offered only then: a step to the same state would hide the end of a path, and
+    /// the search clones a state for every step it tries).
+    fn event_settles(&self, s: &State, i: usize, event: u8) -> Option<Settled> {
+        let now = self.event_now[match event {
+            SUCCEEDED => 0,
+            CANCELED => 1,
+            _ => 2,
+        }];
+        let decision = settle::on_event(now, self.paid(s), self.p.rules);
+        match decision {
+            Decision::Settle(settled) if self.settle_holds(s, i, settled) => Some(settled),
+            _ => None,
+        }
+    }
+
+    /// What a settler run does now: it reads the awaiting record and looks its payment
+    /// up by id; `None` when that changes nothing (the wait goes on).
+    fn settler_decides(&self, s: &State) -> Option<(usize, Decision)> {
         let record = s
             .table
             .as_ref()
@@ -731,21 +761,10 @@ impl ChargeModel {
             .charges
             .get(i)
             .map_or(PaymentNow::Missing, |c| payment_now(c.1));
-        let paid = self.paid(s);
-        match settle::on_lookup(found, wait_until, at(s.now), paid, self.p.rules) {
-            Decision::Settle(settled) => {
-                let how = if settled == Settled::Ended {
-                    0
-                } else {
-                    BY_SETTLER
-                };
-                self.settle(s, i, settled, how).then_some(())
-            }
-            Decision::Cancel => {
-                s.cancelling = Some(i);
-                Some(())
-            }
+        match settle::on_lookup(found, wait_until, at(s.now), self.paid(s), self.p.rules) {
+            Decision::Settle(settled) if !self.settle_holds(s, i, settled) => None,
             Decision::Wait => None,
+            decision => Some((i, decision)),
         }
     }
 
@@ -760,7 +779,7 @@ impl ChargeModel {
             Cancel::NotCancellable => match payment_now(s.charges[i].1) {
                 PaymentNow::Succeeded => {
                     let paid = self.paid(s);
-                    self.settle(s, i, paid, BY_SETTLER);
+                    self.settle(s, i, paid, BY_SETTLER | CONFIRMED_LATE);
                 }
                 PaymentNow::Canceled => {
                     self.settle(s, i, Settled::Ended, 0);
@@ -1044,7 +1063,7 @@ impl Model for ChargeModel {
             table: None,
             keys: Vec::new(),
             charges: Vec::new(),
-            events: Vec::new(),
+            events: 0,
             cancelling: None,
             settled: 0,
             msgs: self.p.msgs.iter().map(|p| msg(*p)).collect(),
@@ -1107,14 +1126,14 @@ impl Model for ChargeModel {
         // Only an awaiting record can be settled: every other event or run changes
         // nothing (a step to the same state would hide the end of a path).
         if s.awaits() {
-            for (i, made) in s.events.iter().enumerate() {
+            for i in 0..s.charges.len() {
                 for event in [SUCCEEDED, CANCELED, PAYMENT_FAILED] {
-                    if made & event != 0 {
+                    if s.made(i, event) && self.event_settles(s, i, event).is_some() {
                         actions.push(Action::Event(i, event));
                     }
                 }
             }
-            if s.cancelling.is_none() {
+            if s.cancelling.is_none() && self.settler_decides(s).is_some() {
                 actions.push(Action::SettlerLooks);
             }
         }
@@ -1180,8 +1199,27 @@ impl Model for ChargeModel {
                     },
                 );
             }
-            Action::Event(i, event) => self.on_event(&mut s, i, event)?,
-            Action::SettlerLooks => self.settler_looks(&mut s)?,
+            Action::Event(i, event) => {
+                let settled = self.event_settles(&s, i, event)?;
+                let how = if settled == Settled::Ended {
+                    0
+                } else {
+                    BY_EVENT
+                };
+                self.settle(&mut s, i, settled, how);
+            }
+            Action::SettlerLooks => match self.settler_decides(&s)? {
+                (i, Decision::Settle(settled)) => {
+                    let how = if settled == Settled::Ended {
+                        0
+                    } else {
+                        BY_SETTLER
+                    };
+                    self.settle(&mut s, i, settled, how);
+                }
+                (i, Decision::Cancel) => s.cancelling = Some(i),
+                (_, Decision::Wait) => return None,
+            },
             Action::SettlerCancels => self.settler_cancels(&mut s)?,
             Action::Step(c, env) if s.consumers[c].dead_lettering => {
                 if env != Env::Normal {
@@ -1326,6 +1364,10 @@ impl Model for ChargeModel {
             Property::sometimes(
                 "reached: a wait past its end, its payment cancelled by the settler and the order ended",
                 |_: &ChargeModel, s: &State| s.settled & EXPIRED != 0,
+            ),
+            Property::sometimes(
+                "reached: a confirmation after the wait's end: the settler's cancel refused, the order completed",
+                |_: &ChargeModel, s: &State| s.settled & CONFIRMED_LATE != 0,
             ),
             Property::sometimes(
                 "reached: a stored 5xx's payment appeared later and completed the record under its key",
