@@ -40,14 +40,15 @@
 //! means the record is `Done` with a successful charge, or a copy of the message is
 //! in the DLQ, or the record awaits its customer (`espera`, which the settler always
 //! can settle); a `Done` record never changes; an awaiting record ends only by the
-//! payment it names (`Done` once that succeeded, `Failed` once it can no longer
-//! succeed); every message ends acknowledged or in the DLQ and every wait ends; and,
+//! payment it names (`Done` once that succeeded, `Failed` once it is cancelled);
+//! every message ends acknowledged or in the DLQ and every wait ends; and,
 //! so the model is not vacuous, a takeover after a crash, reconciliation finding a
 //! charge and finding none, a decline followed by success under a later key, a
 //! declined payment confirmed by someone else and completed, a payment that needed
 //! the customer's authentication confirmed by them and completed, an order awaiting
 //! its customer, a wait settled from the payment's event and one by the settler, a
-//! wait past its end cancelled and ended, a refused conflicting payload, and that
+//! wait past its end cancelled and ended, a confirmation after the wait's end that
+//! refuses the settler's cancel, a refused conflicting payload, and that
 //! payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
