@@ -15,8 +15,16 @@
 //!   forward after an incident, and never after), creates a `pending` charge that settles later as succeeded or
 //!   failed, and forgets keys; a declined payment stays open, and someone (the shop's
 //!   on-session page, a person in the Dashboard) may confirm it later, until it is
-//!   cancelled; a payment may need the customer's authentication, and they may
-//!   confirm it later;
+//!   cancelled; a payment may need the customer's authentication: the record then
+//!   awaits its customer (`espera`) and the message is acknowledged, and the customer
+//!   may confirm the payment at any time until it is cancelled, after the wait's end
+//!   too; every change of a payment's status makes the provider's event
+//!   (`payment_intent.succeeded`, `.canceled`, `.payment_failed`);
+//! * the settling of a wait (`policy/settle.rs`): a consumer that receives any event
+//!   made so far, any number of times and in any order, and settles by `on_event`;
+//!   the scheduled settler, which may run at any time, reads the awaiting record,
+//!   looks its payment up by id and settles by `on_lookup`: once the clock passes the
+//!   wait's end it cancels the payment first (a refused cancel: it looks again);
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
 //!   no retry can fix (`Handling::DeadLetter`) is sent to the DLQ by the consumer and
@@ -30,12 +38,17 @@
 //!
 //! Properties: at most one successful charge per order; an acknowledged message
 //! means the record is `Done` with a successful charge, or a copy of the message is
-//! in the DLQ; a `Done` record never
-//! changes; every message ends acknowledged or in the DLQ; and, so the model is not
-//! vacuous, a takeover after a crash, reconciliation finding a charge and finding
-//! none, a decline followed by success under a later key, a declined payment
-//! confirmed by someone else and completed, a payment that needed the customer's
-//! authentication confirmed by them and completed, a refused conflicting payload, and that
+//! in the DLQ, or the record awaits its customer (`espera`, which the settler always
+//! can settle); a `Done` record never changes; an awaiting record ends only by the
+//! payment it names (`Done` once that succeeded, `Failed` once it is cancelled);
+//! every message ends acknowledged or in the DLQ and every wait ends; and,
+//! so the model is not vacuous, a takeover after a crash, reconciliation finding a
+//! charge and finding none, a decline followed by success under a later key, a
+//! declined payment confirmed by someone else and completed, a payment that needed
+//! the customer's authentication confirmed by them and completed, an order awaiting
+//! its customer, a wait settled from the payment's event and one by the settler, a
+//! wait past its end cancelled and ended, a confirmation after the wait's end that
+//! refuses the settler's cancel, a refused conflicting payload, and that
 //! payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
@@ -51,13 +64,15 @@ use charge_once::domain::clock::Time;
 
 use charge_once::contracts::payment::{Cancel, FailureKind, Lookup, PaymentError, Receipt};
 use charge_once::contracts::store::Write;
-use charge_once::contracts::store::{StoreError, WriteOutcome};
+use charge_once::contracts::store::{SettleRequest, Settled, StoreError, WriteOutcome};
+use charge_once::domain::event::PaymentEvent;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Owner, Record, State as RecordState};
 use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
 use charge_once::policy::outcome::Outcome;
 use charge_once::policy::outcome_kind::Handling;
 use charge_once::policy::rules::Rules;
+use charge_once::policy::settle::{self, Decision, PaymentNow};
 use charge_once::policy::table::{apply, holds};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -81,6 +96,9 @@ struct Params {
     key_lifetime: u8,
     /// `expires` = write time + this (`IDEMPOTENCY_RETENTION`).
     retention: u8,
+    /// How long an order awaits its customer (`AUTHENTICATION_WAIT`): shorter than the
+    /// retention, and a wait that starts while messages circulate ends by the horizon.
+    wait: u8,
     /// TTL removes an item this long after `expires` at the earliest; `None`: never
     /// within the run ("TTL deletes days late").
     sweep_lag: Option<u8>,
@@ -117,6 +135,7 @@ impl Params {
             key_ttl: 1,
             key_lifetime: 3,
             retention: 5,
+            wait: 2,
             sweep_lag: Some(0),
             circulation: 4,
             horizon: 6,
@@ -175,6 +194,18 @@ const MUTANTS: &[(&str, &str)] = &[
         "new-key-after-server-error",
         "a replayed 5xx is reconciled at once and the order moves to a new key",
     ),
+    (
+        "reserve-while-awaiting",
+        "a delivery reserves an order that awaits its customer",
+    ),
+    (
+        "settle-any-payment",
+        "a wait is settled by the event of a payment the record does not name",
+    ),
+    (
+        "expire-without-cancel",
+        "a wait ends while its payment may still succeed (past its end uncancelled, or on a failed attempt)",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -223,6 +254,36 @@ fn mutant(name: &str) -> Option<Params> {
             p.crashes = 0;
             p.redrives = 0;
             p.confirms = 0;
+        }
+        "reserve-while-awaiting" => {
+            // The wait, and a copy delivered while it lasts: no fault, crash or redrive.
+            p.rules.awaiting_holds_the_order = false;
+            p.msgs = &[Payload::Order, Payload::Order];
+            p.faults = 0;
+            p.crashes = 0;
+            p.redrives = 0;
+        }
+        "settle-any-payment" => {
+            // A decline (its payment cancelled before the next key), the next key's
+            // payment awaiting the customer, and the late event of the first one's
+            // cancellation: one copy, no fault, crash or redrive.
+            p.rules.settle_names_its_payment = false;
+            p.msgs = &[Payload::Order];
+            p.faults = 0;
+            p.crashes = 0;
+            p.redrives = 0;
+        }
+        "expire-without-cancel" => {
+            // The wait, and the event of the very answer that started it (a failed
+            // attempt): one copy, no fault, crash or redrive. Depth 8: the checker
+            // keeps the last counterexample of its block of states, and a deeper
+            // search prints a longer one (a later delivery's wait ended so).
+            p.rules.wait_ends_only_when_cancelled = false;
+            p.msgs = &[Payload::Order];
+            p.faults = 0;
+            p.crashes = 0;
+            p.redrives = 0;
+            p.depth = 8;
         }
         "ack-before-dead-letter" => {
             // The conflicting payload is the poison message; nothing else is needed.
@@ -322,12 +383,33 @@ struct KeyEntry {
     created: u8,
 }
 
+/// The provider's events a payment made (bits), as Stripe sends them.
+const SUCCEEDED: u8 = 1;
+const CANCELED: u8 = 2;
+/// `payment_intent.payment_failed`: a decline, or the answer asking for authentication.
+const PAYMENT_FAILED: u8 = 4;
+
+/// The ways a wait was settled (bits of `State::settled`), for the reachability checks.
+const BY_EVENT: u8 = 1;
+const BY_SETTLER: u8 = 2;
+const EXPIRED: u8 = 4;
+/// The settler's cancel refused: the customer confirmed after the wait's end.
+const CONFIRMED_LATE: u8 = 8;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct State {
     now: u8,
     table: Option<Record>,
     keys: Vec<KeyEntry>,
     charges: Vec<(Payload, Status)>,
+    /// The events each charge made so far: three bits per charge, by its index (no
+    /// allocation: the search clones every state it expands).
+    events: u64,
+    /// A settler run that found the awaited payment `i` open past the wait's end and is
+    /// about to cancel it.
+    cancelling: Option<usize>,
+    /// How waits were settled so far (bits).
+    settled: u8,
     msgs: Vec<Msg>,
     consumers: Vec<Consumer>,
     confirms: u8,
@@ -337,6 +419,8 @@ struct State {
     /// Set by a transition that broke a safety property (read by the properties).
     bad_ack: bool,
     done_changed: bool,
+    /// An awaiting record left `espera` other than by the payment it names.
+    wait_broken: bool,
 }
 
 /// What the environment does with a step.
@@ -372,6 +456,12 @@ enum Action {
     Confirm(usize),
     /// The provider rolls the payment `i` behind a stored 5xx forward: it succeeds.
     RollForward(usize),
+    /// The provider's event (one bit) about payment `i` reaches a consumer.
+    Event(usize, u8),
+    /// The scheduled settler reads the awaiting record and looks its payment up.
+    SettlerLooks,
+    /// The settler cancels the awaited payment whose wait is over.
+    SettlerCancels,
 }
 
 struct ChargeModel {
@@ -381,6 +471,9 @@ struct ChargeModel {
     /// of the search's time.
     order: Identity,
     other: Identity,
+    /// What each event (`SUCCEEDED`, `CANCELED`, `PAYMENT_FAILED`) says of its payment,
+    /// read once by the consumer's own function.
+    event_now: [PaymentNow; 3],
 }
 
 /// The instant of a tick.
@@ -420,6 +513,72 @@ impl State {
     fn key_entry(&self, key: &str) -> Option<&KeyEntry> {
         self.keys.iter().find(|k| k.key == key)
     }
+
+    /// The record awaits its customer.
+    fn awaits(&self) -> bool {
+        self.table
+            .as_ref()
+            .is_some_and(|r| r.state == RecordState::Awaiting)
+    }
+
+    /// A new payment, with the event its status makes.
+    fn new_payment(&mut self, payload: Payload, status: Status) -> usize {
+        self.charges.push((payload, status));
+        let i = self.charges.len() - 1;
+        self.set_status(i, status);
+        i
+    }
+
+    /// Payment `i` is now `status`; the provider makes the event a change to it makes.
+    fn set_status(&mut self, i: usize, status: Status) {
+        self.charges[i].1 = status;
+        let made = match status {
+            Status::Succeeded => SUCCEEDED,
+            Status::Canceled => CANCELED,
+            Status::Open | Status::AwaitsCustomer | Status::Failed => PAYMENT_FAILED,
+            Status::Pending | Status::Limbo => 0,
+        };
+        // A run makes a handful of payments; more would overflow the bits.
+        assert!(
+            i < 21,
+            "payment {i}: more payments than the event bits hold"
+        );
+        self.events |= u64::from(made) << (3 * i);
+    }
+
+    /// Payment `i` made `event`.
+    fn made(&self, i: usize, event: u8) -> bool {
+        (self.events >> (3 * i)) & u64::from(event) != 0
+    }
+}
+
+/// What a lookup of payment `i` by id finds (the provider's `status`).
+fn payment_now(status: Status) -> PaymentNow {
+    match status {
+        Status::Succeeded => PaymentNow::of_status("succeeded"),
+        Status::Canceled => PaymentNow::of_status("canceled"),
+        Status::Pending => PaymentNow::of_status("processing"),
+        Status::AwaitsCustomer => PaymentNow::of_status("requires_action"),
+        Status::Open | Status::Failed => PaymentNow::of_status("requires_payment_method"),
+        // Behind a stored 5xx: no read of the provider sees it.
+        Status::Limbo => PaymentNow::Missing,
+    }
+}
+
+/// What an event (one bit) says of its payment, read by the consumer's own function.
+fn event_now(event: u8) -> PaymentNow {
+    let (kind, status) = match event {
+        SUCCEEDED => ("payment_intent.succeeded", "succeeded"),
+        CANCELED => ("payment_intent.canceled", "canceled"),
+        _ => ("payment_intent.payment_failed", "requires_payment_method"),
+    };
+    charge_once::drivers::settle::payment_now(&PaymentEvent {
+        id: format!("evt_{event}"),
+        kind: kind.to_owned(),
+        payment_id: "ch0".to_owned(),
+        status: status.to_owned(),
+        order_id: Some("o".to_owned()),
+    })
 }
 
 impl ChargeModel {
@@ -428,6 +587,7 @@ impl ChargeModel {
             p,
             order: Identity::of(&Payload::Order.order()),
             other: Identity::of(&Payload::Other.order()),
+            event_now: [SUCCEEDED, CANCELED, PAYMENT_FAILED].map(event_now),
         }
     }
 
@@ -454,7 +614,7 @@ impl ChargeModel {
             expires: Time::from_secs(now_s(s.now) + now_s(p.retention)),
             max_declines: u32::from(p.max_receive),
             key_ttl: span(p.key_ttl),
-            authentication_wait: span(p.retention),
+            authentication_wait: span(p.wait),
             rules: p.rules,
         });
         s.consumers.push(Consumer {
@@ -485,6 +645,27 @@ impl ChargeModel {
                 {
                     s.done_changed = true;
                 }
+                if let Some(old) = &s.table
+                    && old.state == RecordState::Awaiting
+                    && !(new.state == RecordState::Awaiting && new.payment == old.payment)
+                {
+                    let named = old
+                        .payment
+                        .as_deref()
+                        .and_then(receipt_index)
+                        .and_then(|i| s.charges.get(i))
+                        .map(|c| c.1);
+                    let by_its_payment = match new.state {
+                        RecordState::Done => {
+                            new.receipt == old.payment && named == Some(Status::Succeeded)
+                        }
+                        RecordState::Failed => named == Some(Status::Canceled),
+                        _ => false,
+                    };
+                    if !by_its_payment {
+                        s.wait_broken = true;
+                    }
+                }
                 s.table = Some(new.clone());
                 WriteOutcome::Applied(new)
             } else {
@@ -509,6 +690,106 @@ impl ChargeModel {
                 std::io::Error::other("store error"),
             ))),
         }
+    }
+
+    /// `expires` of a record completed now.
+    fn paid(&self, s: &State) -> Settled {
+        Settled::Paid {
+            expires: Time::from_secs(now_s(s.now) + now_s(self.p.retention)),
+        }
+    }
+
+    /// The settle of the wait for payment `i`, as an event's consumer or the settler
+    /// writes it; on success, `how` joins the ways waits were settled. Whether it was
+    /// applied: a refused settle changes nothing (`policy/settle.rs`, `refused`: the
+    /// event is ignored, or retried while the order is being charged, which a later
+    /// delivery of it models).
+    fn settle(&self, s: &mut State, i: usize, settled: Settled, how: u8) -> bool {
+        let payment_id = format!("ch{i}");
+        let write = Write::Settle(SettleRequest {
+            pk: &self.order.key,
+            payment_id: &payment_id,
+            settled,
+        });
+        let applied = matches!(
+            self.write(s, &write, Env::Normal),
+            Ok(WriteOutcome::Applied(_))
+        );
+        if applied {
+            s.settled |= how;
+        }
+        applied
+    }
+
+    /// Whether the settle of payment `i`'s wait holds on the record now.
+    fn settle_holds(&self, s: &State, i: usize, settled: Settled) -> bool {
+        let payment_id = format!("ch{i}");
+        let write = Write::Settle(SettleRequest {
+            pk: &self.order.key,
+            payment_id: &payment_id,
+            settled,
+        });
+        holds(&write, s.table.as_ref(), self.p.rules)
+    }
+
+    /// The settle the provider's event `event` about payment `i` makes a consumer
+    /// write, when the table would apply it: `None` when the event changes nothing
+    /// (offered only then: a step to the same state would hide the end of a path, and
+    /// the search clones a state for every step it tries).
+    fn event_settles(&self, s: &State, i: usize, event: u8) -> Option<Settled> {
+        let now = self.event_now[match event {
+            SUCCEEDED => 0,
+            CANCELED => 1,
+            _ => 2,
+        }];
+        let decision = settle::on_event(now, self.paid(s), self.p.rules);
+        match decision {
+            Decision::Settle(settled) if self.settle_holds(s, i, settled) => Some(settled),
+            _ => None,
+        }
+    }
+
+    /// What a settler run does now: it reads the awaiting record and looks its payment
+    /// up by id; `None` when that changes nothing (the wait goes on).
+    fn settler_decides(&self, s: &State) -> Option<(usize, Decision)> {
+        let record = s
+            .table
+            .as_ref()
+            .filter(|r| r.state == RecordState::Awaiting)?;
+        let wait_until = record.wait_until?;
+        let i = record.payment.as_deref().and_then(receipt_index)?;
+        let found = s
+            .charges
+            .get(i)
+            .map_or(PaymentNow::Missing, |c| payment_now(c.1));
+        match settle::on_lookup(found, wait_until, at(s.now), self.paid(s), self.p.rules) {
+            Decision::Settle(settled) if !self.settle_holds(s, i, settled) => None,
+            Decision::Wait => None,
+            decision => Some((i, decision)),
+        }
+    }
+
+    /// The settler's cancel of a payment whose wait is over, then the settle; a
+    /// refused cancel (it succeeded meanwhile) means look again.
+    fn settler_cancels(&self, s: &mut State) -> Option<()> {
+        let i = s.cancelling.take()?;
+        match cancel(s, Some(i)) {
+            Cancel::Cancelled => {
+                self.settle(s, i, Settled::Ended, EXPIRED);
+            }
+            Cancel::NotCancellable => match payment_now(s.charges[i].1) {
+                PaymentNow::Succeeded => {
+                    let paid = self.paid(s);
+                    self.settle(s, i, paid, BY_SETTLER | CONFIRMED_LATE);
+                }
+                PaymentNow::Canceled => {
+                    self.settle(s, i, Settled::Ended, 0);
+                }
+                // Still open, or in flight: the next run looks again.
+                _ => {}
+            },
+        }
+        Some(())
     }
 
     /// One step of consumer `c` in environment `env`: the machine's answer to its last
@@ -580,10 +861,7 @@ impl ChargeModel {
                 });
             }
         };
-        let new_charge = |s: &mut State, status: Status| {
-            s.charges.push((payload, status));
-            s.charges.len() - 1
-        };
+        let new_charge = |s: &mut State, status: Status| s.new_payment(payload, status);
         match env {
             Env::Decline => {
                 let i = new_charge(s, Status::Open);
@@ -667,16 +945,7 @@ impl ChargeModel {
         if env == Env::Timeout {
             return Err(NoAnswer::TimedOut);
         }
-        let open = receipt_index(payment_id)
-            .and_then(|i| s.charges.get_mut(i))
-            .filter(|(_, status)| matches!(status, Status::Open | Status::AwaitsCustomer));
-        Ok(match open {
-            Some(charge) => {
-                charge.1 = Status::Canceled;
-                Cancel::Cancelled
-            }
-            None => Cancel::NotCancellable,
-        })
+        Ok(cancel(s, receipt_index(payment_id)))
     }
 
     /// A delivery ended: ack, back to the queue, or the DLQ; a poison outcome starts
@@ -700,7 +969,8 @@ impl ChargeModel {
                         .and_then(receipt_index)
                         .is_some_and(|i| s.charges.get(i).is_some_and(|c| c.1 == Status::Succeeded))
             });
-            if !paid {
+            // An awaiting record is settled by the settler, which can always run.
+            if !paid && !s.awaits() {
                 s.bad_ack = true;
             }
             s.msgs[consumer.msg].state = MsgState::Acked(outcome.name());
@@ -746,6 +1016,22 @@ impl ChargeModel {
     }
 }
 
+/// The provider's cancel of payment `i`: an open one becomes cancelled; any other
+/// (succeeded meanwhile, say) is not cancellable.
+fn cancel(s: &mut State, i: Option<usize>) -> Cancel {
+    match i.filter(|&i| {
+        s.charges
+            .get(i)
+            .is_some_and(|c| matches!(c.1, Status::Open | Status::AwaitsCustomer))
+    }) {
+        Some(i) => {
+            s.set_status(i, Status::Canceled);
+            Cancel::Cancelled
+        }
+        None => Cancel::NotCancellable,
+    }
+}
+
 fn authentication_required(i: usize) -> PaymentError {
     PaymentError::AuthenticationRequired {
         payment_id: Some(format!("ch{i}")),
@@ -778,6 +1064,9 @@ impl Model for ChargeModel {
             table: None,
             keys: Vec::new(),
             charges: Vec::new(),
+            events: 0,
+            cancelling: None,
+            settled: 0,
             msgs: self.p.msgs.iter().map(|p| msg(*p)).collect(),
             consumers: Vec::new(),
             confirms: self.p.confirms,
@@ -786,6 +1075,7 @@ impl Model for ChargeModel {
             redrives: self.p.redrives,
             bad_ack: false,
             done_changed: false,
+            wait_broken: false,
         }]
     }
 
@@ -834,6 +1124,23 @@ impl Model for ChargeModel {
                 actions.push(Action::RollForward(i));
             }
         }
+        // Only an awaiting record can be settled: every other event or run changes
+        // nothing (a step to the same state would hide the end of a path).
+        if s.awaits() {
+            for i in 0..s.charges.len() {
+                for event in [SUCCEEDED, CANCELED, PAYMENT_FAILED] {
+                    if s.made(i, event) && self.event_settles(s, i, event).is_some() {
+                        actions.push(Action::Event(i, event));
+                    }
+                }
+            }
+            if s.cancelling.is_none() && self.settler_decides(s).is_some() {
+                actions.push(Action::SettlerLooks);
+            }
+        }
+        if s.cancelling.is_some() {
+            actions.push(Action::SettlerCancels);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -880,16 +1187,41 @@ impl Model for ChargeModel {
             Action::Sweep => s.table = None,
             Action::Confirm(i) => {
                 s.confirms -= 1;
-                s.charges[i].1 = Status::Succeeded;
+                s.set_status(i, Status::Succeeded);
             }
-            Action::RollForward(i) => s.charges[i].1 = Status::Succeeded,
+            Action::RollForward(i) => s.set_status(i, Status::Succeeded),
             Action::Settle(i, ok) => {
-                s.charges[i].1 = if ok {
-                    Status::Succeeded
-                } else {
-                    Status::Failed
-                };
+                s.set_status(
+                    i,
+                    if ok {
+                        Status::Succeeded
+                    } else {
+                        Status::Failed
+                    },
+                );
             }
+            Action::Event(i, event) => {
+                let settled = self.event_settles(&s, i, event)?;
+                let how = if settled == Settled::Ended {
+                    0
+                } else {
+                    BY_EVENT
+                };
+                self.settle(&mut s, i, settled, how);
+            }
+            Action::SettlerLooks => match self.settler_decides(&s)? {
+                (i, Decision::Settle(settled)) => {
+                    let how = if settled == Settled::Ended {
+                        0
+                    } else {
+                        BY_SETTLER
+                    };
+                    self.settle(&mut s, i, settled, how);
+                }
+                (i, Decision::Cancel) => s.cancelling = Some(i),
+                (_, Decision::Wait) => return None,
+            },
+            Action::SettlerCancels => self.settler_cancels(&mut s)?,
             Action::Step(c, env) if s.consumers[c].dead_lettering => {
                 if env != Env::Normal {
                     s.faults -= 1;
@@ -909,16 +1241,20 @@ impl Model for ChargeModel {
                 |_: &ChargeModel, s: &State| s.succeeded() <= 1,
             ),
             Property::always(
-                "an acknowledged message means `hecho` with a successful charge, or a copy in the DLQ",
+                "an acknowledged message means `hecho` with a successful charge, a copy in the DLQ, or an `espera` record the settler settles",
                 |_: &ChargeModel, s: &State| !s.bad_ack,
             ),
             Property::always(
                 "a `hecho` record never changes",
                 |_: &ChargeModel, s: &State| !s.done_changed,
             ),
+            Property::always(
+                "an `espera` record ends only by its payment: `hecho` once it succeeded, `fallido` once it is cancelled",
+                |_: &ChargeModel, s: &State| !s.wait_broken,
+            ),
             Property::eventually(
-                "every message ends acknowledged or in the DLQ",
-                |_: &ChargeModel, s: &State| s.settled(),
+                "every message ends acknowledged or in the DLQ, and every wait ends",
+                |_: &ChargeModel, s: &State| s.settled() && !s.awaits(),
             ),
             Property::sometimes(
                 "reached: a takeover after a crash",
@@ -1010,6 +1346,31 @@ impl Model for ChargeModel {
                 },
             ),
             Property::sometimes(
+                "reached: an order awaiting its customer, its message acknowledged",
+                |_: &ChargeModel, s: &State| {
+                    s.awaits()
+                        && s.msgs
+                            .iter()
+                            .any(|m| m.state == MsgState::Acked("authentication_required"))
+                },
+            ),
+            Property::sometimes(
+                "reached: a wait settled by its payment's event",
+                |_: &ChargeModel, s: &State| s.settled & BY_EVENT != 0,
+            ),
+            Property::sometimes(
+                "reached: a wait settled by the settler's lookup",
+                |_: &ChargeModel, s: &State| s.settled & BY_SETTLER != 0,
+            ),
+            Property::sometimes(
+                "reached: a wait past its end, its payment cancelled by the settler and the order ended",
+                |_: &ChargeModel, s: &State| s.settled & EXPIRED != 0,
+            ),
+            Property::sometimes(
+                "reached: a confirmation after the wait's end: the settler's cancel refused, the order completed",
+                |_: &ChargeModel, s: &State| s.settled & CONFIRMED_LATE != 0,
+            ),
+            Property::sometimes(
                 "reached: a stored 5xx's payment appeared later and completed the record under its key",
                 |_: &ChargeModel, s: &State| {
                     s.table.as_ref().is_some_and(|r| {
@@ -1051,7 +1412,7 @@ impl fmt::Display for State {
         let table = match &self.table {
             None => "absent".to_owned(),
             Some(r) => format!(
-                "{} intento={} recibo={} titular={} hasta={} rechazos={}",
+                "{} intento={} recibo={} titular={} hasta={} rechazos={}{}",
                 charge_once::contracts::schema::state_value(&r.state),
                 r.attempt.map_or("-".into(), |i| i.to_string()),
                 r.receipt.as_deref().unwrap_or("-"),
@@ -1059,6 +1420,12 @@ impl fmt::Display for State {
                 r.lease_until
                     .map_or("-".into(), |h| (h.as_ms() / TICK_MS).to_string()),
                 r.declines.map_or("-".into(), |n| n.to_string()),
+                match (&r.payment, r.wait_until) {
+                    (Some(p), Some(w)) => {
+                        format!(" pago={p} espera_hasta={}", w.as_ms() / TICK_MS)
+                    }
+                    _ => String::new(),
+                },
             ),
         };
         let charges: Vec<String> = self
@@ -1066,6 +1433,7 @@ impl fmt::Display for State {
             .iter()
             .enumerate()
             .map(|(i, (p, s))| format!("ch{i}:{p:?}:{s:?}"))
+            .chain(self.cancelling.map(|i| format!("(settler cancels ch{i})")))
             .collect();
         let msgs: Vec<String> = self
             .msgs

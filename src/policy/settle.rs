@@ -204,6 +204,98 @@ mod tests {
         }
     }
 
+    /// The rules with one switched off, as a model mutant runs them.
+    fn without(switch_off: impl FnOnce(&mut Rules)) -> Rules {
+        let mut rules = Rules::ALL;
+        switch_off(&mut rules);
+        rules
+    }
+
+    fn awaiting(payment: &str) -> Record {
+        Record {
+            fingerprint: Some(crate::domain::Fingerprint::new("h")),
+            expires: Some(NOW - std::time::Duration::from_secs(1)),
+            payment: Some(payment.to_owned()),
+            wait_until: Some(Time::from_secs(NOW.as_secs() + 3600)),
+            ..Record::new(Key::for_order_id("o-1"), State::Awaiting)
+        }
+    }
+
+    #[test]
+    fn no_delivery_reserves_an_awaiting_order_even_past_its_retention_unless_the_rule_is_off() {
+        use crate::contracts::store::{ReserveRequest, Write};
+        use crate::domain::{Fingerprint, Owner};
+        use crate::policy::table::holds;
+        let (pk, fingerprint, owner) = (
+            Key::for_order_id("o-1"),
+            Fingerprint::new("h"),
+            Owner::new("me"),
+        );
+        let reserve = Write::Reserve(ReserveRequest {
+            pk: &pk,
+            fingerprint: &fingerprint,
+            owner: &owner,
+            now: NOW,
+            lease_until: NOW + std::time::Duration::from_secs(60),
+            expires: NOW + std::time::Duration::from_secs(3600),
+            max_declines: 3,
+        });
+        let record = awaiting("pi_1");
+        assert!(!holds(&reserve, Some(&record), Rules::ALL));
+        let mutant = without(|r| r.awaiting_holds_the_order = false);
+        assert!(holds(&reserve, Some(&record), mutant));
+    }
+
+    #[test]
+    fn only_the_payment_an_awaiting_record_names_settles_it_unless_the_rule_is_off() {
+        use crate::contracts::store::{SettleRequest, Write};
+        use crate::policy::table::holds;
+        let pk = Key::for_order_id("o-1");
+        let settle = |payment_id| {
+            Write::Settle(SettleRequest {
+                pk: &pk,
+                payment_id,
+                settled: Settled::Ended,
+            })
+        };
+        let record = awaiting("pi_2");
+        assert!(holds(&settle("pi_2"), Some(&record), Rules::ALL));
+        // An older attempt's payment (cancelled before the next key) is not the wait's.
+        assert!(!holds(&settle("pi_1"), Some(&record), Rules::ALL));
+        let mutant = without(|r| r.settle_names_its_payment = false);
+        assert!(holds(&settle("pi_1"), Some(&record), mutant));
+    }
+
+    #[test]
+    fn a_wait_ends_only_once_its_payment_is_cancelled_unless_the_rule_is_off() {
+        let past = NOW - std::time::Duration::from_secs(1);
+        let before = NOW + std::time::Duration::from_secs(60);
+        let mutant = without(|r| r.wait_ends_only_when_cancelled = false);
+        for found in [PaymentNow::Open, PaymentNow::AttemptFailed] {
+            assert_eq!(
+                on_lookup(found, past, NOW, PAID, Rules::ALL),
+                Decision::Cancel
+            );
+            assert_eq!(
+                on_lookup(found, past, NOW, PAID, mutant),
+                Decision::Settle(Settled::Ended),
+                "{found:?}"
+            );
+        }
+        assert_eq!(
+            on_lookup(PaymentNow::AttemptFailed, before, NOW, PAID, mutant),
+            Decision::Settle(Settled::Ended)
+        );
+        assert_eq!(
+            on_event(PaymentNow::AttemptFailed, PAID, Rules::ALL),
+            Decision::Wait
+        );
+        assert_eq!(
+            on_event(PaymentNow::AttemptFailed, PAID, mutant),
+            Decision::Settle(Settled::Ended)
+        );
+    }
+
     fn record(state: State, receipt: Option<&str>, lease_until: Option<Time>) -> Record {
         Record {
             receipt: receipt.map(str::to_owned),
