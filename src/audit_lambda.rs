@@ -63,12 +63,9 @@ async fn settle_waits(
     parts: &Scheduled,
     context: &lambda_runtime::Context,
 ) -> Result<serde_json::Value, lambda_runtime::Error> {
-    let left = u64::try_from(context.deadline)
+    let left = u64::try_from(crate::domain::clock::wall_ms())
         .ok()
-        .and_then(|deadline| {
-            let now = u64::try_from(crate::domain::clock::wall_ms()).ok()?;
-            deadline.checked_sub(now)
-        })
+        .and_then(|now| context.deadline.checked_sub(now))
         .map_or(Duration::from_secs(60), Duration::from_millis);
     let now = || crate::domain::clock::Time::from_ms(crate::domain::clock::wall_ms());
     let settler = Settler {
