@@ -406,12 +406,15 @@ async fn run(scenario: &Scenario) -> Run {
         ..Faults::default()
     });
     let queues = Arc::new(Queues::create(scenario.visibility, scenario.max_receive_count).await);
-    // Stripe's events of this run's orders, on moto's EventBridge, routed to the queue.
-    let destination = match scenario.customers {
-        Customers::ConfirmWithEvents => {
-            Some(stripe_events_to(&queues.arn, Some(&run_id), ("test", "test")).await)
-        }
-        Customers::SettlerOnly => None,
+    // Stripe's events of this run's orders (every payment's), on moto's EventBridge,
+    // routed to the queue; in an outage run only once its recovery is measured, so
+    // that the events of the payments made meanwhile do not weigh on that measure
+    // (events made before a destination exists are never sent to it, as at Stripe).
+    let events_on = scenario.customers == Customers::ConfirmWithEvents;
+    let mut destination = if events_on && scenario.outage.is_none() {
+        Some(stripe_events_to(&queues.arn, Some(&run_id), ("test", "test")).await)
+    } else {
+        None
     };
     let dynamodb = start_proxy(Backend::Moto.url(), Target::DynamoDb, faults.clone()).await;
     let payment = start_proxy(localstripe_url(), Target::Payment, faults.clone()).await;
@@ -445,6 +448,9 @@ async fn run(scenario: &Scenario) -> Run {
         }
         None => (0, None),
     };
+    if events_on && destination.is_none() {
+        destination = Some(stripe_events_to(&queues.arn, Some(&run_id), ("test", "test")).await);
+    }
     let drained = drain(&queues, scenario.drain_limit).await;
     chaos_on.store(false, Ordering::Relaxed);
     chaos.await.unwrap();
