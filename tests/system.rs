@@ -887,7 +887,13 @@ async fn fifty_orders_without_any_event_are_settled_by_the_schedule_the_confirme
         chaos: false,
         outage: None,
         queue_calls: true,
-        env: compressed("1s", "4s"),
+        // A declined order goes to the DLQ on its first decline: the run is about the
+        // waits, and stays short.
+        env: [
+            compressed("1s", "4s"),
+            vec![("MAX_DECLINES", "1".to_owned())],
+        ]
+        .concat(),
     };
     let run = run(&scenario).await;
     let summary = run.summary(scenario.orders, None);
