@@ -371,6 +371,7 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
         bus: source.clone(),
         source,
         order_id_prefix: Some(run.clone()),
+        customer: None,
     };
     let destination = localstripe::arm_eventbridge(&bus).await;
     let payer = localstripe::payer(Card::RequiresAuthentication).await;

@@ -98,10 +98,11 @@ answers `requires_action`, and the event's object says so too, with Stripe's
 
 * `POST /_layer/eventbridge` with JSON `{"endpoint": <EventBridge URL>, "region",
   "access_key", "secret_key", "bus": <the partner event bus>, "source":
-  "aws.partner/stripe.com/ed_test_…", "order_id_prefix": <optional>}` adds a
-  destination and answers `{"destination": "<id>"}`. From then on every PaymentIntent
-  event (of an order whose `metadata[order_id]` starts with the prefix, when one is
-  given: a test's own orders) is put on that bus with `PutEvents`, signed with that
+  "aws.partner/stripe.com/ed_test_…", "order_id_prefix": <optional>, "customer":
+  <optional>}` adds a destination and answers `{"destination": "<id>"}`. From then on
+  every PaymentIntent event (of an order whose `metadata[order_id]` starts with the
+  prefix, and of that customer, when they are given: a test's own orders, or some of
+  them) is put on that bus with `PutEvents`, signed with that
   key: `Source` the source, `DetailType` the event's type, `Detail` the Stripe Event
   (`data.object` the PaymentIntent as the API answers it at that moment, `metadata`
   included). Each is put EVENT_DELAY_S after the change (asynchronously: the API's
@@ -392,6 +393,7 @@ class Destination:
     bus: str
     source: str
     order_id_prefix: str | None
+    customer: str | None
     published: int = 0
     failed: int = 0
     pending: int = 0
@@ -430,6 +432,7 @@ class EventBridge:
             access_key, secret_key = asked["access_key"], asked["secret_key"]
             bus, source = asked["bus"], asked["source"]
             prefix = asked.get("order_id_prefix")
+            customer = asked.get("customer")
         except (ValueError, KeyError, TypeError):
             return web.Response(
                 status=400,
@@ -451,7 +454,8 @@ class EventBridge:
         self.next_id += 1
         name = str(self.next_id)
         self.destinations[name] = Destination(
-            client=client, bus=bus, source=source, order_id_prefix=prefix, types={})
+            client=client, bus=bus, source=source, order_id_prefix=prefix,
+            customer=customer, types={})
         return web.json_response({"destination": name})
 
     def publish(self, event) -> None:
@@ -464,6 +468,8 @@ class EventBridge:
         for destination in list(self.destinations.values()):
             prefix = destination.order_id_prefix
             if prefix is not None and not order_id.startswith(prefix):
+                continue
+            if destination.customer is not None and intent.get("customer") != destination.customer:
                 continue
             destination.pending += 1
             asyncio.ensure_future(self.put(destination, event.type, intent["id"], detail))

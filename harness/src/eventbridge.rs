@@ -97,6 +97,16 @@ pub async fn route_to_queue(queue_arn: &str) -> String {
 pub async fn stripe_events_to(
     queue_arn: &str,
     order_id_prefix: Option<&str>,
+    key: (&str, &str),
+) -> String {
+    stripe_events_of(queue_arn, order_id_prefix, None, key).await
+}
+
+/// The same, for the PaymentIntents of one `customer` only.
+pub async fn stripe_events_of(
+    queue_arn: &str,
+    order_id_prefix: Option<&str>,
+    customer: Option<&str>,
     (access_key, secret_key): (&str, &str),
 ) -> String {
     let source = route_to_queue(queue_arn).await;
@@ -108,6 +118,7 @@ pub async fn stripe_events_to(
         bus: source.clone(),
         source,
         order_id_prefix: order_id_prefix.map(str::to_owned),
+        customer: customer.map(str::to_owned),
     })
     .await
 }

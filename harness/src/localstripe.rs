@@ -379,6 +379,8 @@ pub struct EventDestination {
     /// Only events of orders whose `metadata[order_id]` starts with this: one test's
     /// orders, when several share the layer.
     pub order_id_prefix: Option<String>,
+    /// Only events of this customer's PaymentIntents.
+    pub customer: Option<String>,
 }
 
 /// Arms `destination`: from now on every PaymentIntent event (of its orders) is put on
@@ -394,6 +396,7 @@ pub async fn arm_eventbridge(destination: &EventDestination) -> String {
             "bus": destination.bus,
             "source": destination.source,
             "order_id_prefix": destination.order_id_prefix,
+            "customer": destination.customer,
         }));
     let armed = send(request, "POST /_layer/eventbridge").await;
     armed["destination"]

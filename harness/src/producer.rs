@@ -29,6 +29,8 @@ pub struct Plan {
     pub conflicting: BTreeMap<String, (String, String)>,
     /// Everything sent, duplicates included.
     pub messages: Vec<String>,
+    /// The customer whose card always asks for authentication.
+    pub authenticating_customer: String,
 }
 
 fn order_body(id: &str, amount: u64, payer: &Payer) -> String {
@@ -59,7 +61,10 @@ pub async fn produce_with(run: &str, orders: usize, authenticating_percent: u32)
     let declining = localstripe::payer(Card::DeclinesOnCharge).await;
     let authenticating = localstripe::payer(Card::RequiresAuthentication).await;
     let mut rng = rand::rng();
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        authenticating_customer: authenticating.customer.clone(),
+        ..Plan::default()
+    };
     for n in 0..orders {
         let id = format!("{run}-{n}");
         let amount = rng.random_range(100..100_000);
