@@ -980,6 +980,19 @@ async fn the_layer_puts_each_payment_intent_event_on_the_partner_bus_and_the_rul
         harness::eventbridge::stripe_events_to(&queues.arn, Some(&run), ("test", "test")).await;
     let customer = localstripe::customer().await;
     let card = localstripe::card(&customer, Card::RequiresAuthentication).await;
+    // A destination for another customer's payments only gets none of these.
+    let other_bus = harness::eventbridge::route_to_queue(&queues.arn).await;
+    let elsewhere = localstripe::arm_eventbridge(&localstripe::EventDestination {
+        endpoint: harness::servers::Backend::Moto.url().to_owned(),
+        region: harness::eventbridge::REGION.to_owned(),
+        access_key: "test".to_owned(),
+        secret_key: "test".to_owned(),
+        bus: other_bus.clone(),
+        source: other_bus,
+        order_id_prefix: Some(run.clone()),
+        customer: Some(localstripe::customer().await),
+    })
+    .await;
     // Asks for authentication (a failed payment at Stripe), then the customer confirms.
     let confirmed = payment_intent(&customer, &card, &format!("{run}-1")).await;
     let confirmed = confirmed.body["id"].as_str().unwrap().to_owned();
@@ -1070,5 +1083,8 @@ async fn the_layer_puts_each_payment_intent_event_on_the_partner_bus_and_the_rul
         bodies[0]["detail"]["data"]["object"]["last_payment_error"]["code"],
         "authentication_required"
     );
+    let none = localstripe::events_settled(&elsewhere, Duration::from_secs(5)).await;
+    assert_eq!((none.published, none.failed), (0, 0), "{none:?}");
+    localstripe::disarm_eventbridge(&elsewhere).await;
     localstripe::disarm_eventbridge(&destination).await;
 }
