@@ -101,7 +101,7 @@ struct Run {
     authenticated: BTreeMap<String, String>,
     /// Confirmed orders completed by their event, before any redrive or settler ran.
     completed_by_event: usize,
-    /// Stripe's events put on the bus for this run's orders (events on).
+    /// Stripe's events put on the bus (those of the customer asked to authenticate).
     events: Option<localstripe::Published>,
     /// The settler's runs and the reports it sent (no events).
     settled: Option<Settled>,
