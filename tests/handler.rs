@@ -1,7 +1,9 @@
 //! Handler tests: the real handler, driven with `LambdaEvent`s parsed from the JSON
 //! files in `events/`, against moto (behind its lock) and an in-process provider that
 //! honours idempotency keys. Every test ends by checking that no order was charged
-//! twice.
+//! twice. Stripe's events are tested end to end on the real parts: localstripe behind
+//! its layer puts them on a partner event bus on moto, whose rule delivers them to a
+//! queue, from which the handler is invoked as Lambda would invoke it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -9,17 +11,28 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use charge_once::config::FifoScope;
-use charge_once::domain::State;
+use charge_once::adapters::payment_http::HttpProvider;
+use charge_once::adapters::sqs::SqsReports;
+use charge_once::config::{FifoScope, Secret};
+use charge_once::contracts::queue::Unreported;
+use charge_once::contracts::schema;
+use charge_once::contracts::store::{AwaitRequest, IdempotencyStore, Write, WriteOutcome};
 use charge_once::domain::order::Order;
+use charge_once::domain::{Key, Owner, Record, State};
 use charge_once::drivers::charge::resolve;
+use charge_once::drivers::settle::Settler;
 use charge_once::policy::resolve::{Confirmed, Resolution, ResolveError};
+use harness::event_source::{Queues, event_of};
+use harness::eventbridge::stripe_events_to;
+use harness::lease::Lease;
+use harness::localstripe::{self, Card, Payer};
 use harness::logs::Captured;
 use harness::provider::{Fault, TestProvider};
 use harness::rig::{
     DEADLINE_MARGIN, Harness, INVOCATION, Options, PAYMENT_TIMEOUT, PROVIDER_KEY_TTL, batch_of,
     event, message_ids,
 };
+use harness::servers::localstripe_url;
 
 async fn harness() -> Harness<TestProvider> {
     Harness::new(TestProvider::new()).await
@@ -921,8 +934,22 @@ async fn a_declined_payment_is_cancelled_before_the_next_key_so_no_later_confirm
     h.provider.assert_no_order_charged_twice();
 }
 
+/// A Stripe event about `payment` as the template's rule delivers it from the partner
+/// event bus to the orders queue.
+fn stripe_event(kind: &str, payment: &str, status: &str, order_id: &str) -> String {
+    serde_json::json!({
+        "version": "0", "id": uuid::Uuid::new_v4().to_string(), "detail-type": kind,
+        "source": "aws.partner/stripe.com/ed_test_1", "account": "123456789012",
+        "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {"id": "evt_1", "object": "event", "type": kind, "data": {"object": {
+            "id": payment, "object": "payment_intent", "status": status,
+            "metadata": {"order_id": order_id}}}},
+    })
+    .to_string()
+}
+
 #[tokio::test]
-async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_redrive_after_the_customer_confirmed_completes_it()
+async fn authentication_required_acknowledges_the_order_which_awaits_its_customer_with_no_other_call_until_the_event_of_the_confirmed_payment_completes_it()
  {
     let logs = Captured::default();
     let _guard = logs.install();
@@ -930,9 +957,11 @@ async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_red
     h.provider
         .script("pi-sca", &[Fault::AuthenticationRequired]);
     let event = batch_of(&[paid("pi-sca")]);
-    assert_eq!(
-        h.invoke_event_with(event.clone(), INVOCATION).await.len(),
-        1
+    assert!(
+        h.invoke_event_with(event.clone(), INVOCATION)
+            .await
+            .is_empty(),
+        "acknowledged: no DLQ"
     );
     let open = h.provider.open_for("pi-sca");
     assert_eq!(open.len(), 1, "the payment awaits the customer");
@@ -940,32 +969,45 @@ async fn authentication_required_waits_in_the_dlq_naming_its_payment_and_the_red
     let (_, outcome, level, fields) = lines.last().unwrap();
     assert_eq!(
         (outcome.as_str(), level.as_str()),
-        ("authentication_required", "WARN")
+        ("authentication_required", "INFO")
     );
     assert_eq!(fields["payment"], open[0].as_str(), "{fields}");
-    assert_eq!(fields["dead_lettered"], false, "no queue here: {fields}");
     let record = h.record("pi-sca").await.unwrap();
-    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
-    // A redrive before the customer came back: the same key, no new payment.
+    assert_eq!((record.state, record.attempt), (State::Awaiting, Some(1)));
+    assert_eq!(record.payment.as_deref(), Some(open[0].as_str()));
+    let wait_until = record.wait_until.unwrap();
+    assert_eq!(
+        wait_until.as_secs(),
+        (h.now() + harness::rig::AUTHENTICATION_WAIT).as_secs()
+    );
+    // Delivered again while it waits: a duplicate, no provider call.
     h.redeliver_later();
-    assert_eq!(
-        h.invoke_event_with(event.clone(), INVOCATION).await.len(),
-        1
+    assert!(
+        h.invoke_event_with(event.clone(), INVOCATION)
+            .await
+            .is_empty()
     );
-    assert_eq!(
-        outcome_lines(&logs).last().unwrap().1,
-        "authentication_required"
-    );
+    assert_eq!(outcome_lines(&logs).last().unwrap().1, "awaiting_customer");
+    assert_eq!(h.provider.keys_for("pi-sca"), ["cobro#pi-sca#1"]);
     assert!(h.provider.cancels().is_empty(), "it is never cancelled");
-    // The customer authenticates on the shop's page; the redrive completes the order.
+    // The customer authenticates on the shop's page; Stripe's event completes it.
     assert!(h.provider.confirm(&open[0]));
-    h.redeliver_later();
-    assert!(h.invoke_event_with(event, INVOCATION).await.is_empty());
+    let succeeded = stripe_event("payment_intent.succeeded", &open[0], "succeeded", "pi-sca");
+    assert!(
+        h.invoke_event_with(batch_of(&[succeeded]), INVOCATION)
+            .await
+            .is_empty()
+    );
     assert_eq!(outcome_lines(&logs).last().unwrap().1, "reconciled");
-    assert_eq!(h.provider.keys_for("pi-sca"), ["cobro#pi-sca#1"; 3]);
+    assert_eq!(h.provider.keys_for("pi-sca"), ["cobro#pi-sca#1"]);
     assert_eq!(h.provider.charges_for("pi-sca"), open);
     let done = h.record("pi-sca").await.unwrap();
+    assert_eq!(done.state, State::Done);
     assert_eq!(done.receipt.as_deref(), Some(open[0].as_str()));
+    // A later delivery of the order is a duplicate of a done order.
+    h.redeliver_later();
+    assert!(h.invoke_event_with(event, INVOCATION).await.is_empty());
+    assert_eq!(h.provider.keys_for("pi-sca"), ["cobro#pi-sca#1"]);
     h.provider.assert_no_order_charged_twice();
 }
 
@@ -978,4 +1020,490 @@ async fn a_message_without_a_payment_method_is_invalid_and_never_charged() {
     assert_eq!(h.invoke_event_with(unpaid, INVOCATION).await.len(), 1);
     assert!(h.provider.calls_for("pi-none").is_empty(), "never charged");
     assert!(h.record("pi-none").await.is_none(), "nothing written");
+}
+
+// --- Stripe's events: localstripe (behind its layer) puts them on a partner event bus
+// on moto, whose rule delivers them to a queue; the handler reads them from there. ---
+
+/// The handler on moto and localstripe, with the events of this test's orders routed
+/// to a queue of its own.
+struct Events {
+    h: Harness<HttpProvider>,
+    queues: Queues,
+    destination: String,
+    run: String,
+    payer: Payer,
+    /// SQS events of one record each, received and not yet taken.
+    received: tokio::sync::Mutex<Vec<SqsEvent>>,
+}
+
+impl Events {
+    async fn new() -> Self {
+        Self::with(Options::default()).await
+    }
+
+    async fn with(options: Options) -> Self {
+        let provider = HttpProvider::new(
+            localstripe_url(),
+            &Secret::new(localstripe::TEST_KEY.to_owned()),
+            PAYMENT_TIMEOUT,
+            &harness::tls(),
+        )
+        .unwrap();
+        let h = Harness::with(provider, options).await;
+        let queues = Queues::create(Duration::from_secs(30), 10).await;
+        let run = format!("ev{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let destination = stripe_events_to(&queues.arn, Some(&run), ("test", "test")).await;
+        Self {
+            h,
+            queues,
+            destination,
+            run,
+            payer: localstripe::payer(Card::RequiresAuthentication).await,
+            received: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn order_id(&self, n: usize) -> String {
+        format!("{}-{n}", self.run)
+    }
+
+    /// Order `n`, paid with the card that always asks for authentication.
+    fn order(&self, n: usize) -> SqsEvent {
+        let body = serde_json::json!({"id": self.order_id(n), "amount": 900, "currency": "EUR",
+            "customer": self.payer.customer, "payment_method": self.payer.card});
+        batch_of(&[body.to_string()])
+    }
+
+    /// Delivers order `n`: acknowledged, its record awaits the customer. Returns the
+    /// PaymentIntent it awaits.
+    async fn awaiting(&self, n: usize) -> String {
+        assert_eq!(
+            self.h.invoke_event_with(self.order(n), INVOCATION).await,
+            Vec::<String>::new(),
+            "acknowledged: the table holds the order"
+        );
+        let record = self.h.record(&self.order_id(n)).await.unwrap();
+        assert_eq!(record.state, State::Awaiting, "{record:?}");
+        record.payment.unwrap()
+    }
+
+    /// The event `kind` of `payment` as the queue delivers it (at most 10 s).
+    async fn event(&self, kind: &str, payment: &str) -> SqsEvent {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            let mut received = self.received.lock().await;
+            let found = received.iter().position(|e| {
+                let body: serde_json::Value =
+                    serde_json::from_str(e.records[0].body.as_deref().unwrap()).unwrap();
+                body["detail-type"] == kind && body["detail"]["data"]["object"]["id"] == payment
+            });
+            if let Some(at) = found {
+                return received.remove(at);
+            }
+            for m in self.queues.receive(Duration::from_secs(60)).await {
+                let one = event_of(std::slice::from_ref(&m), &self.queues.arn);
+                received.push(serde_json::from_value(one).unwrap());
+            }
+            drop(received);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no {kind} event of {payment} within 10 s")
+    }
+
+    /// A PaymentIntent for order `n` made at localstripe outside the consumer, off
+    /// session with the card that asks for authentication: `requires_action`.
+    async fn open_payment(&self, n: usize) -> String {
+        let form = [
+            ("amount", "900"),
+            ("currency", "eur"),
+            ("customer", self.payer.customer.as_str()),
+            ("payment_method", self.payer.card.as_str()),
+            ("confirm", "true"),
+            ("off_session", "true"),
+            ("automatic_payment_methods[enabled]", "true"),
+            ("automatic_payment_methods[allow_redirects]", "never"),
+            ("metadata[order_id]", &self.order_id(n)),
+        ];
+        let made: serde_json::Value = harness::http_client()
+            .post(format!("{}/v1/payment_intents", localstripe_url()))
+            .bearer_auth(localstripe::TEST_KEY)
+            .form(&form)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(made["status"], "requires_action", "{made}");
+        made["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn cancel(&self, payment: &str) {
+        let cancelled: serde_json::Value = harness::http_client()
+            .post(format!(
+                "{}/v1/payment_intents/{payment}/cancel",
+                localstripe_url()
+            ))
+            .bearer_auth(localstripe::TEST_KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(cancelled["status"], "canceled", "{cancelled}");
+    }
+
+    async fn done(self) {
+        localstripe::disarm_eventbridge(&self.destination).await;
+    }
+}
+
+/// The outcome of the last line logged.
+fn last_outcome(logs: &Captured) -> (String, serde_json::Value) {
+    let (_, outcome, _, fields) = outcome_lines(logs).pop().expect("an outcome line");
+    (outcome, fields)
+}
+
+#[tokio::test]
+async fn a_succeeded_event_completes_the_order_that_awaits_its_customer_and_a_repeat_changes_nothing()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let payment = events.awaiting(1).await;
+    assert_eq!(last_outcome(&logs).0, "authentication_required");
+    localstripe::authenticate(&payment).await;
+    let succeeded = events.event("payment_intent.succeeded", &payment).await;
+
+    let h = &events.h;
+    assert!(
+        h.invoke_event_with(succeeded.clone(), INVOCATION)
+            .await
+            .is_empty()
+    );
+    let (outcome, fields) = last_outcome(&logs);
+    assert_eq!(outcome, "reconciled", "{fields}");
+    let done = h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(done.state, State::Done);
+    assert_eq!(done.receipt.as_deref(), Some(payment.as_str()));
+    assert_eq!(
+        done.wait_until, None,
+        "the record leaves the awaiting index"
+    );
+
+    // The same event again (EventBridge and SQS deliver at least once): refused by its
+    // condition, nothing written.
+    assert!(h.invoke_event_with(succeeded, INVOCATION).await.is_empty());
+    assert_eq!(last_outcome(&logs).0, "event_ignored");
+    assert_eq!(h.record(&events.order_id(1)).await.unwrap(), done);
+    assert_eq!(
+        localstripe::succeeded_of(&events.payer.customer).await,
+        [payment]
+    );
+    events.done().await;
+}
+
+#[tokio::test]
+async fn an_event_for_a_payment_the_record_does_not_name_changes_nothing() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let awaited = events.awaiting(1).await;
+    // Another PaymentIntent names the same order: made elsewhere, confirmed.
+    let other = events.open_payment(1).await;
+    localstripe::authenticate(&other).await;
+    let succeeded = events.event("payment_intent.succeeded", &other).await;
+    let before = events.h.record(&events.order_id(1)).await.unwrap();
+    assert!(
+        events
+            .h
+            .invoke_event_with(succeeded, INVOCATION)
+            .await
+            .is_empty()
+    );
+    let (outcome, fields) = last_outcome(&logs);
+    assert_eq!(outcome, "event_ignored", "{fields}");
+    assert_eq!(fields["payment"], other.as_str(), "{fields}");
+    let after = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after.payment.as_deref(), Some(awaited.as_str()));
+    events.done().await;
+}
+
+#[tokio::test]
+async fn a_payment_failed_event_leaves_the_order_awaiting_its_customer() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let payment = events.awaiting(1).await;
+    // Stripe sends one for the very answer that started the wait.
+    let failed = events
+        .event("payment_intent.payment_failed", &payment)
+        .await;
+    let before = events.h.record(&events.order_id(1)).await.unwrap();
+    assert!(
+        events
+            .h
+            .invoke_event_with(failed, INVOCATION)
+            .await
+            .is_empty()
+    );
+    assert_eq!(last_outcome(&logs).0, "event_ignored");
+    assert_eq!(events.h.record(&events.order_id(1)).await.unwrap(), before);
+    // The customer can still confirm it, and its event completes the order.
+    localstripe::authenticate(&payment).await;
+    let succeeded = events.event("payment_intent.succeeded", &payment).await;
+    assert!(
+        events
+            .h
+            .invoke_event_with(succeeded, INVOCATION)
+            .await
+            .is_empty()
+    );
+    let done = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(
+        (done.state, done.receipt.as_deref()),
+        (State::Done, Some(payment.as_str()))
+    );
+    events.done().await;
+}
+
+#[tokio::test]
+async fn a_canceled_event_ends_the_wait_reports_the_order_and_its_next_message_starts_a_new_attempt()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let mut events = Events::new().await;
+    let reports = events
+        .queues
+        .client
+        .create_queue()
+        .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    events.h = events.h.reporting_to(std::sync::Arc::new(SqsReports::new(
+        events.queues.client.clone(),
+        &reports,
+    )));
+    let payment = events.awaiting(1).await;
+    // Cancelled in the Dashboard, say.
+    events.cancel(&payment).await;
+    let canceled = events.event("payment_intent.canceled", &payment).await;
+    assert!(
+        events
+            .h
+            .invoke_event_with(canceled.clone(), INVOCATION)
+            .await
+            .is_empty()
+    );
+    assert_eq!(last_outcome(&logs).0, "authentication_expired");
+    let ended = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!((ended.state, ended.attempt), (State::Failed, Some(2)));
+    let out = events
+        .queues
+        .client
+        .receive_message()
+        .queue_url(&reports)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let messages = out.messages.unwrap_or_default();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let report: serde_json::Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(report["order_id"], events.order_id(1).as_str());
+    assert_eq!(report["outcome"], "authentication_expired");
+    assert_eq!(report["payment_id"], payment.as_str());
+    // The same event again: the wait already ended, nothing reported again.
+    assert!(
+        events
+            .h
+            .invoke_event_with(canceled, INVOCATION)
+            .await
+            .is_empty()
+    );
+    assert_eq!(last_outcome(&logs).0, "event_ignored");
+    // The shop sends the order again: a new attempt, a new PaymentIntent.
+    let again = events.awaiting(1).await;
+    assert_ne!(again, payment);
+    let record = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(record.attempt, Some(2));
+    events.done().await;
+}
+
+#[tokio::test]
+async fn an_event_that_arrives_while_the_order_is_leased_is_retried_and_completes_it_once_the_record_awaits()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let id = events.order_id(1);
+    // Another invocation holds the order, has made its PaymentIntent, and has not yet
+    // written that it awaits the customer, who confirms meanwhile.
+    let body = events.order(1).records[0].body.clone().unwrap();
+    let order = Order::parse(&body).unwrap();
+    let other = "another-invocation";
+    Lease::of(&order, other, events.h.now())
+        .make(events.h.store.as_ref())
+        .await;
+    let payment = events.open_payment(1).await;
+    localstripe::authenticate(&payment).await;
+    let succeeded = events.event("payment_intent.succeeded", &payment).await;
+    let failed = events
+        .h
+        .invoke_event_with(succeeded.clone(), INVOCATION)
+        .await;
+    assert_eq!(failed.len(), 1, "retried");
+    assert_eq!(last_outcome(&logs).0, "in_progress");
+    assert_eq!(events.h.record(&id).await.unwrap().state, State::InProgress);
+    // The other invocation writes its wait; the event's retry completes the order.
+    let key = Key::for_order_id(&id);
+    let written = events
+        .h
+        .store
+        .write(&Write::Await(AwaitRequest {
+            pk: &key,
+            owner: &Owner::new(other),
+            payment_id: &payment,
+            wait_until: events.h.now() + Duration::from_secs(7 * 24 * 3600),
+        }))
+        .await
+        .unwrap();
+    assert!(matches!(written, WriteOutcome::Applied(_)), "{written:?}");
+    assert!(
+        events
+            .h
+            .invoke_event_with(succeeded, INVOCATION)
+            .await
+            .is_empty()
+    );
+    let done = events.h.record(&id).await.unwrap();
+    assert_eq!(
+        (done.state, done.receipt.as_deref()),
+        (State::Done, Some(payment.as_str()))
+    );
+    events.done().await;
+}
+
+#[tokio::test]
+async fn a_late_confirmation_of_an_old_payment_for_an_order_already_paid_is_dead_lettered_as_charged_twice()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let old = events.awaiting(1).await;
+    // Meanwhile the order was paid with another PaymentIntent.
+    let paid = events.open_payment(1).await;
+    localstripe::authenticate(&paid).await;
+    let key = Key::for_order_id(&events.order_id(1));
+    let awaiting = events.h.record(&events.order_id(1)).await.unwrap();
+    events
+        .h
+        .table
+        .put_item(schema::attributes(&Record {
+            state: State::Done,
+            receipt: Some(paid.clone()),
+            payment: None,
+            wait_until: None,
+            owner: None,
+            lease_until: None,
+            ..awaiting
+        }))
+        .await;
+    // Then the customer confirms the old one, from an old page.
+    localstripe::authenticate(&old).await;
+    let late = events.event("payment_intent.succeeded", &old).await;
+    let failed = events.h.invoke_event_with(late, INVOCATION).await;
+    assert_eq!(failed.len(), 1, "to the DLQ: a person refunds one");
+    let (outcome, fields) = last_outcome(&logs);
+    assert_eq!(outcome, "needs_reconciliation", "{fields}");
+    let record = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(record.pk, key);
+    assert_eq!(
+        (record.state, record.receipt.as_deref()),
+        (State::Done, Some(paid.as_str()))
+    );
+    let mut succeeded = localstripe::succeeded_of(&events.payer.customer).await;
+    succeeded.sort();
+    let mut both = vec![old, paid];
+    both.sort();
+    assert_eq!(succeeded, both, "charged twice");
+    events.done().await;
+}
+
+#[tokio::test]
+async fn a_customer_who_confirms_after_the_fourteen_days_a_dead_letter_is_kept_still_ends_with_the_order_recorded()
+ {
+    let wait = Duration::from_secs(20 * 24 * 3600);
+    let events = Events::with(Options {
+        authentication_wait: Some(wait),
+        ..Options::default()
+    })
+    .await;
+    let h = &events.h;
+    let by_event = events.awaiting(1).await;
+    let by_settler = events.awaiting(2).await;
+    let started = h.now();
+    assert_eq!(
+        h.record(&events.order_id(1))
+            .await
+            .unwrap()
+            .wait_until
+            .map(|t| t.as_secs()),
+        Some((started + wait).as_secs())
+    );
+    // Fifteen days on: an SQS queue keeps a message 14 days at most, so a dead letter
+    // of either order would be gone; only the table holds them.
+    h.clock.advance(Duration::from_secs(15 * 24 * 3600));
+    let now = h.clock.clock();
+    let now = move || now();
+    let settler = Settler {
+        store: h.table.store.as_ref(),
+        provider: h.provider.as_ref(),
+        reports: &Unreported,
+        now: &now,
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 100,
+        until: std::time::Instant::now() + Duration::from_secs(60),
+    };
+    let before = settler.run().await.unwrap();
+    assert_eq!(
+        (before.read, before.waiting, before.ended),
+        (2, 2, 0),
+        "{before:?}"
+    );
+    // Both customers come back and confirm.
+    localstripe::authenticate(&by_event).await;
+    localstripe::authenticate(&by_settler).await;
+    // The first order's event completes it; the second's is lost, and the settler's
+    // next run completes that order from its payment.
+    let succeeded = events.event("payment_intent.succeeded", &by_event).await;
+    assert!(h.invoke_event_with(succeeded, INVOCATION).await.is_empty());
+    let after = settler.run().await.unwrap();
+    assert_eq!(
+        (after.read, after.completed, after.ended),
+        (1, 1, 0),
+        "{after:?}"
+    );
+    for (n, payment) in [(1, &by_event), (2, &by_settler)] {
+        let record = h.record(&events.order_id(n)).await.unwrap();
+        assert_eq!(record.state, State::Done, "{record:?}");
+        assert_eq!(
+            record.receipt.as_deref(),
+            Some(payment.as_str()),
+            "{record:?}"
+        );
+    }
+    let mut succeeded = localstripe::succeeded_of(&events.payer.customer).await;
+    succeeded.sort();
+    let mut both = vec![by_event.clone(), by_settler.clone()];
+    both.sort();
+    assert_eq!(succeeded, both, "one PaymentIntent per order");
+    events.done().await;
 }

@@ -1012,34 +1012,53 @@ async fn a_declined_order_has_its_open_payment_cancelled_before_it_moves_to_atte
     assert!(localstripe::succeeded_of(&payer.customer).await.is_empty());
 }
 
-/// An order that needs the customer's authentication keeps its key, and no other
-/// payment is made; once the customer has confirmed it, the next delivery finds it
-/// paid and completes with it.
+/// An order that needs the customer's authentication is acknowledged and awaits its
+/// customer with its one PaymentIntent; a redelivery makes no other; once the customer
+/// has confirmed it, the scheduled settler finds it paid and completes the order with it.
 #[tokio::test]
-async fn an_order_that_needs_authentication_is_completed_once_the_customer_confirms_it() {
+async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_completes_it_once_confirmed()
+ {
     let payer = localstripe::payer(Card::RequiresAuthentication).await;
     let order = order_of(&unique_id(), 2700, &payer);
     let h = Harness::new(provider()).await;
     let event = single_event_with_body(&body(&order));
-    assert_eq!(
+    assert!(
         h.invoke_event_with(event.clone(), harness::rig::INVOCATION)
             .await
-            .len(),
-        1
+            .is_empty(),
+        "acknowledged: the table holds the order"
     );
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    assert_eq!((record.state, record.attempt), (State::Awaiting, Some(1)));
     let intents = localstripe::payment_intents_of(&payer.customer).await;
     assert_eq!(statuses(&intents), ["requires_action"]);
     let payment_id = intents[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(record.payment.as_deref(), Some(payment_id.as_str()));
 
-    localstripe::authenticate(&payment_id).await;
+    // Delivered again while it waits: no call, no other payment.
     h.redeliver_later();
     assert!(
         h.invoke_event_with(event, harness::rig::INVOCATION)
             .await
             .is_empty()
     );
+    localstripe::authenticate(&payment_id).await;
+    let now = h.clock.clock();
+    let now = move || now();
+    let run = charge_once::drivers::settle::Settler {
+        store: h.table.store.as_ref(),
+        provider: h.provider.as_ref(),
+        reports: &charge_once::contracts::queue::Unreported,
+        now: &now,
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 10,
+        until: Instant::now() + Duration::from_secs(30),
+    }
+    .run()
+    .await
+    .unwrap();
+    assert_eq!((run.read, run.completed), (1, 1), "{run:?}");
     let record = h.record(order.id()).await.unwrap();
     assert_eq!(record.state, State::Done);
     assert_eq!(record.receipt.as_deref(), Some(payment_id.as_str()));

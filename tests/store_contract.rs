@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use charge_once::contracts::schema::{Value, attr};
 use charge_once::contracts::store::{
-    CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, StoreError, Write, WriteOutcome,
+    AwaitRequest, CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
+    ResolveLeaseRequest, SettleRequest, Settled, StoreError, Write, WriteOutcome,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
@@ -516,8 +516,11 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
 }
 
 /// Every adapter implements the table's pure conditions and effects exactly: a seeded
-/// random run of every kind of write (two owners, two payloads, moving time, short
-/// retention) is applied to the store and to `holds`/`apply` in lockstep.
+/// random run of every kind of write (two owners, two payloads, two payments, moving
+/// time, short retention, waits that end at different times) is applied to the store
+/// and to `holds`/`apply` in lockstep; and every so often the awaiting listing (the
+/// index's query, the SQLite SELECT) returns exactly the model's records that await
+/// their customer with a wait ending before the bound, soonest first.
 async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     const STEPS: i64 = 300;
     use charge_once::policy::rules::Rules;
@@ -528,10 +531,23 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
     let mut current = 0;
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let mut model: Option<Record> = None;
+    // Every key's record as the model has it, for the awaiting listing.
+    let mut all: std::collections::BTreeMap<String, Record> = Default::default();
     let (mut applied_count, mut refused_count) = (0, 0);
+    let mut by_kind: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+    let mut listed = 0;
     for step in 0..STEPS {
+        if step % 20 == 0 {
+            listed += awaiting_agrees(t.store.as_ref(), &all, &mut rng, step).await;
+        }
         // `hecho` is final: every later write on it is refused. Go on with a new key.
         if model.as_ref().is_some_and(|r| r.state == State::Done) && rng.random_bool(0.5) {
+            current += 1;
+            model = None;
+        }
+        // Now and then leave a record that awaits its customer behind, so the awaiting
+        // listing holds several, whose waits end at different times.
+        if model.as_ref().is_some_and(|r| r.state == State::Awaiting) && rng.random_bool(0.3) {
             current += 1;
             model = None;
         }
@@ -568,7 +584,43 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 reset_declines: true,
             },
         ][rng.random_range(0..4)];
-        let write = match rng.random_range(0..7) {
+        // A settle mostly names the payment the record awaits, so that it also wins.
+        let awaited = model
+            .as_ref()
+            .filter(|r| r.state == State::Awaiting)
+            .and_then(|r| r.payment.clone());
+        let payment_id = match &awaited {
+            Some(named) if rng.random_bool(0.75) => {
+                if named == "pi_1" {
+                    "pi_1"
+                } else {
+                    "pi_2"
+                }
+            }
+            _ => ["pi_1", "pi_2"][rng.random_range(0..2)],
+        };
+        let settled = if rng.random_bool(0.5) {
+            Settled::Paid { expires }
+        } else {
+            Settled::Ended
+        };
+        let pick = if awaited.is_some() && rng.random_bool(0.4) {
+            9
+        } else {
+            rng.random_range(0..10)
+        };
+        let write = match pick {
+            7 | 8 => Write::Await(AwaitRequest {
+                pk,
+                owner,
+                payment_id,
+                wait_until: Time::from_secs(now.as_secs() + 60 * rng.random_range(0..5i64)),
+            }),
+            9 => Write::Settle(SettleRequest {
+                pk,
+                payment_id,
+                settled,
+            }),
             0 | 1 => Write::Reserve(ReserveRequest {
                 pk,
                 fingerprint,
@@ -591,6 +643,12 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             }),
         };
         let expected = holds(&write, model.as_ref(), Rules::ALL);
+        let name = match &write {
+            Write::Await(_) => "await",
+            Write::Settle(_) => "settle",
+            _ => "other",
+        };
+        let counts = by_kind.entry(name).or_default();
         match t.store.write(&write).await.unwrap() {
             WriteOutcome::Applied(record) => {
                 assert!(expected, "step {step}: {write:?} applied on {model:?}");
@@ -599,20 +657,69 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                     apply(&write, model.as_ref()),
                     "step {step}: {write:?}"
                 );
+                all.insert(pk.as_str().to_owned(), record.clone());
                 model = Some(record);
                 applied_count += 1;
+                counts.0 += 1;
             }
             WriteOutcome::Refused(old) => {
                 assert!(!expected, "step {step}: {write:?} refused on {model:?}");
                 assert_eq!(old, model, "step {step}: the old item comes back");
                 refused_count += 1;
+                counts.1 += 1;
             }
         }
     }
+    listed += awaiting_agrees(t.store.as_ref(), &all, &mut rng, STEPS).await;
     assert!(
         applied_count > 20 && refused_count > 20,
         "{applied_count} / {refused_count}"
     );
+    // Each new write both won and lost, and the listing found records to list.
+    for kind in ["await", "settle"] {
+        let (won, lost) = by_kind.get(kind).copied().unwrap_or_default();
+        assert!(
+            won > 3 && lost > 3,
+            "{kind}: {won} applied / {lost} refused"
+        );
+    }
+    assert!(listed > 5, "the listings held {listed} records in all");
+}
+
+/// The store's awaiting listing below a random bound, against the model's records:
+/// the same records, soonest wait end first; a short limit keeps the soonest. Returns
+/// how many it listed.
+async fn awaiting_agrees(
+    store: &dyn IdempotencyStore,
+    all: &std::collections::BTreeMap<String, Record>,
+    rng: &mut rand::rngs::StdRng,
+    step: i64,
+) -> usize {
+    use rand::Rng;
+    let until = Time::from_secs(T.as_secs() + 60 * rng.random_range(0..8i64));
+    let mut expected: Vec<&Record> = all
+        .values()
+        .filter(|r| r.state == State::Awaiting && r.wait_until.is_some_and(|w| w < until))
+        .collect();
+    expected.sort_by_key(|r| (r.wait_until, r.pk.as_str().to_owned()));
+    let mut listed = store.awaiting(until, 1000).await.unwrap();
+    let ends: Vec<Option<Time>> = listed.iter().map(|r| r.wait_until).collect();
+    assert!(
+        ends.windows(2).all(|w| w[0] <= w[1]),
+        "step {step}: not soonest first: {ends:?}"
+    );
+    listed.sort_by_key(|r| (r.wait_until, r.pk.as_str().to_owned()));
+    let listed_refs: Vec<&Record> = listed.iter().collect();
+    assert_eq!(
+        listed_refs, expected,
+        "step {step}: awaiting before {until:?}"
+    );
+    if expected.len() > 1 {
+        let short = store.awaiting(until, 1).await.unwrap();
+        assert_eq!(short.len(), 1, "step {step}");
+        assert_eq!(short[0].wait_until, expected[0].wait_until, "step {step}");
+    }
+    expected.len()
 }
 
 async fn next_attempt_moves_the_key_under_the_lease(t: Fixture) {

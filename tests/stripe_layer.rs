@@ -955,3 +955,136 @@ async fn a_stored_server_error_makes_no_payment_and_only_the_next_create_under_i
         (200, false, None)
     );
 }
+
+/// Every message on `queues`' source queue, until `count` came or 10 s passed.
+async fn received(queues: &harness::event_source::Queues, count: usize) -> Vec<Value> {
+    let mut bodies = Vec::new();
+    let started = Instant::now();
+    while bodies.len() < count && started.elapsed() < Duration::from_secs(10) {
+        for m in queues.receive(Duration::from_secs(60)).await {
+            bodies.push(serde_json::from_str(m.body().unwrap()).unwrap());
+        }
+        if bodies.len() < count {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    bodies
+}
+
+#[tokio::test]
+async fn the_layer_puts_each_payment_intent_event_on_the_partner_bus_and_the_rule_delivers_it_to_the_queue()
+ {
+    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 10).await;
+    let run = unique("events");
+    let destination =
+        harness::eventbridge::stripe_events_to(&queues.arn, Some(&run), ("test", "test")).await;
+    let customer = localstripe::customer().await;
+    let card = localstripe::card(&customer, Card::RequiresAuthentication).await;
+    // A destination for another customer's payments only gets none of these.
+    let other_bus = harness::eventbridge::route_to_queue(&queues.arn).await;
+    let elsewhere = localstripe::arm_eventbridge(&localstripe::EventDestination {
+        endpoint: harness::servers::Backend::Moto.url().to_owned(),
+        region: harness::eventbridge::REGION.to_owned(),
+        access_key: "test".to_owned(),
+        secret_key: "test".to_owned(),
+        bus: other_bus.clone(),
+        source: other_bus,
+        order_id_prefix: Some(run.clone()),
+        customer: Some(localstripe::customer().await),
+    })
+    .await;
+    // Asks for authentication (a failed payment at Stripe), then the customer confirms.
+    let confirmed = payment_intent(&customer, &card, &format!("{run}-1")).await;
+    let confirmed = confirmed.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        localstripe::authenticate(&confirmed).await["status"],
+        "succeeded"
+    );
+    // Asks, then is cancelled.
+    let cancelled = payment_intent(&customer, &card, &format!("{run}-2")).await;
+    let cancelled = cancelled.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(cancel(&cancelled).await.body["status"], "canceled");
+    // Another order's payment is not this destination's.
+    payment_intent(&customer, &card, "someone-else").await;
+
+    let mut bodies = received(&queues, 4).await;
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    let published = localstripe::events_settled(&destination, Duration::from_secs(5)).await;
+    assert_eq!(
+        (published.published, published.failed),
+        (4, 0),
+        "{published:?}"
+    );
+    bodies.sort_by_key(|b| {
+        let object = &b["detail"]["data"]["object"];
+        (
+            object["metadata"]["order_id"].as_str().unwrap().to_owned(),
+            b["detail"]["created"].as_i64(),
+            b["detail-type"] != "payment_intent.payment_failed",
+        )
+    });
+    let seen: Vec<(String, String, String, String)> = bodies
+        .iter()
+        .map(|b| {
+            let object = &b["detail"]["data"]["object"];
+            assert!(
+                b["source"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("aws.partner/stripe.com/ed_test_"),
+                "{b}"
+            );
+            // The envelope's type is the Stripe Event's.
+            assert_eq!(b["detail-type"], b["detail"]["type"], "{b}");
+            assert_eq!(b["detail"]["object"], "event", "{b}");
+            assert!(
+                b["detail"]["id"].as_str().unwrap().starts_with("evt_"),
+                "{b}"
+            );
+            (
+                b["detail-type"].as_str().unwrap().to_owned(),
+                object["id"].as_str().unwrap().to_owned(),
+                object["status"].as_str().unwrap().to_owned(),
+                object["metadata"]["order_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let one = format!("{run}-1");
+    let two = format!("{run}-2");
+    let event = |kind: &str, id: &str, status: &str, order: &str| {
+        (
+            kind.to_owned(),
+            id.to_owned(),
+            status.to_owned(),
+            order.to_owned(),
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            event(
+                "payment_intent.payment_failed",
+                &confirmed,
+                "requires_action",
+                &one
+            ),
+            event("payment_intent.succeeded", &confirmed, "succeeded", &one),
+            event(
+                "payment_intent.payment_failed",
+                &cancelled,
+                "requires_action",
+                &two
+            ),
+            event("payment_intent.canceled", &cancelled, "canceled", &two),
+        ]
+    );
+    // The failed payment says why, as Stripe's does.
+    assert_eq!(
+        bodies[0]["detail"]["data"]["object"]["last_payment_error"]["code"],
+        "authentication_required"
+    );
+    let none = localstripe::events_settled(&elsewhere, Duration::from_secs(5)).await;
+    assert_eq!((none.published, none.failed), (0, 0), "{none:?}");
+    localstripe::disarm_eventbridge(&elsewhere).await;
+    localstripe::disarm_eventbridge(&destination).await;
+}

@@ -1,14 +1,19 @@
 //! System test: the real binary under a Runtime API emulator, fed by an event source
 //! mapping emulator from moto's SQS, through fault proxies, with consumers SIGKILLed at
-//! random points, paying at localstripe; then the on-session confirmation of the
-//! orders whose card asked for authentication (each in the DLQ as
-//! `authentication_required`, naming its PaymentIntent, which the test confirms as the
-//! customer would) and a DLQ redrive; then the invariants: every valid order charged
-//! exactly once, each authenticated order completed with the PaymentIntent the
-//! customer confirmed, every invalid, conflicting or declined message in the DLQ with
-//! its reason, no live lease left, nothing lost. Prints one summary line. The outage run
-//! takes the provider down for a while and shows the backoff and the breakers at work;
-//! the same outage under SQS's defaults shows what they prevent.
+//! random points, paying at localstripe. An order whose card asks for authentication is
+//! acknowledged and its record awaits the customer (`espera`, naming its
+//! PaymentIntent); the test then plays the customer on the shop's page. With Stripe's
+//! events on (the layer in front of localstripe puts them on a partner event bus on
+//! moto, whose rule delivers them to the orders queue), the consumer completes each
+//! confirmed order from its event; with no event at all, the scheduled settler does,
+//! and on a clock moved past the wait's end it cancels the payments nobody confirmed,
+//! ends those orders (`fallido`) and reports each on the report queue. Then a DLQ
+//! redrive, and the invariants: every valid order charged exactly once, each confirmed
+//! order completed with the PaymentIntent the customer confirmed, only the invalid,
+//! conflicting or declined messages in the DLQ, with their reason, no live lease left,
+//! nothing lost. Prints one summary line. The outage run takes the provider down for a
+//! while and shows the backoff and the breakers at work; the same outage under SQS's
+//! defaults shows what they prevent.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -18,11 +23,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use charge_once::adapters::dynamodb::record_from_item;
+use charge_once::adapters::payment_http::HttpProvider;
+use charge_once::adapters::sqs::SqsReports;
+use charge_once::config::Secret;
+use charge_once::contracts::store::IdempotencyStore;
 use charge_once::domain::{Key, State};
+use charge_once::drivers::settle::{SettleRun, Settler};
+use harness::clock::TestClock;
 use harness::event_source::{DlqMessage, EsmStats, Queues, drain, poll};
+use harness::eventbridge::stripe_events_of;
 use harness::localstripe::{self, Card};
 use harness::log_dir;
-use harness::producer::{Plan, charges_by_order, produce};
+use harness::producer::{Plan, charges_by_order, produce_with};
 use harness::proxy::{Faults, Target, start_proxy};
 use harness::rig::batch_of;
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
@@ -31,6 +43,20 @@ use rand::Rng;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(6);
+/// The consumers' `AUTHENTICATION_WAIT` (the default).
+const AUTHENTICATION_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest a confirmed order's event takes to complete it.
+const EVENT_LIMIT: Duration = Duration::from_secs(60);
+
+/// How the customers asked to authenticate come back, and what tells the consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Customers {
+    /// Every one confirms; Stripe's events complete the orders.
+    ConfirmWithEvents,
+    /// No event at all: every other one confirms, the rest never do; the scheduled
+    /// settler completes the first and, past the wait's end, expires the rest.
+    SettlerOnly,
+}
 
 /// One run of the system: how the queue and the consumers are set, and what goes wrong.
 struct Scenario {
@@ -51,6 +77,10 @@ struct Scenario {
     queue_calls: bool,
     /// The consumers' own settings.
     env: Vec<(&'static str, String)>,
+    customers: Customers,
+    /// The share of orders (%) paid with the card that always asks for authentication,
+    /// on top of the producers' usual 4 % of the rest.
+    authenticating_percent: u32,
 }
 
 struct Summary {
@@ -65,8 +95,16 @@ struct Run {
     charges: BTreeMap<String, Vec<(u64, String)>>,
     dlq: Vec<DlqMessage>,
     redriven: usize,
-    /// Order id → the PaymentIntent its customer confirmed before the redrive.
+    /// Order id → the PaymentIntent its record awaited once the queue drained.
+    awaited: BTreeMap<String, String>,
+    /// Order id → the PaymentIntent its customer confirmed.
     authenticated: BTreeMap<String, String>,
+    /// Confirmed orders completed by their event, before any redrive or settler ran.
+    completed_by_event: usize,
+    /// Stripe's events put on the bus (those of the customer asked to authenticate).
+    events: Option<localstripe::Published>,
+    /// The settler's runs and the reports it sent (no events).
+    settled: Option<Settled>,
     stats: Arc<EsmStats>,
     faults: Arc<Faults>,
     kills: u64,
@@ -187,56 +225,172 @@ async fn end_outage(
     (calls, None)
 }
 
-/// The customers come back on the shop's page: every order in the DLQ as
-/// `authentication_required` names its PaymentIntent, which the customer confirms
-/// (once, whatever the copies). Returns order id → PaymentIntent confirmed.
-async fn authenticate(dead_letters: &[DlqMessage], plan: &Plan) -> BTreeMap<String, String> {
-    let mut confirmed = BTreeMap::new();
-    for m in dead_letters {
-        if m.note_str("outcome") != Some("authentication_required") {
-            continue;
-        }
-        let order: serde_json::Value = serde_json::from_str(&m.body).unwrap();
-        let id = order["id"].as_str().unwrap().to_owned();
-        assert!(
-            plan.authenticating.contains_key(&id),
-            "only an order paid with the authenticating card needs the customer: {m:?}"
-        );
-        let payment = m
-            .note_str("payment")
-            .unwrap_or_else(|| panic!("the note names no PaymentIntent: {m:?}"))
-            .to_owned();
+/// The record of every order that needed authentication, once the queue drained:
+/// `espera`, naming the PaymentIntent the customer must confirm, which names the order.
+/// Order id → that PaymentIntent.
+async fn awaited(table: &Table, plan: &Plan) -> BTreeMap<String, String> {
+    let mut awaited = BTreeMap::new();
+    for id in plan.authenticating.keys() {
+        let record = table
+            .store
+            .get(&Key::for_order_id(id))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{id}: no record"));
+        assert_eq!(record.state, State::Awaiting, "{id}: {record:?}");
+        assert!(record.wait_until.is_some(), "{id}: {record:?}");
+        let payment = record
+            .payment
+            .clone()
+            .expect("the record names its payment");
         let intent = localstripe::payment_intent(&payment).await;
         assert_eq!(intent["metadata"]["order_id"], id.as_str(), "{intent}");
-        if let Some(seen) = confirmed.get(&id) {
-            assert_eq!(*seen, payment, "two PaymentIntents for {id}");
+        assert_eq!(intent["status"], "requires_action", "{intent}");
+        awaited.insert(id.clone(), payment);
+    }
+    awaited
+}
+
+/// The customers come back on the shop's page and confirm the PaymentIntent their
+/// order awaits (those `confirms` picks). Returns order id → PaymentIntent confirmed.
+async fn confirm(
+    awaited: &BTreeMap<String, String>,
+    confirms: impl Fn(usize) -> bool,
+) -> BTreeMap<String, String> {
+    let mut confirmed = BTreeMap::new();
+    for (n, (id, payment)) in awaited.iter().enumerate() {
+        if !confirms(n) {
             continue;
         }
-        assert_eq!(intent["status"], "requires_action", "{intent}");
-        let done = localstripe::authenticate(&payment).await;
+        let done = localstripe::authenticate(payment).await;
         assert_eq!(done["status"], "succeeded", "{done}");
-        confirmed.insert(id, payment);
+        confirmed.insert(id.clone(), payment.clone());
     }
     confirmed
 }
 
-/// A redrive after the faults are fixed and the customers confirmed their payments:
-/// the DLQ re-sent as new messages, drained again. Returns what was redriven, the
-/// PaymentIntents confirmed, and what the DLQ holds after.
+/// How many of the confirmed orders their record shows `hecho` with the confirmed
+/// PaymentIntent within `limit` (the consumers still polling: only events reach them).
+async fn completed_within(
+    table: &Table,
+    confirmed: &BTreeMap<String, String>,
+    limit: Duration,
+) -> usize {
+    let started = Instant::now();
+    loop {
+        let mut done = 0;
+        for (id, payment) in confirmed {
+            let record = table.store.get(&Key::for_order_id(id)).await.unwrap();
+            if record.is_some_and(|r| {
+                r.state == State::Done && r.receipt.as_deref() == Some(payment.as_str())
+            }) {
+                done += 1;
+            }
+        }
+        if done == confirmed.len() || started.elapsed() >= limit {
+            return done;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What the scheduled settler did, with no event at all.
+struct Settled {
+    /// Run now: the confirmed orders completed, the rest still waiting.
+    first: SettleRun,
+    /// Run on a clock moved past the wait's end: the rest expired.
+    after_the_wait: SettleRun,
+    /// The report queue's messages, parsed.
+    reports: Vec<serde_json::Value>,
+}
+
+/// The settler as the scheduled function runs it (`audit_lambda.rs`), on the run's
+/// table, localstripe and a report queue on moto: once now, once on a clock moved past
+/// the end of the wait.
+async fn settle(table: &Table, queues: &Queues) -> Settled {
+    let report_queue = queues
+        .client
+        .create_queue()
+        .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let provider = HttpProvider::new(
+        localstripe_url(),
+        &Secret::new(localstripe::TEST_KEY.to_owned()),
+        Duration::from_secs(5),
+        &harness::tls(),
+    )
+    .unwrap();
+    let reports = SqsReports::new(queues.client.clone(), &report_queue);
+    let clock = TestClock::new();
+    let read = clock.clock();
+    let now = move || read();
+    let settler = Settler {
+        store: table.store.as_ref(),
+        provider: &provider,
+        reports: &reports,
+        now: &now,
+        retention: Duration::from_secs(30 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 1000,
+        until: Instant::now() + Duration::from_secs(120),
+    };
+    let first = settler.run().await.unwrap();
+    clock.advance(AUTHENTICATION_WAIT + Duration::from_secs(3600));
+    let after_the_wait = settler.run().await.unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..100 {
+        let out = queues
+            .client
+            .receive_message()
+            .queue_url(&report_queue)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            reports.push(serde_json::from_str(m.body().unwrap()).unwrap());
+        }
+    }
+    Settled {
+        first,
+        after_the_wait,
+        reports,
+    }
+}
+
+/// A redrive after the faults are fixed: the DLQ re-sent as new messages, drained
+/// again. No order that awaits its customer is there. Returns what was redriven and
+/// what the DLQ holds after.
 async fn redrive(
     queues: &Queues,
     plan: &Plan,
     limit: Duration,
-) -> (Vec<DlqMessage>, BTreeMap<String, String>, Vec<DlqMessage>) {
+) -> (Vec<DlqMessage>, Vec<DlqMessage>) {
     let redriven = queues.drain_dlq().await;
-    let authenticated = authenticate(&redriven, plan).await;
+    for m in &redriven {
+        let order: serde_json::Value = serde_json::from_str(&m.body).unwrap_or_default();
+        let id = order["id"].as_str().unwrap_or_default();
+        assert!(
+            !plan.authenticating.contains_key(id),
+            "an order that awaits its customer is in the DLQ: {m:?}"
+        );
+    }
     let bodies: Vec<String> = redriven.iter().map(|m| m.body.clone()).collect();
     queues.send(&bodies).await;
     assert!(
         drain(queues, limit).await,
         "the redrive did not drain within {limit:?}"
     );
-    (redriven, authenticated, queues.drain_dlq().await)
+    (redriven, queues.drain_dlq().await)
 }
 
 async fn run(scenario: &Scenario) -> Run {
@@ -261,7 +415,24 @@ async fn run(scenario: &Scenario) -> Run {
     });
     let environments = Environments::start(scenario, &run_id, &queues, &endpoints).await;
 
-    let plan = produce(&run_id, scenario.orders).await;
+    let plan = produce_with(&run_id, scenario.orders, scenario.authenticating_percent).await;
+    // Stripe's events, on moto's EventBridge, routed to the queue: those of the
+    // customer whose card asks for authentication. The events of every other payment
+    // (a `succeeded` each) would add as many messages again to a queue that moto
+    // serves slower the deeper it is, and show nothing the handler tests do not: a
+    // succeeded event of a done order changes nothing.
+    let destination = match scenario.customers {
+        Customers::ConfirmWithEvents => Some(
+            stripe_events_of(
+                &queues.arn,
+                Some(&run_id),
+                Some(&plan.authenticating_customer),
+                ("test", "test"),
+            )
+            .await,
+        ),
+        Customers::SettlerOnly => None,
+    };
     faults
         .outage
         .store(scenario.outage.is_some(), Ordering::Relaxed);
@@ -293,14 +464,40 @@ async fn run(scenario: &Scenario) -> Run {
         "the queue did not drain within {:?}",
         scenario.drain_limit
     );
-    let (redriven, authenticated, dlq) = redrive(&queues, &plan, scenario.drain_limit).await;
+    // Every order that needed authentication awaits its customer; they come back.
+    let awaited = awaited(&table, &plan).await;
+    let (authenticated, completed_by_event) = match scenario.customers {
+        Customers::ConfirmWithEvents => {
+            let confirmed = confirm(&awaited, |_| true).await;
+            let completed = completed_within(&table, &confirmed, EVENT_LIMIT).await;
+            (confirmed, completed)
+        }
+        Customers::SettlerOnly => (confirm(&awaited, |n| n % 2 == 0).await, 0),
+    };
+    let events = match &destination {
+        Some(destination) => {
+            let published = localstripe::events_settled(destination, Duration::from_secs(10)).await;
+            localstripe::disarm_eventbridge(destination).await;
+            Some(published)
+        }
+        None => None,
+    };
+    let (redriven, dlq) = redrive(&queues, &plan, scenario.drain_limit).await;
     let stats = environments.stop().await;
+    let settled = match scenario.customers {
+        Customers::ConfirmWithEvents => None,
+        Customers::SettlerOnly => Some(settle(&table, &queues).await),
+    };
     Run {
         charges: charges_by_order(&run_id).await,
         plan,
         dlq,
         redriven: redriven.len(),
+        awaited,
         authenticated,
+        completed_by_event,
+        events,
+        settled,
         stats,
         faults,
         kills: kills.load(Ordering::Relaxed),
@@ -316,12 +513,12 @@ impl Run {
         self.charges.values().filter(|c| c.len() > 1).count()
     }
 
-    /// Orders that must be charged (the authenticated ones too) and were not.
+    /// Orders that must be charged (those whose customer confirmed too) and were not.
     fn lost(&self) -> usize {
         self.plan
             .must_charge
             .keys()
-            .chain(self.plan.authenticating.keys())
+            .chain(self.authenticated.keys())
             .filter(|id| !self.charges.contains_key(*id))
             .count()
     }
@@ -358,10 +555,19 @@ impl Run {
         self.dlq.iter().map(|m| m.body.as_str()).collect()
     }
 
+    /// The orders whose customer never confirmed (ended by the settler).
+    fn expired(&self) -> BTreeSet<&String> {
+        self.awaited
+            .keys()
+            .filter(|id| !self.authenticated.contains_key(*id))
+            .collect()
+    }
+
     /// Every valid order charged once with its own amount, every declined one never,
-    /// every conflict charged once, every order that needed authentication completed
-    /// with the one PaymentIntent its customer confirmed; no order left in the DLQ; no
-    /// live lease.
+    /// every conflict charged once, every order that needed authentication awaited its
+    /// customer and was completed with the one PaymentIntent its customer confirmed
+    /// (by its event, or by the settler) or, never confirmed, ended with its payment
+    /// cancelled and reported once; no order left in the DLQ; no live lease.
     async fn check(&self) {
         for (id, body) in &self.plan.must_charge {
             let amount = serde_json::from_str::<serde_json::Value>(body).unwrap()["amount"]
@@ -384,12 +590,84 @@ impl Run {
         for id in &self.plan.declined {
             assert!(!self.charges.contains_key(id), "declined {id} was charged");
         }
-        // Every order that needed authentication went to the DLQ naming its
-        // PaymentIntent, the customer confirmed it, and the redrive completed the order
-        // with it: one succeeded PaymentIntent, no other.
+        // Every order that needed authentication awaited its customer (no DLQ); those
+        // the customer confirmed are completed with that PaymentIntent: one succeeded
+        // PaymentIntent, no other.
         let needing: BTreeSet<&String> = self.plan.authenticating.keys().collect();
-        let confirmed: BTreeSet<&String> = self.authenticated.keys().collect();
-        assert_eq!(confirmed, needing, "orders confirmed by their customer");
+        let awaited: BTreeSet<&String> = self.awaited.keys().collect();
+        assert_eq!(awaited, needing, "orders that awaited their customer");
+        for id in &needing {
+            assert!(
+                !self
+                    .dlq
+                    .iter()
+                    .any(|m| m.body.contains(&format!("\"{id}\""))),
+                "{id} awaits its customer, yet it is in the DLQ"
+            );
+        }
+        if self.events.is_some() {
+            assert_eq!(
+                self.authenticated.len(),
+                self.awaited.len(),
+                "every customer confirms"
+            );
+            assert_eq!(
+                self.completed_by_event,
+                self.authenticated.len(),
+                "every confirmed order completed by its event"
+            );
+        }
+        for id in self.expired() {
+            assert!(
+                !self.charges.contains_key(id),
+                "{id} was never confirmed, yet charged"
+            );
+            let intent = localstripe::payment_intent(&self.awaited[id]).await;
+            assert_eq!(intent["status"], "canceled", "{id}: {intent}");
+        }
+        if let Some(settled) = &self.settled {
+            let expired = self.expired();
+            assert_eq!(
+                settled.first.completed,
+                self.authenticated.len(),
+                "{:?}",
+                settled.first
+            );
+            assert_eq!(settled.first.waiting, expired.len(), "{:?}", settled.first);
+            assert_eq!(
+                settled.after_the_wait.ended,
+                expired.len(),
+                "{:?}",
+                settled.after_the_wait
+            );
+            assert_eq!(
+                (settled.first.failed, settled.after_the_wait.failed),
+                (0, 0)
+            );
+            let mut reported: Vec<(&str, &str, &str)> = settled
+                .reports
+                .iter()
+                .map(|r| {
+                    (
+                        r["order_id"].as_str().unwrap(),
+                        r["outcome"].as_str().unwrap(),
+                        r["payment_id"].as_str().unwrap(),
+                    )
+                })
+                .collect();
+            reported.sort_unstable();
+            let expected: Vec<(&str, &str, &str)> = expired
+                .iter()
+                .map(|id| {
+                    (
+                        id.as_str(),
+                        "authentication_expired",
+                        self.awaited[*id].as_str(),
+                    )
+                })
+                .collect();
+            assert_eq!(reported, expected, "one report per expired order");
+        }
         for (id, payment) in &self.authenticated {
             let paid: Vec<&str> = self
                 .charges
@@ -449,6 +727,11 @@ impl Run {
             assert_eq!(record.state, State::Done, "{id}: {record:?}");
             assert_eq!(record.receipt.as_deref(), Some(payment.as_str()), "{id}");
         }
+        for id in self.expired() {
+            let record = self.table.store.get(&Key::for_order_id(id)).await.unwrap();
+            let record = record.unwrap_or_else(|| panic!("{id}: no record"));
+            assert_eq!(record.state, State::Failed, "{id}: {record:?}");
+        }
     }
 
     /// Every DLQ message came from the consumer with its reason, none from the redrive
@@ -477,16 +760,45 @@ impl Run {
         }
     }
 
+    /// The summary's figures of the orders that awaited their customer.
+    fn customers(&self) -> String {
+        let mut line = format!(
+            "authenticated={} awaited={} confirmed={}",
+            self.plan.authenticating.len(),
+            self.awaited.len(),
+            self.authenticated.len(),
+        );
+        if let Some(events) = &self.events {
+            line.push_str(&format!(
+                " completed_by_event={} events={} succeeded_events={} events_failed={}",
+                self.completed_by_event,
+                events.published,
+                events.of("payment_intent.succeeded"),
+                events.failed,
+            ));
+        }
+        if let Some(settled) = &self.settled {
+            line.push_str(&format!(
+                " completed_by_settler={} still_waiting={} expired={} reports={}",
+                settled.first.completed,
+                settled.first.waiting,
+                settled.after_the_wait.ended,
+                settled.reports.len(),
+            ));
+        }
+        line
+    }
+
     fn summary(&self, orders: usize, outage: Option<Duration>) -> Summary {
         let mut line = String::new();
         if let Some(outage) = outage {
             line.push_str(&format!(
-                "outage_s={} orders={orders} charged={} double={} lost={} authenticated={} dlq={} poison={} provider_calls_during_outage={} recovered_in_s={} ",
+                "outage_s={} orders={orders} charged={} double={} lost={} {} dlq={} poison={} provider_calls_during_outage={} recovered_in_s={} ",
                 outage.as_secs(),
                 self.charged(),
                 self.double(),
                 self.lost(),
-                self.authenticated.len(),
+                self.customers(),
                 self.dlq_bodies().len(),
                 self.poison().len(),
                 self.outage_calls,
@@ -495,12 +807,12 @@ impl Run {
             ));
         } else {
             line.push_str(&format!(
-                "orders={orders} messages={} charged={} double={} lost={} authenticated={} dlq={} poison={} ",
+                "orders={orders} messages={} charged={} double={} lost={} {} dlq={} poison={} ",
                 self.plan.messages.len(),
                 self.charged(),
                 self.double(),
                 self.lost(),
-                self.authenticated.len(),
+                self.customers(),
                 self.dlq_bodies().len(),
                 self.poison().len(),
             ));
@@ -534,6 +846,8 @@ fn compressed(base: &str, cap: &str) -> Vec<(&'static str, String)> {
 
 async fn chaos(orders: usize, consumers: usize, drain_limit: Duration) -> Summary {
     let scenario = Scenario {
+        customers: Customers::ConfirmWithEvents,
+        authenticating_percent: 0,
         orders,
         consumers,
         drain_limit,
@@ -553,9 +867,49 @@ async fn chaos(orders: usize, consumers: usize, drain_limit: Duration) -> Summar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_orders_through_faults_kills_and_a_redrive_are_charged_exactly_once() {
+    // Those whose card asks for authentication await their customer, and Stripe's
+    // events complete them once confirmed.
     let summary = chaos(300, 3, Duration::from_secs(150)).await;
     assert_eq!(summary.double, 0, "{}", summary.line);
     assert_eq!(summary.lost, 0, "{}", summary.line);
+}
+
+/// No event at all: a third of the orders ask for authentication, every other customer
+/// confirms, and the scheduled settler completes the confirmed orders and, past the
+/// wait's end, cancels the other payments, ends those orders and reports each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_orders_without_any_event_are_settled_by_the_schedule_the_confirmed_paid_and_the_rest_expired_and_reported()
+ {
+    let scenario = Scenario {
+        customers: Customers::SettlerOnly,
+        authenticating_percent: 30,
+        orders: 50,
+        consumers: 2,
+        drain_limit: Duration::from_secs(60),
+        visibility: Duration::from_secs(8),
+        max_receive_count: 10,
+        chaos: false,
+        outage: None,
+        queue_calls: true,
+        // A declined order goes to the DLQ on its first decline: the run is about the
+        // waits, and stays short.
+        env: [
+            compressed("1s", "4s"),
+            vec![("MAX_DECLINES", "1".to_owned())],
+        ]
+        .concat(),
+    };
+    let run = run(&scenario).await;
+    let summary = run.summary(scenario.orders, None);
+    println!("{}", summary.line);
+    assert_eq!(summary.double, 0, "{}", summary.line);
+    assert_eq!(summary.lost, 0, "{}", summary.line);
+    assert!(
+        !run.authenticated.is_empty() && !run.expired().is_empty(),
+        "some customers confirm, others never do: {}",
+        summary.line
+    );
+    run.check().await;
 }
 
 /// `make soak N=5000`: the same at scale. Not in `make test` (minutes long).
@@ -587,6 +941,8 @@ fn outage_scenario(queue_calls: bool) -> Scenario {
         (3, vec![("BREAKER_THRESHOLD", "1000".to_owned())])
     };
     Scenario {
+        customers: Customers::ConfirmWithEvents,
+        authenticating_percent: 0,
         orders: OUTAGE_ORDERS,
         consumers: OUTAGE_CONSUMERS,
         drain_limit: Duration::from_secs(150),

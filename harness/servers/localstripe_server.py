@@ -89,6 +89,31 @@ What a test drives:
     `/v1/payment_intents/<id>…` for `after_s` seconds; then it appears as made. A
     create localstripe refused makes nothing to roll forward.
 
+Stripe's events on EventBridge (docs.stripe.com/event-destinations, type
+`amazon_eventbridge`), off until a test arms a destination. localstripe makes Stripe's
+`Event` objects for `payment_intent.succeeded` and `.payment_failed` and sends them
+only to webhooks; the layer also makes the ones localstripe does not: `.canceled` when
+a PaymentIntent is cancelled, and `.payment_failed` when an off-session confirm needs
+the customer's authentication (Stripe's 402 `authentication_required`; localstripe
+answers `requires_action`, and the event's object says so too, with Stripe's
+`last_payment_error`) or when the customer fails it (`_authenticate` with
+`success=false`).
+
+* `POST /_layer/eventbridge` with JSON `{"endpoint": <EventBridge URL>, "region",
+  "access_key", "secret_key", "bus": <the partner event bus>, "source":
+  "aws.partner/stripe.com/ed_test_…", "order_id_prefix": <optional>, "customer":
+  <optional>}` adds a destination and answers `{"destination": "<id>"}`. From then on
+  every PaymentIntent event (of an order whose `metadata[order_id]` starts with the
+  prefix, and of that customer, when they are given: a test's own orders, or some of
+  them) is put on that bus with `PutEvents`, signed with that
+  key: `Source` the source, `DetailType` the event's type, `Detail` the Stripe Event
+  (`data.object` the PaymentIntent as the API answers it at that moment, `metadata`
+  included). Each is put EVENT_DELAY_S after the change (asynchronously: the API's
+  answer never waits for it; a PaymentIntent a fault hides is put once it shows), and
+  tried up to PUT_TRIES times.
+* `GET /_layer/eventbridge/<id>` answers `{"published": n, "failed": n, "pending": n,
+  "types": {"<type>": n}}`; `DELETE /_layer/eventbridge/<id>` removes the destination.
+
 Stripe's rate limit and customer lock (docs.stripe.com/rate-limits, docs.stripe.com/
 error-low-level#lock-timeouts), off until a test turns them on. They run before the
 idempotency layer, as Stripe's limiters run first: nothing they refuse is stored under
@@ -141,6 +166,12 @@ MAX_SEEDED = 100_000
 # payment that rolls forward stays hidden.
 FAULTS = {"server_error", "server_error_rolls_forward"}
 MAX_HIDDEN_S = 3600.0
+# How long after a change its event is put on EventBridge (localstripe's webhooks wait
+# 1 s), and how many times a put is tried.
+EVENT_DELAY_S = 0.2
+PUT_TRIES = 3
+# The most destinations a test run arms, so the list stays bounded.
+MAX_DESTINATIONS = 1000
 
 
 def keep_store_in_memory() -> None:
@@ -358,10 +389,189 @@ def no_such_payment_intent(id: str) -> web.Response:
     })
 
 
+@dataclass
+class Destination:
+    """One EventBridge event destination and what it did."""
+    client: object
+    bus: str
+    source: str
+    order_id_prefix: str | None
+    customer: str | None
+    published: int = 0
+    failed: int = 0
+    pending: int = 0
+    types: dict = None
+
+
+class EventBridge:
+    """Stripe's event destinations of type `amazon_eventbridge`: every PaymentIntent
+    event, put on each armed partner event bus."""
+
+    def __init__(self) -> None:
+        self.destinations: dict[str, Destination] = {}
+        self.next_id = 0
+
+    async def control(self, request: web.Request) -> web.Response:
+        path = request.path.removeprefix("/_layer/eventbridge").strip("/")
+        if not path and request.method == "POST":
+            return await self.add(request)
+        destination = self.destinations.get(path)
+        if destination is None:
+            return web.Response(status=404, text=f"no destination {path}")
+        if request.method == "DELETE":
+            del self.destinations[path]
+            return web.Response(status=204)
+        return web.json_response({
+            "published": destination.published,
+            "failed": destination.failed,
+            "pending": destination.pending,
+            "types": destination.types,
+        })
+
+    async def add(self, request: web.Request) -> web.Response:
+        try:
+            asked = await request.json()
+            endpoint, region = asked["endpoint"], asked["region"]
+            access_key, secret_key = asked["access_key"], asked["secret_key"]
+            bus, source = asked["bus"], asked["source"]
+            prefix = asked.get("order_id_prefix")
+            customer = asked.get("customer")
+        except (ValueError, KeyError, TypeError):
+            return web.Response(
+                status=400,
+                text="want {endpoint, region, access_key, secret_key, bus, source}",
+            )
+        if not str(source).startswith("aws.partner/stripe.com"):
+            return web.Response(status=400, text=f"not a Stripe event source: {source}")
+        if len(self.destinations) >= MAX_DESTINATIONS:
+            return web.Response(status=400, text=f"at most {MAX_DESTINATIONS} destinations")
+        # Imported once a test arms a destination: most runs never need it.
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client(
+            "events", endpoint_url=endpoint, region_name=region,
+            aws_access_key_id=access_key, aws_secret_access_key=secret_key,
+            config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=10),
+        )
+        self.next_id += 1
+        name = str(self.next_id)
+        self.destinations[name] = Destination(
+            client=client, bus=bus, source=source, order_id_prefix=prefix,
+            customer=customer, types={})
+        return web.json_response({"destination": name})
+
+    def publish(self, event) -> None:
+        """Schedules `event` (a localstripe `Event`) for every destination it is for."""
+        if not event.type.startswith("payment_intent.") or not self.destinations:
+            return
+        intent = event.data["object"]
+        order_id = str((intent.get("metadata") or {}).get("order_id", ""))
+        detail = json.dumps(event._export(), sort_keys=True, default=str)
+        for destination in list(self.destinations.values()):
+            prefix = destination.order_id_prefix
+            if prefix is not None and not order_id.startswith(prefix):
+                continue
+            if destination.customer is not None and intent.get("customer") != destination.customer:
+                continue
+            destination.pending += 1
+            asyncio.ensure_future(self.put(destination, event.type, intent["id"], detail))
+
+    async def put(self, destination: Destination, kind: str, intent: str, detail: str) -> None:
+        delay = max(EVENT_DELAY_S, HIDDEN.get(intent, 0.0) - time.monotonic())
+        await asyncio.sleep(delay)
+        entry = {
+            "Source": destination.source,
+            "DetailType": kind,
+            "Detail": detail,
+            "EventBusName": destination.bus,
+            "Resources": [],
+        }
+        loop = asyncio.get_running_loop()
+        try:
+            for attempt in range(PUT_TRIES):
+                try:
+                    answer = await loop.run_in_executor(
+                        None, lambda: destination.client.put_events(Entries=[entry]))
+                    if answer.get("FailedEntryCount", 0) == 0:
+                        destination.published += 1
+                        destination.types[kind] = destination.types.get(kind, 0) + 1
+                        return
+                    failure = answer.get("Entries")
+                except Exception as e:  # the put failed: counted, told, tried again
+                    failure = repr(e)
+                print(f"eventbridge: {kind} {intent} (try {attempt + 1}): {failure}",
+                      file=sys.stderr, flush=True)
+                await asyncio.sleep(0.2)
+            destination.failed += 1
+        finally:
+            destination.pending -= 1
+
+
+EVENTS = EventBridge()
+
+
+def publish_events() -> None:
+    """Every Event localstripe schedules for its webhooks also goes to the armed
+    destinations; and the PaymentIntent events it never makes are made here."""
+    schedule = resources.schedule_webhook
+
+    def schedule_and_publish(event):
+        schedule(event)
+        EVENTS.publish(event)
+
+    resources.schedule_webhook = schedule_and_publish
+
+    # localstripe's routes hold the cancel and `_authenticate` methods themselves (its
+    # `extra_apis`), so their events are made from their answers (`events_of_answer`).
+    create = PaymentIntent._api_create.__func__
+
+    def create_with_event(cls, confirm=None, off_session=None, **data):
+        intent = create(cls, confirm=confirm, off_session=off_session, **data)
+        if resources.try_convert_to_bool(off_session) and intent.status == "requires_action":
+            # Stripe answers this confirm with a 402 `authentication_required` and
+            # sends `payment_intent.payment_failed`; localstripe sends nothing.
+            event = resources.Event("payment_intent.payment_failed", intent)
+            event.data["object"]["last_payment_error"] = {
+                "type": "card_error",
+                "code": "authentication_required",
+                "decline_code": "authentication_required",
+                "message": "Your card was declined. This transaction requires authentication.",
+            }
+            resources.schedule_webhook(event)
+        return intent
+
+    PaymentIntent._api_create = classmethod(create_with_event)
+
+
+async def events_of_answer(request: web.Request, response: web.StreamResponse) -> None:
+    """The events Stripe sends for a cancel (`payment_intent.canceled`) and for a
+    failed authentication (`payment_intent.payment_failed`), which localstripe never
+    makes: made once the change is answered."""
+    parts = request.path.strip("/").split("/")
+    if (
+        request.method != "POST" or response.status != 200 or len(parts) != 4
+        or parts[:2] != ["v1", "payment_intents"]
+    ):
+        return
+    intent = store.get(f"payment_intent:{parts[2]}")
+    if intent is None:
+        return
+    if parts[3] == "cancel":
+        resources.schedule_webhook(resources.Event("payment_intent.canceled", intent))
+    elif parts[3] == "_authenticate":
+        params = parameters(request.query_string, await request.read())
+        success = resources.try_convert_to_bool((params.get("success") or ["false"])[-1])
+        if success is not True:
+            resources.schedule_webhook(resources.Event("payment_intent.payment_failed", intent))
+
+
 async def answer(handler, request: web.Request) -> web.StreamResponse:
-    """localstripe's answer with what Stripe adds: `resource_missing`, and the
-    PaymentIntent a decline left behind."""
-    return decline_names_its_payment_intent(await missing_object_named(handler, request))
+    """localstripe's answer with what Stripe adds: `resource_missing`, the
+    PaymentIntent a decline left behind, and the events localstripe does not make."""
+    response = decline_names_its_payment_intent(await missing_object_named(handler, request))
+    await events_of_answer(request, response)
+    return response
 
 
 def decline_names_its_payment_intent(response: web.StreamResponse) -> web.StreamResponse:
@@ -468,6 +678,8 @@ class Layer:
             return await seed(request)
         if path == "/_layer/faults" and request.method == "POST":
             return await self.add_fault(request)
+        if path == "/_layer/eventbridge" or path.startswith("/_layer/eventbridge/"):
+            return await EVENTS.control(request)
         return web.Response(status=404, text=f"no layer endpoint {request.method} {path}")
 
     async def add_fault(self, request: web.Request) -> web.Response:
@@ -756,6 +968,7 @@ async def serve(port: int, local: bool) -> None:
     keep_store_in_memory()
     add_list_filters()
     add_description()
+    publish_events()
     if local:
         add_local_fixtures()
     app.middlewares.insert(0, Layer().middleware)

@@ -8,6 +8,11 @@ guarantee the idempotency table depends on.
 Binds 127.0.0.1 on a free port (or `--port N`), prints `PORT=<n>` on stdout, and exits
 when its stdin closes (the test process that started it ended). `--detached` (for
 `make watch`, started in the background) does not watch stdin.
+
+moto reads an event bus named in a request as the last `/`-separated part of what was
+sent, so a partner event bus (AWS names it after its event source:
+`aws.partner/stripe.com/ed_…`) can hold no rule and receive no event. Here the name is
+read as AWS reads it: what follows `event-bus/` in an ARN, else the whole name.
 """
 
 import argparse
@@ -20,11 +25,25 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import make_server
 
 
+def read_event_bus_names_as_aws() -> None:
+    from moto.events.models import EventsBackend
+
+    def normalize(self, name_or_arn):
+        if name_or_arn is None:
+            return "default"
+        if name_or_arn.startswith("arn:"):
+            return name_or_arn.split(":event-bus/", 1)[-1]
+        return name_or_arn
+
+    EventsBackend._normalize_event_bus_arn = normalize
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--detached", action="store_true")
     args = parser.parse_args()
+    read_event_bus_names_as_aws()
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 

@@ -15,6 +15,7 @@
 //! | [`proxy`] | fault and latency proxies |
 //! | [`lease`] | leases taken outside the consumer under test (another invocation, one that died) |
 //! | [`event_source`] | the SQS event source mapping emulator |
+//! | [`eventbridge`] | Stripe's event destination on moto: the partner bus, the rule to the orders queue, the layer armed |
 //! | [`producer`] | the system test's producers and the PaymentIntents to check against |
 //! | [`logs`] | captured log lines |
 
@@ -24,6 +25,7 @@ pub mod audit;
 pub mod capacity;
 pub mod clock;
 pub mod event_source;
+pub mod eventbridge;
 pub mod lease;
 pub mod localstripe;
 pub mod logs;

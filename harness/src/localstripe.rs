@@ -2,8 +2,9 @@
 //! PaymentMethods made from Stripe's test card numbers, a customer's PaymentIntents,
 //! the customer's on-session authentication, what the layer saw (the `Stripe-Version`
 //! per key, every request), PaymentIntents seeded in its store, the faults it can
-//! answer with, and its rate limit and customer lock ([`set_limits`],
-//! [`limit_counters`]).
+//! answer with, its rate limit and customer lock ([`set_limits`],
+//! [`limit_counters`]), and the EventBridge destination it puts Stripe's events on
+//! ([`arm_eventbridge`]).
 
 use serde_json::Value;
 
@@ -359,4 +360,109 @@ pub async fn limit_counters() -> LimitCounters {
         refused: counts("refused"),
         locks: body["locks"].as_u64().expect("a count"),
     }
+}
+
+/// A Stripe event destination of type `amazon_eventbridge` for the layer to put
+/// PaymentIntent events on (`POST /_layer/eventbridge`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventDestination {
+    /// EventBridge's endpoint (moto).
+    pub endpoint: String,
+    pub region: String,
+    /// The key `PutEvents` is signed with.
+    pub access_key: String,
+    pub secret_key: String,
+    /// The partner event bus (named after its source).
+    pub bus: String,
+    /// `aws.partner/stripe.com/ed_test_…`.
+    pub source: String,
+    /// Only events of orders whose `metadata[order_id]` starts with this: one test's
+    /// orders, when several share the layer.
+    pub order_id_prefix: Option<String>,
+    /// Only events of this customer's PaymentIntents.
+    pub customer: Option<String>,
+}
+
+/// Arms `destination`: from now on every PaymentIntent event (of its orders) is put on
+/// its bus, shortly after the change. Returns the destination's id.
+pub async fn arm_eventbridge(destination: &EventDestination) -> String {
+    let request = crate::http_client()
+        .post(url("/_layer/eventbridge"))
+        .json(&serde_json::json!({
+            "endpoint": destination.endpoint,
+            "region": destination.region,
+            "access_key": destination.access_key,
+            "secret_key": destination.secret_key,
+            "bus": destination.bus,
+            "source": destination.source,
+            "order_id_prefix": destination.order_id_prefix,
+            "customer": destination.customer,
+        }));
+    let armed = send(request, "POST /_layer/eventbridge").await;
+    armed["destination"]
+        .as_str()
+        .expect("a destination id")
+        .to_owned()
+}
+
+/// What one destination put on its bus so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub published: u64,
+    /// Puts that failed every try.
+    pub failed: u64,
+    /// Events made and not yet put.
+    pub pending: u64,
+    /// Published per event type.
+    pub types: std::collections::BTreeMap<String, u64>,
+}
+
+impl Published {
+    pub fn of(&self, kind: &str) -> u64 {
+        self.types.get(kind).copied().unwrap_or(0)
+    }
+}
+
+/// The counters of a destination armed with [`arm_eventbridge`].
+pub async fn events_published(destination: &str) -> Published {
+    let request = crate::http_client().get(url(&format!("/_layer/eventbridge/{destination}")));
+    let body = send(request, "GET /_layer/eventbridge/<id>").await;
+    let count = |name: &str| body[name].as_u64().expect("a count");
+    Published {
+        published: count("published"),
+        failed: count("failed"),
+        pending: count("pending"),
+        types: body["types"]
+            .as_object()
+            .expect("counts per type")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
+            .collect(),
+    }
+}
+
+/// Waits until the destination has nothing left to put (at most `limit`); its counters.
+pub async fn events_settled(destination: &str, limit: std::time::Duration) -> Published {
+    let started = std::time::Instant::now();
+    loop {
+        let published = events_published(destination).await;
+        if published.pending == 0 || started.elapsed() >= limit {
+            return published;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Removes a destination: no more events go to its bus.
+pub async fn disarm_eventbridge(destination: &str) {
+    let response = crate::http_client()
+        .delete(url(&format!("/_layer/eventbridge/{destination}")))
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert_eq!(
+        response.status(),
+        204,
+        "DELETE /_layer/eventbridge/{destination}"
+    );
 }

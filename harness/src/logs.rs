@@ -19,6 +19,14 @@ impl Captured {
             .with_max_level(tracing::Level::DEBUG)
             .with_writer(self.clone())
             .finish();
+        // While only one subscriber is registered in the process, tracing asks the
+        // *current thread's* default whether a new callsite is of interest
+        // (tracing-core's `Rebuilder::JustOne`) and caches the answer for every
+        // thread: a callsite first reached by a test that captures nothing would then
+        // stay disabled for this one. A second subscriber, registered once and kept,
+        // makes tracing ask every live subscriber instead.
+        static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+        SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
         tracing::subscriber::set_default(subscriber)
     }
 

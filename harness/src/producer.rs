@@ -19,9 +19,9 @@ pub struct Plan {
     pub must_charge: BTreeMap<String, String>,
     /// Orders whose card declines: never charged, in the DLQ.
     pub declined: BTreeSet<String>,
-    /// Order id → its body, paid with a card that always asks for authentication: in
-    /// the DLQ (`authentication_required`) until the customer confirms it on-session,
-    /// then charged once on the redrive.
+    /// Order id → its body, paid with a card that always asks for authentication: its
+    /// record awaits the customer (`espera`, the message acknowledged) until the
+    /// customer confirms the payment on-session or the wait ends.
     pub authenticating: BTreeMap<String, String>,
     /// Bodies that must end in the DLQ (invalid).
     pub invalid: Vec<String>,
@@ -29,6 +29,8 @@ pub struct Plan {
     pub conflicting: BTreeMap<String, (String, String)>,
     /// Everything sent, duplicates included.
     pub messages: Vec<String>,
+    /// The customer whose card always asks for authentication.
+    pub authenticating_customer: String,
 }
 
 fn order_body(id: &str, amount: u64, payer: &Payer) -> String {
@@ -45,6 +47,12 @@ fn sns(body: &str) -> String {
 /// `orders` orders from several producers: plain, retried (same body twice), fanned
 /// out (raw + SNS copy), declining, needing authentication, invalid, conflicting.
 pub async fn produce(run: &str, orders: usize) -> Plan {
+    produce_with(run, orders, 0).await
+}
+
+/// The same, with `authenticating_percent` % of the orders (on top of the usual 4 % of
+/// the rest) paid with the card that always asks for authentication.
+pub async fn produce_with(run: &str, orders: usize, authenticating_percent: u32) -> Plan {
     let good = [
         localstripe::payer(Card::Visa).await,
         localstripe::payer(Card::Visa).await,
@@ -53,12 +61,21 @@ pub async fn produce(run: &str, orders: usize) -> Plan {
     let declining = localstripe::payer(Card::DeclinesOnCharge).await;
     let authenticating = localstripe::payer(Card::RequiresAuthentication).await;
     let mut rng = rand::rng();
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        authenticating_customer: authenticating.customer.clone(),
+        ..Plan::default()
+    };
     for n in 0..orders {
         let id = format!("{run}-{n}");
         let amount = rng.random_range(100..100_000);
         let payer = good.choose(&mut rng).unwrap();
         let body = order_body(&id, amount, payer);
+        if rng.random_range(0..100) < authenticating_percent {
+            let needs = order_body(&id, amount, &authenticating);
+            plan.authenticating.insert(id, needs.clone());
+            plan.messages.push(needs);
+            continue;
+        }
         match rng.random_range(0..100) {
             0..5 => {
                 let bad = order_body(&id, amount, &declining);

@@ -106,6 +106,8 @@ pub struct Options {
     /// `BREAKER_THRESHOLD`; by default the breakers never open, so that a test of
     /// faults sees every call it injects.
     pub breaker_threshold: Option<u32>,
+    /// `AUTHENTICATION_WAIT` (default [`AUTHENTICATION_WAIT`]).
+    pub authentication_wait: Option<Duration>,
 }
 
 impl Options {
@@ -154,7 +156,7 @@ impl<P: ChargePath + 'static> Harness<P> {
             provider_key_ttl: PROVIDER_KEY_TTL,
             budget: Budget::new(DEADLINE_MARGIN, PAYMENT_TIMEOUT),
             max_declines: MAX_DECLINES,
-            authentication_wait: AUTHENTICATION_WAIT,
+            authentication_wait: options.authentication_wait.unwrap_or(AUTHENTICATION_WAIT),
             clock: now.clone(),
             breakers: Arc::new(options.breakers()),
         };
@@ -173,6 +175,14 @@ impl<P: ChargePath + 'static> Harness<P> {
             now,
             settings,
             consumer,
+        }
+    }
+
+    /// The same consumer, reporting ended waits to `reports`.
+    pub fn reporting_to(self, reports: Arc<dyn charge_once::contracts::queue::Reports>) -> Self {
+        Self {
+            consumer: self.consumer.with_reports(reports),
+            ..self
         }
     }
 
