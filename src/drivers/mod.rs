@@ -7,8 +7,10 @@
 //! | [`batch`] | the SQS batch: runs the plan's groups, makes the queue calls, reports each record |
 //! | [`audit`] | the audit's reads |
 //! | [`metrics`] | the names of the metrics the drivers count |
+//! | [`spans`] | the spans of a trace: the record's messaging attributes and its link to the producer, one span per store call, provider call and wait (only while traces are exported) |
 
 pub mod audit;
 pub mod batch;
 pub mod charge;
 pub mod metrics;
+pub mod spans;
