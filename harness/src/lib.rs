@@ -17,6 +17,7 @@
 //! | [`event_source`] | the SQS event source mapping emulator |
 //! | [`producer`] | the system test's producers and the PaymentIntents to check against |
 //! | [`logs`] | captured log lines |
+//! | [`otlp`] | an OTLP/HTTP receiver of traces |
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
 
@@ -27,6 +28,7 @@ pub mod event_source;
 pub mod lease;
 pub mod localstripe;
 pub mod logs;
+pub mod otlp;
 pub mod producer;
 pub mod provider;
 pub mod proxy;
