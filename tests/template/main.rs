@@ -12,4 +12,5 @@ mod fanout;
 mod retry_path;
 mod role;
 mod rules;
+mod traces;
 mod values;
