@@ -13,9 +13,9 @@
 //!
 //! The SDK's batch processor exports on its own thread through a blocking reqwest
 //! client (its own small runtime), on the TLS settings of the other clients
-//! (`adapters/tls.rs`): a flush is a request to that thread, which the handler can
-//! wait for with a bound and walk away from, so a slow collector costs at most the
-//! bound, never the batch.
+//! (`adapters/tls.rs`). A flush is asked of one more thread, started with them, which
+//! waits for the processor: the handler waits for its answer with a bound and walks
+//! away from it, so a slow collector costs at most the bound, never the batch.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context as TaskContext, Poll};
@@ -71,6 +71,8 @@ pub enum TracesError {
     Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
     #[error("the OTLP exporter's TLS settings")]
     Tls(#[from] TlsError),
+    #[error("the thread that flushes the traces")]
+    Thread(#[source] std::io::Error),
 }
 
 /// The traces' settings, from the standard `OTEL_*` variables.
@@ -270,11 +272,20 @@ fn check_sampler(get: &impl Fn(&str) -> Option<String>) -> Result<(), TracesErro
     Ok(())
 }
 
-/// The traces of this process: the tracer provider and its flushes. Built once at
-/// cold start, shared by every invocation.
+/// What a flush answers: to the handler's task (before the response) or to the
+/// runtime's thread (after it).
+type Answer = Box<dyn FnOnce(bool) + Send>;
+
+/// How many flushes may wait for the flushing thread; one more asked meanwhile is
+/// not needed (the waiting ones take its spans) and is dropped.
+const FLUSHES_WAITING: usize = 2;
+
+/// The traces of this process: the tracer provider and the thread that flushes it.
+/// Built once at cold start, shared by every invocation.
 #[derive(Clone)]
 pub struct Traces {
-    provider: SdkTracerProvider,
+    flushes: std::sync::mpsc::SyncSender<Answer>,
+    tracer: opentelemetry_sdk::trace::SdkTracer,
 }
 
 impl Traces {
@@ -300,8 +311,22 @@ impl Traces {
             .with_resource(resource())
             .with_batch_exporter(exporter)
             .build();
+        let (flushes, asked) = std::sync::mpsc::sync_channel::<Answer>(FLUSHES_WAITING);
+        let flushed = provider.clone();
+        // It serves the process's flushes for its whole life: the loop ends when the
+        // channel closes, with the process. Each flush is bounded by the SDK's own
+        // timeout.
+        std::thread::Builder::new()
+            .name("traces-flush".into())
+            .spawn(move || {
+                for answer in asked {
+                    answer(flushed.force_flush().is_ok());
+                }
+            })
+            .map_err(TracesError::Thread)?;
+        let tracer = provider.tracer("charge-once");
         spans::enable(names);
-        Ok(Self { provider })
+        Ok(Self { flushes, tracer })
     }
 
     /// The layer that makes OpenTelemetry spans of `tracing`'s: the invocation's
@@ -313,9 +338,8 @@ impl Traces {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let tracer = self.provider.tracer("charge-once");
         tracing_opentelemetry::layer()
-            .with_tracer(tracer)
+            .with_tracer(self.tracer.clone())
             .with_filter(FilterFn::new(|meta| {
                 meta.is_span()
                     && (meta.target() == "lambda_runtime::layers::otel"
@@ -348,17 +372,21 @@ impl Traces {
             return;
         };
         let bound = FLUSH_RESERVE.min(Duration::from_millis(left));
-        let provider = self.provider.clone();
-        let flush = tokio::task::spawn_blocking(move || provider.force_flush());
-        match tokio::time::timeout(bound, flush).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::debug!(error = %e, "traces not flushed"),
-            Ok(Err(_)) | Err(_) => {
-                tracing::debug!(
-                    bound_ms = bound.as_millis() as u64,
-                    "traces flush cut short"
-                );
-            }
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        let answer: Answer = Box::new(move |ok| {
+            let _ = done.send(ok);
+        });
+        if self.flushes.try_send(answer).is_err() {
+            tracing::debug!("traces flush already waiting");
+            return;
+        }
+        match tokio::time::timeout(bound, flushed).await {
+            Ok(Ok(true)) => {}
+            Ok(_) => tracing::debug!("traces not flushed"),
+            Err(_) => tracing::debug!(
+                bound_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                "traces flush cut short"
+            ),
         }
     }
 
@@ -366,14 +394,11 @@ impl Traces {
     /// waiting at most [`LATE_FLUSH`] (on this thread: the runtime has nothing else to
     /// do before it asks for the next event).
     fn flush_late(&self) {
-        let provider = self.provider.clone();
-        let (done, wait) = std::sync::mpsc::sync_channel(1);
-        let spawned = std::thread::Builder::new()
-            .name("traces-flush".into())
-            .spawn(move || {
-                let _ = done.send(provider.force_flush());
-            });
-        if spawned.is_ok() && wait.recv_timeout(LATE_FLUSH).is_err() {
+        let (done, flushed) = std::sync::mpsc::sync_channel(1);
+        let answer: Answer = Box::new(move |ok| {
+            let _ = done.send(ok);
+        });
+        if self.flushes.try_send(answer).is_ok() && flushed.recv_timeout(LATE_FLUSH).is_err() {
             tracing::debug!("traces flush after the response cut short");
         }
     }
