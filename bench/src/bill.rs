@@ -244,6 +244,7 @@ fn summary(m: &Measured) -> String {
 /// that says whether the share was emulated.
 pub async fn charge_once_with(
     cell: BillCell,
+    bin: PathBuf,
     env: &[(&'static str, String)],
     n: usize,
 ) -> (Measured, String) {
@@ -260,7 +261,16 @@ pub async fn charge_once_with(
             format!("UNTHROTTLED: cgroups could not be written ({why})"),
         ),
     };
-    let measured = measure(Contender::ChargeOnce, cell, &share, &payment, n, env).await;
+    let measured = measure_command(
+        Contender::ChargeOnce,
+        Command::new(bin),
+        cell,
+        &share,
+        &payment,
+        n,
+        env,
+    )
+    .await;
     (measured, note)
 }
 
@@ -272,10 +282,23 @@ async fn measure(
     n: usize,
     env: &[(&'static str, String)],
 ) -> Measured {
+    measure_command(contender, contender.command(), cell, share, payment, n, env).await
+}
+
+/// [`measure`] with the command that starts the contender.
+async fn measure_command(
+    contender: Contender,
+    start: Command,
+    cell: BillCell,
+    share: &Share,
+    payment: &str,
+    n: usize,
+    env: &[(&'static str, String)],
+) -> Measured {
     let rig = Rig::new(Backend::Dynalite, Duration::from_millis(STORE_MS)).await;
     let command = match share {
-        Share::Cgroup(cgroup) => cgroup.wrap(&contender.command()),
-        Share::Unthrottled(_) => contender.command(),
+        Share::Cgroup(cgroup) => cgroup.wrap(&start),
+        Share::Unthrottled(_) => start,
     };
     let runtime = RuntimeApi::start().await;
     let log = harness::log_dir().join(format!("bench-{}.log", contender.name()));

@@ -214,6 +214,9 @@ fn traces_command_line(only: bool, rounds: usize, records: usize) -> String {
     if only {
         command.push_str(" BENCH_ONLY=traces");
     }
+    if let Some(baseline) = std::env::var_os("BENCH_BASELINE") {
+        command.push_str(&format!(" BENCH_BASELINE={}", baseline.to_string_lossy()));
+    }
     if rounds != 5 || records != 100 {
         command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
     }

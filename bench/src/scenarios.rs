@@ -244,7 +244,7 @@ pub async fn instructions() -> Vec<Instructions> {
     let payment = payment_stub(Duration::ZERO).await;
     let mut out = Vec::new();
     for batch in [1, 10] {
-        out.push(instructions_at(&payment, batch, &[]).await);
+        out.push(instructions_at(&payment, &crate::charge_once_bin(), batch, &[]).await);
     }
     out
 }
@@ -253,11 +253,12 @@ pub async fn instructions() -> Vec<Instructions> {
 /// (traces exported, `traces.rs`).
 pub async fn instructions_at(
     payment: &str,
+    bin: &std::path::Path,
     batch: usize,
     env: &[(&'static str, String)],
 ) -> Instructions {
-    let few = callgrind_total(payment, batch, FEW, env).await;
-    let many = callgrind_total(payment, batch, MANY, env).await;
+    let few = callgrind_total(payment, bin, batch, FEW, env).await;
+    let many = callgrind_total(payment, bin, batch, MANY, env).await;
     let per_invocation = many.saturating_sub(few) / (MANY - FEW) as u64;
     Instructions {
         batch,
@@ -270,20 +271,25 @@ pub async fn instructions_at(
 /// `batch` fresh orders and then gets SIGTERM (callgrind writes its counts on exit).
 async fn callgrind_total(
     payment: &str,
+    bin: &std::path::Path,
     batch: usize,
     invocations: usize,
     env: &[(&'static str, String)],
 ) -> u64 {
     let contender = Contender::ChargeOnce;
     let rig = Rig::new(Backend::Dynalite, Duration::ZERO).await;
-    let tag = if env.is_empty() { "" } else { "-env" };
+    let tag = format!(
+        "-{}{}",
+        bin.file_name().unwrap_or_default().to_string_lossy(),
+        if env.is_empty() { "" } else { "-env" }
+    );
     let file = harness::log_dir().join(format!("callgrind-b{batch}-x{invocations}{tag}.out"));
     let _ = std::fs::remove_file(&file);
     let mut command = Command::new("valgrind");
     command
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", file.display()))
-        .arg(crate::charge_once_bin());
+        .arg(bin);
     let log = harness::log_dir().join(format!("bench-callgrind{tag}.log"));
     let lane = Lane::spawn_with_env(
         contender,

@@ -8,9 +8,14 @@
 //! (`bench/results/<date>.json`): within noise when its median lies inside that run's
 //! range of rounds, or within [`NOISE`] of its median (instructions: within 2 %). `make bench BENCH_ONLY=traces`
 //! runs only this (`<date>-traces.{md,json}`); every `make bench` runs it after the
-//! bill.
+//! bill. `BENCH_BASELINE=<path>` adds a third variant, another charge-once binary
+//! (say, the commit before traces) with export off, measured in the same run: the
+//! timed figures are then held against it as well, on the same machine at the same
+//! time.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use harness::otlp::Receiver;
@@ -43,15 +48,36 @@ const BILL_CELL: BillCell = BillCell {
 pub enum Export {
     Off,
     On,
+    /// `BENCH_BASELINE`'s binary, export off.
+    Baseline,
 }
 
-const BOTH: [Export; 2] = [Export::Off, Export::On];
+/// The variants of this run: off and on, and the baseline when `BENCH_BASELINE` names
+/// one.
+fn variants() -> Vec<Export> {
+    let mut all = vec![Export::Off, Export::On];
+    if baseline().is_some() {
+        all.push(Export::Baseline);
+    }
+    all
+}
+
+fn baseline() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("BENCH_BASELINE")?);
+    assert!(
+        path.exists(),
+        "BENCH_BASELINE={} does not exist",
+        path.display()
+    );
+    Some(path)
+}
 
 impl Export {
     fn name(self) -> &'static str {
         match self {
             Self::Off => "export off",
             Self::On => "export on",
+            Self::Baseline => "baseline binary, export off",
         }
     }
 
@@ -59,13 +85,21 @@ impl Export {
         match self {
             Self::Off => "off",
             Self::On => "on",
+            Self::Baseline => "baseline",
+        }
+    }
+
+    fn bin(self) -> PathBuf {
+        match self {
+            Self::Baseline => baseline().unwrap_or_else(crate::charge_once_bin),
+            _ => crate::charge_once_bin(),
         }
     }
 
     /// The environment charge-once gets on top of the bench's.
     fn env(self, receiver: &Receiver) -> Vec<(&'static str, String)> {
         match self {
-            Self::Off => Vec::new(),
+            Self::Off | Self::Baseline => Vec::new(),
             Self::On => vec![("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.clone())],
         }
     }
@@ -93,6 +127,27 @@ pub struct Traces {
     pub spans_received: usize,
     pub export_requests: u64,
     pub previous: Option<Previous>,
+    /// The machine's load average (1 min) when the run started and ended: timed
+    /// figures move with it, instructions do not.
+    pub load: (f64, f64),
+}
+
+/// Whether `now` is within noise of the rounds `before`: inside their range, or within
+/// [`NOISE`] of their median.
+fn within(now: f64, before: &[f64]) -> bool {
+    let (low, high) = (
+        before.iter().copied().fold(f64::INFINITY, f64::min),
+        before.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    (low..=high).contains(&now) || (now - median(before)).abs() <= NOISE * median(before)
+}
+
+/// The 1-minute load average (`/proc/loadavg`).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 fn lane(
@@ -105,7 +160,7 @@ fn lane(
     let log = harness::log_dir().join(format!("bench-traces-{}.log", export.tag()));
     Lane::spawn_with_env(
         Contender::ChargeOnce,
-        Contender::ChargeOnce.command(),
+        Command::new(export.bin()),
         rig,
         payment,
         runtime,
@@ -121,15 +176,17 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
 impl Traces {
     pub async fn run(rounds: usize, records: usize) -> Self {
         let previous = previous_run();
+        let load_before = load_average();
         let receiver = Receiver::start().await;
         let payment = payment_stub(Duration::from_millis(PAYMENT_MS)).await;
 
         // Init: spawn → first `next`, the two interleaved, each answering a first batch.
+        let all = variants();
         let mut init_ms: BTreeMap<Export, Vec<f64>> = BTreeMap::new();
         let rig = Rig::new(Backend::Dynalite, Duration::from_millis(STORE_MS)).await;
         for i in 0..COLD_STARTS {
-            for k in 0..BOTH.len() {
-                let export = BOTH[(k + i) % BOTH.len()];
+            for k in 0..all.len() {
+                let export = all[(k + i) % all.len()];
                 let lane = lane(export, &rig, &payment, &receiver, RuntimeApi::start().await);
                 let batch = ids(&format!("co-traces-cold-{}-{i}", export.tag()), BATCH);
                 let (_, failures) = lane.invoke(event(&batch)).await;
@@ -148,7 +205,7 @@ impl Traces {
         // CPU per fresh record: one process each, a warm-up round, then rounds in
         // alternating order.
         let mut lanes = Vec::new();
-        for export in BOTH {
+        for &export in &all {
             let rig = Rig::new(Backend::Dynalite, Duration::from_millis(STORE_MS)).await;
             let lane = lane(export, &rig, &payment, &receiver, RuntimeApi::start().await);
             lanes.push((export, lane, rig));
@@ -184,9 +241,9 @@ impl Traces {
         // The bill, under Lambda's CPU share.
         let mut bill = BTreeMap::new();
         let mut share = String::new();
-        for (n, export) in BOTH.into_iter().enumerate() {
+        for (n, &export) in all.iter().enumerate() {
             let (measured, note) =
-                bill::charge_once_with(BILL_CELL, &export.env(&receiver), n).await;
+                bill::charge_once_with(BILL_CELL, export.bin(), &export.env(&receiver), n).await;
             share = note;
             bill.insert(export, measured);
         }
@@ -195,9 +252,14 @@ impl Traces {
         let mut instructions_per_record = BTreeMap::new();
         if !std::env::var("BENCH_INSTRUCTIONS").is_ok_and(|v| v == "0") {
             let stub = payment_stub(Duration::ZERO).await;
-            for export in BOTH {
-                let counted =
-                    crate::scenarios::instructions_at(&stub, BATCH, &export.env(&receiver)).await;
+            for &export in &all {
+                let counted = crate::scenarios::instructions_at(
+                    &stub,
+                    &export.bin(),
+                    BATCH,
+                    &export.env(&receiver),
+                )
+                .await;
                 instructions_per_record.insert(export, counted.per_record);
             }
         }
@@ -220,7 +282,59 @@ impl Traces {
             spans_received,
             export_requests: receiver.requests(),
             previous,
+            load: (load_before, load_average()),
         }
+    }
+
+    /// The variants this run measured.
+    fn variants(&self) -> Vec<Export> {
+        self.init_ms.keys().copied().collect()
+    }
+
+    /// Export off against the baseline binary measured in this run, figure by figure
+    /// (the same rule as against the previous run).
+    fn against_baseline(&self) -> Option<Vec<(&'static str, f64, f64, bool)>> {
+        let before_init = self.init_ms.get(&Export::Baseline)?;
+        let before_cpu = &self.cpu_ms_per_record[&Export::Baseline];
+        let init = median(&self.init_ms[&Export::Off]);
+        let cpu = median(&self.cpu_ms_per_record[&Export::Off]);
+        let mut out = vec![
+            (
+                "init ms",
+                init,
+                median(before_init),
+                within(init, before_init),
+            ),
+            (
+                "CPU ms per record",
+                cpu,
+                median(before_cpu),
+                within(cpu, before_cpu),
+            ),
+        ];
+        if let (Some(&now), Some(&before)) = (
+            self.instructions_per_record.get(&Export::Off),
+            self.instructions_per_record.get(&Export::Baseline),
+        ) {
+            let (now, before) = (now as f64, before as f64);
+            out.push((
+                "instructions per record",
+                now,
+                before,
+                (now - before).abs() <= INSTRUCTIONS_NOISE * before,
+            ));
+        }
+        if let (Some((now, _)), Some((before, _))) =
+            (self.bill_of(Export::Off), self.bill_of(Export::Baseline))
+        {
+            out.push((
+                "bill $ per million orders (arm64)",
+                now,
+                before,
+                within(now, &[before]),
+            ));
+        }
+        Some(out)
     }
 
     fn bill_of(&self, export: Export) -> Option<(f64, f64)> {
@@ -235,13 +349,6 @@ impl Traces {
     /// Whether export off is within noise of the previous run, figure by figure.
     fn against_previous(&self) -> Option<Vec<(&'static str, f64, f64, bool)>> {
         let previous = self.previous.as_ref()?;
-        let within = |now: f64, before: &[f64]| {
-            let (low, high) = (
-                before.iter().copied().fold(f64::INFINITY, f64::min),
-                before.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            );
-            (low..=high).contains(&now) || (now - median(before)).abs() <= NOISE * median(before)
-        };
         let init = median(&self.init_ms[&Export::Off]);
         let cpu = median(&self.cpu_ms_per_record[&Export::Off]);
         let mut out = vec![
@@ -288,7 +395,7 @@ impl Traces {
         );
         md.push_str("| charge-once | init ms (spawn → first `next`) | CPU ms per record | instructions per record | billed ms p50 | bill $ per million orders, arm64 |\n| --- | --- | --- | --- | --- | --- |\n");
         let counted = |n: Option<u64>| n.map_or("—".to_owned(), |n| n.to_string());
-        for export in BOTH {
+        for export in self.variants() {
             let (bill, billed) = self
                 .bill_of(export)
                 .map_or(("—".to_owned(), "—".to_owned()), |(c, b)| {
@@ -325,7 +432,10 @@ impl Traces {
         ));
         match self.against_previous() {
             Some(figures) => {
-                let all = figures.iter().all(|f| f.3);
+                // Instructions are the figure this shared machine does not move: when
+                // counted they decide; the timed figures are reported beside them.
+                let counted = figures.iter().find(|f| f.0 == "instructions per record");
+                let all = counted.map_or_else(|| figures.iter().all(|f| f.3), |f| f.3);
                 let each: Vec<String> = figures
                     .iter()
                     .map(|(name, now, before, ok)| {
@@ -340,22 +450,51 @@ impl Traces {
                     })
                     .collect();
                 md.push_str(&format!(
-                    "\nExport off against the previous committed run: {}: {}. (Within noise: inside the previous run's range of rounds, or within {:.0} % of its median; instructions within {:.0} %.)\n",
+                    "\nExport off against the previous committed run: {}{}: {}. (Within noise: inside the previous run's range of rounds, or within {:.0} % of its median; instructions within {:.0} %. Load average during this run: {:.1} at the start, {:.1} at the end, on 2 cores.)\n",
                     if all { "within noise" } else { "**not within noise**" },
+                    if counted.is_some() { " by its instructions" } else { "" },
                     each.join("; "),
                     NOISE * 100.0,
-                    INSTRUCTIONS_NOISE * 100.0
+                    INSTRUCTIONS_NOISE * 100.0,
+                    self.load.0,
+                    self.load.1
                 ));
             }
             None => md.push_str("\nNo previous committed run to compare export off with.\n"),
+        }
+        if let Some(figures) = self.against_baseline() {
+            let all = figures.iter().all(|f| f.3);
+            let each: Vec<String> = figures
+                .iter()
+                .map(|(name, now, before, ok)| {
+                    format!(
+                        "{name} {now:.3} vs {before:.3} ({})",
+                        if *ok {
+                            "within noise"
+                        } else {
+                            "**outside noise**"
+                        }
+                    )
+                })
+                .collect();
+            md.push_str(&format!(
+                "\nExport off against the baseline binary in this run: {}: {}.\n",
+                if all {
+                    "within noise"
+                } else {
+                    "**not within noise**"
+                },
+                each.join("; ")
+            ));
         }
         md
     }
 
     pub fn json(&self) -> Value {
         let per = |f: &dyn Fn(Export) -> Value| -> Value {
-            BOTH.iter()
-                .map(|&e| (e.tag().to_owned(), f(e)))
+            self.variants()
+                .into_iter()
+                .map(|e| (e.tag().to_owned(), f(e)))
                 .collect::<serde_json::Map<_, _>>()
                 .into()
         };
@@ -384,7 +523,13 @@ impl Traces {
                 .iter()
                 .map(|(name, now, before, ok)| json!({"figure": name, "now": now, "previous": before, "within_noise": ok}))
                 .collect::<Vec<_>>()),
+            "export_off_against_baseline": self.against_baseline().map(|figures| figures
+                .iter()
+                .map(|(name, now, before, ok)| json!({"figure": name, "now": now, "baseline": before, "within_noise": ok}))
+                .collect::<Vec<_>>()),
             "noise": NOISE,
+            "instructions_noise": INSTRUCTIONS_NOISE,
+            "load_average": {"start": self.load.0, "end": self.load.1},
         })
     }
 }
