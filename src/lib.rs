@@ -19,7 +19,7 @@
 //! | 4 | [`config`], [`crash_points`] | every setting validated once at cold start; the named steps where the pinned-crash test kills the process (feature `crash-points` only) | the layers above, up to `policy` |
 //! | 5 | [`drivers`] | run the policy through the contracts and own the clock, tokens, timeouts, metrics and log lines: one record, the batch (and its edge to the event source's types), `resolve`, the audit | up to `config` |
 //! | 6 | [`adapters`] | I/O only, implementing the contracts, and only what runs in Lambda: DynamoDB, the HTTP provider and its key, SQS, TLS, EMF | up to `drivers` (in practice `domain`, `contracts`, `config`, `crash_points`) |
-//! | 7 | [`telemetry`], [`wiring`], [`commands`], [`audit_lambda`]; the binary's `main.rs`, `cli.rs` | the entry files: logs and metric units; the clients and parts both entry points build; what the commands outside Lambda read and print (the same from the local member's binary, `local/`); the scheduled audit's entry in Lambda; the consumer loop and the command line | everything |
+//! | 7 | [`telemetry`], [`traces`], [`wiring`], [`commands`], [`audit_lambda`]; the binary's `main.rs`, `cli.rs` | the entry files: logs and metric units; the traces' settings, exporter and flushes (Lambda only, off by default); the clients and parts both entry points build; what the commands outside Lambda read and print (the same from the local member's binary, `local/`); the scheduled audit's entry in Lambda; the consumer loop and the command line | everything |
 //!
 //! The binary (`main.rs`, `cli.rs`) parses its arguments and calls [`wiring`]: the
 //! Lambda function, and outside Lambda the operator's commands on the real parts
@@ -40,6 +40,7 @@ pub mod domain;
 pub mod drivers;
 pub mod policy;
 pub mod telemetry;
+pub mod traces;
 pub mod wiring;
 
 /// A boxed source error of an adapter, kept whole (never stringified).

@@ -1,6 +1,6 @@
-//! The binary that ships: wiring only. Logs, config, clients built once; then the
-//! Lambda runtime (inside Lambda) or one of the operator's commands against the real
-//! parts (outside). A start that cannot be completed logs
+//! The binary that ships: wiring only. Logs (and in Lambda the traces, when `OTEL_*`
+//! asks for them), config, clients built once; then the Lambda runtime (inside
+//! Lambda) or one of the operator's commands against the real parts (outside). A start that cannot be completed logs
 //! one line naming what is wrong and exits non-zero.
 
 mod cli;
@@ -12,9 +12,12 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::adapters::emf::Emf;
 use charge_once::config::{Config, Function};
 use charge_once::drivers::batch::Consumer;
+use charge_once::traces::Traces;
+use charge_once::wiring::WiringError;
 use charge_once::{telemetry, wiring};
 use clap::Parser as _;
-use lambda_runtime::{LambdaEvent, service_fn};
+use lambda_runtime::layers::TracingLayer;
+use lambda_runtime::{LambdaEvent, Runtime, service_fn};
 
 // mimalloc rather than glibc's malloc: an invocation allocates and frees thousands of
 // small buffers (the SDK's requests, headers, JSON), and a record's CPU is mostly user
@@ -23,6 +26,14 @@ use lambda_runtime::{LambdaEvent, service_fn};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // Traces first, before the async runtime: their exporter's HTTP client is blocking
+    // and must not start inside it (traces.rs).
+    let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let traces = if in_lambda {
+        wiring::traces()
+    } else {
+        Ok(None)
+    };
     // Classic Lambda runs one invocation at a time: a runtime on this one thread wakes
     // no worker threads, which is most of an invocation's fixed cost in CPU. Lambda
     // Managed Instances run several at once (`AWS_LAMBDA_MAX_CONCURRENCY` > 1): one
@@ -41,14 +52,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("the tokio runtime could not be built");
-    runtime.block_on(start());
+    runtime.block_on(start(in_lambda, traces));
 }
 
-async fn start() {
-    telemetry::init();
+async fn start(in_lambda: bool, traces: Result<Option<Traces>, WiringError>) {
+    telemetry::init_with(traces.as_ref().ok().and_then(Option::as_ref));
     let mut failure = 1;
-    let result = if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        run_lambda().await.map(|()| 0)
+    let result = if in_lambda {
+        match traces {
+            Ok(traces) => run_lambda(traces).await.map(|()| 0),
+            Err(e) => Err(e.into()),
+        }
     } else {
         let cli = cli::Cli::parse();
         failure = cli.command.failure_status();
@@ -68,7 +82,7 @@ async fn start() {
     }
 }
 
-async fn run_lambda() -> anyhow::Result<()> {
+async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
     let config = Config::from_env()?;
     config.require_table()?;
     config.require_payment_api_url()?;
@@ -88,7 +102,7 @@ async fn run_lambda() -> anyhow::Result<()> {
                     .with_queue(queue)
                     .with_reports(wiring::reports(&config, &sdk)),
             );
-            consume(consumer, metrics).await
+            consume(consumer, metrics, traces).await
         }
         Function::Audit => {
             let scheduled = charge_once::audit_lambda::Scheduled {
@@ -108,19 +122,44 @@ async fn run_lambda() -> anyhow::Result<()> {
     .context("Lambda runtime stopped")
 }
 
-async fn consume(consumer: Arc<Consumer>, metrics: &'static Emf) -> anyhow::Result<()> {
+async fn consume(
+    consumer: Arc<Consumer>,
+    metrics: &'static Emf,
+    traces: Option<Traces>,
+) -> anyhow::Result<()> {
     // On Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` > 1) several
     // invocations run at once in this process; elsewhere one at a time. The consumer
     // and its clients are shared by all; each invocation's metrics are its own.
-    lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<SqsEvent>| {
+    let traced = traces.clone();
+    let handler = service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = Arc::clone(&consumer);
+        let traces = traces.clone();
         async move {
             let request_id = event.context.request_id.clone();
+            // With traces, the batch ends early enough for their flush to follow.
+            let deadline = event.context.deadline;
+            let event = match &traces {
+                Some(traces) => traces.reserve_flush(event),
+                None => event,
+            };
             let (response, recorded) = metrics.measure(consumer.handle(event)).await;
             metrics.write_invocation(&recorded, &request_id);
+            if let Some(traces) = &traces {
+                traces.flush_before(deadline).await;
+            }
             response.map_err(lambda_runtime::Error::from)
         }
-    }))
-    .await
+    });
+    match traced {
+        None => lambda_runtime::run_concurrent(handler).await,
+        // The invocation's span (lambda_runtime's layer) around the runtime's own.
+        Some(traces) => {
+            Runtime::new(handler)
+                .layer(TracingLayer::new())
+                .layer(traces.runtime_layer())
+                .run_concurrent()
+                .await
+        }
+    }
     .map_err(|e| anyhow::anyhow!(e))
 }

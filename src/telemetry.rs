@@ -1,12 +1,17 @@
 //! Logs and metrics. Logs on stderr, the Lambda way: JSON lines when
 //! `AWS_LAMBDA_LOG_FORMAT` is `JSON` (the template sets it), readable text otherwise;
 //! one span per record (`message_id`, `key`, `receive_count`, `trace_id`), one line
-//! per record outcome. Metrics: CloudWatch embedded metric format (EMF, [`crate::adapters::emf`])
+//! per record outcome. With traces exported (`traces.rs`) the same spans also go to
+//! OpenTelemetry, beside the logs; the call and wait spans go there only. Metrics: CloudWatch embedded metric format (EMF, [`crate::adapters::emf`])
 //! through the `metrics` facade, one document per invocation: a count per outcome
 //! (named as the outcome), `takeover`, and the latency of every store and payment
 //! call in ms.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{FilterExt as _, FilterFn};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::drivers::metrics::{
     CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED,
@@ -14,6 +19,8 @@ use crate::drivers::metrics::{
 };
 
 use crate::adapters::emf::{Emf, InstallError};
+use crate::drivers::spans::CALL_TARGET;
+use crate::traces::Traces;
 
 /// The log level when none is set: info, and the SDK's configuration loader only at
 /// error.
@@ -56,8 +63,7 @@ impl LogSettings {
 /// falls back to `info`. Called once at cold start; a second call is a no-op.
 pub fn init() {
     let settings = LogSettings::from_lookup(|k| std::env::var(k).ok());
-    let filter = EnvFilter::try_new(&settings.directives)
-        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_DIRECTIVES));
+    let filter = log_filter(&settings);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -76,6 +82,43 @@ pub fn init() {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init()
     };
+}
+
+fn log_filter(settings: &LogSettings) -> EnvFilter {
+    EnvFilter::try_new(&settings.directives).unwrap_or_else(|_| EnvFilter::new(DEFAULT_DIRECTIVES))
+}
+
+/// [`init`], and with `traces` their layer beside the logs' (each with its own
+/// filter): the logs as without traces (the call and wait spans left out, so a line
+/// still names its record's span), the spans of `traces.rs` to OpenTelemetry.
+/// Without `traces` it is [`init`] itself: not one layer more.
+pub fn init_with(traces: Option<&Traces>) {
+    let Some(traces) = traces else {
+        return init();
+    };
+    let settings = LogSettings::from_lookup(|k| std::env::var(k).ok());
+    let filter = log_filter(&settings).and(FilterFn::new(|meta| {
+        !(meta.is_span() && meta.target() == CALL_TARGET)
+    }));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let logs = if settings.json {
+        logs.json()
+            .without_time()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_filter(filter)
+            .boxed()
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(filter)
+            .boxed()
+    };
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces.layer())
+        .try_init();
 }
 
 /// Installs the process-wide EMF recorder (once per process) with `namespace`, and

@@ -1,6 +1,7 @@
 //! The parts the Lambda function and the operator's commands build at start, once:
 //! the AWS SDK settings, the DynamoDB store, the HTTP provider (its key read once),
-//! the queue, and the consumer over a store and a provider. `main.rs` (Lambda) and
+//! the queue, the consumer over a store and a provider, and in Lambda the traces
+//! when `OTEL_*` asks for them. `main.rs` (Lambda) and
 //! `cli.rs` (the commands outside Lambda) only choose; the local member's binary
 //! (`local/`) builds its consumer here too, over its own store and simulator.
 
@@ -17,7 +18,9 @@ use crate::contracts::queue::{Reports, Unreported};
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::batch::Consumer;
 use crate::drivers::charge::Settings;
+use crate::drivers::spans;
 use crate::policy::deadline;
+use crate::traces::{self, Traces, TracesError};
 
 /// A part could not be built: the start stops with this, naming what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,8 @@ pub enum WiringError {
     ApiKey(Box<ApiKeyError>),
     #[error("the payment API client")]
     Http(#[from] HttpSetupError),
+    #[error(transparent)]
+    Traces(#[from] TracesError),
     /// Outside Lambda, the SDK's credential chain found nothing (its own error lists
     /// every provider it tried; the line names what to set instead).
     #[error(
@@ -44,6 +49,28 @@ impl From<ApiKeyError> for WiringError {
     fn from(error: ApiKeyError) -> Self {
         Self::ApiKey(Box::new(error))
     }
+}
+
+/// Traces in Lambda, when the `OTEL_*` settings ask for them (`traces.rs`); `None`:
+/// off. Built before the async runtime starts: the exporter's HTTP client is a
+/// blocking one, which must not be started inside it. `AWS_CA_BUNDLE` and the names
+/// the spans give the table and the provider come from the configuration; a
+/// configuration that does not read is the start's own error, reported after this.
+pub fn traces() -> Result<Option<Traces>, WiringError> {
+    let Some(settings) = traces::Settings::from_lookup(|k| std::env::var(k).ok())? else {
+        return Ok(None);
+    };
+    let config = Config::from_env().ok();
+    let tls = Tls::new(config.as_ref().and_then(|c| c.ca_bundle.as_deref()))?;
+    let names = spans::Names {
+        table: config.as_ref().and_then(|c| c.table.clone()),
+        endpoint: config
+            .as_ref()
+            .and_then(|c| c.payment_api_url.as_deref())
+            .and_then(|u| url::Url::parse(u).ok())
+            .and_then(|u| u.host_str().map(str::to_owned)),
+    };
+    Ok(Some(Traces::start(&settings, &tls, names)?))
 }
 
 /// The TLS settings of both HTTPS clients (Mozilla's roots and `AWS_CA_BUNDLE`'s).

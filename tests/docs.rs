@@ -2,7 +2,8 @@
 //! against the repository. It fails on a relative link or `#anchor` that points
 //! nowhere, a `make` target the Makefile lacks, and an environment variable that
 //! nothing reads, and a repository path in backticks that names no file or folder;
-//! the settings table must list exactly the variables `config.rs` reads, README's
+//! the settings table must list exactly the variables `config.rs` reads (and the
+//! `OTEL_*` ones `traces.rs` reads), README's
 //! deploy prompts every template parameter in the order sam asks, and the mutant tables
 //! exactly the model's mutants. Each rule is also shown failing on a page broken on
 //! purpose.
@@ -217,6 +218,9 @@ const PLATFORM: &[&str] = &[
     "RUST_LOG",
     "SAM_CLI_TELEMETRY",
     "CARGO_INCREMENTAL",
+    // Read by the OpenTelemetry SDK itself, and by the collector extension.
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OPENTELEMETRY_COLLECTOR_CONFIG_URI",
 ];
 
 /// Upper-case words of the AWS APIs that the docs quote and that are no variables
@@ -287,7 +291,15 @@ impl Repository {
         }
         let config = std::fs::read_to_string(root().join("src/config.rs")).unwrap();
         let config_code = config.split("#[cfg(test)]").next().unwrap();
-        let settings = settings_read(config_code);
+        let mut settings = settings_read(config_code);
+        // The traces' settings are read apart (src/traces.rs), each by its quoted name.
+        let traces = std::fs::read_to_string(root().join("src/traces.rs")).unwrap();
+        let traces_code = traces.split("#[cfg(test)]").next().unwrap();
+        settings.extend(
+            quoted_names(traces_code)
+                .into_iter()
+                .filter(|v| v.starts_with("OTEL_")),
+        );
         let mut files = Vec::new();
         for dir in [
             "src",

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("drivers", 5),
     ("adapters", 6),
     ("telemetry", 7),
+    ("traces", 7),
     ("wiring", 7),
     ("commands", 7),
     ("audit_lambda", 7),

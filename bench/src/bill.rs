@@ -211,7 +211,7 @@ pub async fn bill(cells: &[BillCell]) -> (BTreeMap<(BillCell, Contender), Measur
                     "UNTHROTTLED: cgroups could not be written ({why}); every figure is without Lambda's CPU share"
                 );
             }
-            let measured = measure(contender, *cell, &share, &payment, n).await;
+            let measured = measure(contender, *cell, &share, &payment, n, &[]).await;
             eprintln!(
                 "bench: bill {} {cell:?}: {}",
                 contender.name(),
@@ -239,20 +239,70 @@ fn summary(m: &Measured) -> String {
     }
 }
 
+/// charge-once alone in `cell`, with `env` added to its environment (the traces'
+/// comparison, `traces.rs`), under the same emulated share as [`bill`]; and the line
+/// that says whether the share was emulated.
+pub async fn charge_once_with(
+    cell: BillCell,
+    bin: PathBuf,
+    env: &[(&'static str, String)],
+    n: usize,
+) -> (Measured, String) {
+    let payment = payment_stub(Duration::from_millis(PAYMENT_MS)).await;
+    let name = format!("co-traces-{}-{n}", std::process::id());
+    let (share, note) = match Cgroup::create(&name, cell) {
+        Ok(cgroup) => (
+            Share::Cgroup(cgroup),
+            "CPU share emulated with cgroup v1 (cpu.cfs_quota_us, memory.limit_in_bytes)"
+                .to_owned(),
+        ),
+        Err(why) => (
+            Share::Unthrottled(why.clone()),
+            format!("UNTHROTTLED: cgroups could not be written ({why})"),
+        ),
+    };
+    let measured = measure_command(
+        Contender::ChargeOnce,
+        Command::new(bin),
+        cell,
+        &share,
+        &payment,
+        n,
+        env,
+    )
+    .await;
+    (measured, note)
+}
+
 async fn measure(
     contender: Contender,
     cell: BillCell,
     share: &Share,
     payment: &str,
     n: usize,
+    env: &[(&'static str, String)],
+) -> Measured {
+    measure_command(contender, contender.command(), cell, share, payment, n, env).await
+}
+
+/// [`measure`] with the command that starts the contender.
+async fn measure_command(
+    contender: Contender,
+    start: Command,
+    cell: BillCell,
+    share: &Share,
+    payment: &str,
+    n: usize,
+    env: &[(&'static str, String)],
 ) -> Measured {
     let rig = Rig::new(Backend::Dynalite, Duration::from_millis(STORE_MS)).await;
     let command = match share {
-        Share::Cgroup(cgroup) => cgroup.wrap(&contender.command()),
-        Share::Unthrottled(_) => contender.command(),
+        Share::Cgroup(cgroup) => cgroup.wrap(&start),
+        Share::Unthrottled(_) => start,
     };
     let runtime = RuntimeApi::start().await;
-    let mut lane = Lane::spawn_command(contender, command, &rig, payment, runtime);
+    let log = harness::log_dir().join(format!("bench-{}.log", contender.name()));
+    let mut lane = Lane::spawn_with_env(contender, command, &rig, payment, runtime, log, env);
     let invocations = ORDERS_PER_CELL.div_ceil(cell.batch);
     let mut failed_records = 0;
     for i in 0..invocations {

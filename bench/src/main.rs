@@ -37,7 +37,12 @@
 //! the rate against the limit, the share of creates refused, nothing twice, nothing
 //! lost; `bench/results/<date>-drain.{md,json}`, and the first section of the report.
 //!
-//! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_DRAIN_ORDERS` its
+//! Traces (`traces.rs`): charge-once with export off and on (to the harness's OTLP/HTTP
+//! receiver), init, CPU per record and the bill side by side, export off held against
+//! the previous committed run; `bench/results/<date>-traces.{md,json}`.
+//!
+//! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_ONLY=traces` only
+//! the traces' comparison (minutes), `BENCH_DRAIN_ORDERS` its
 //! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
 //! `FULL=1` runs the full matrix; `BENCH_ROUNDS` (default 5, at least 5 for
 //! figures worth quoting), `BENCH_RECORDS` (records per contender per round, default
@@ -55,6 +60,7 @@ mod report;
 mod rig;
 mod scenarios;
 mod statistics;
+mod traces;
 mod whole;
 
 use std::path::{Path, PathBuf};
@@ -113,11 +119,18 @@ async fn main() {
     let started = Instant::now();
 
     // BENCH_ONLY=drain: the drain alone, in its own files (development, or the
-    // headline figure on its own).
-    let only_drain = match std::env::var("BENCH_ONLY") {
-        Ok(v) if v == "drain" => true,
-        Ok(v) => panic!("BENCH_ONLY takes `drain`, not {v:?}"),
-        Err(_) => false,
+    // headline figure on its own); BENCH_ONLY=traces: the traces' comparison alone.
+    let only = std::env::var("BENCH_ONLY").ok();
+    let only_drain = match only.as_deref() {
+        Some("drain") => true,
+        Some("traces") => {
+            let traces = traces::Traces::run(rounds, records).await;
+            eprintln!("bench: traces done ({:.0?})", started.elapsed());
+            write_traces(&traces, &traces_command_line(true, rounds, records));
+            return;
+        }
+        Some(v) => panic!("BENCH_ONLY takes `drain` or `traces`, not {v:?}"),
+        None => false,
     };
     let drain = drain::Drain::run(drain::Setup::from_env()).await;
     eprintln!("bench: drain done ({:.0?})", started.elapsed());
@@ -169,6 +182,16 @@ async fn main() {
         Some(whole)
     };
 
+    // Traces off and on (BENCH_TRACES=0 leaves them out).
+    let traces = if std::env::var("BENCH_TRACES").is_ok_and(|v| v == "0") {
+        None
+    } else {
+        let traces = traces::Traces::run(rounds, records).await;
+        eprintln!("bench: traces done ({:.0?})", started.elapsed());
+        write_traces(&traces, &traces_command_line(false, rounds, records));
+        Some(traces)
+    };
+
     let command = command_line(full, &only, rounds, records);
     let report = Report {
         command,
@@ -182,7 +205,54 @@ async fn main() {
         drain: Some(drain),
         elapsed: started.elapsed(),
     };
-    write_results(&report, bill.as_ref(), whole.as_ref(), &only, full);
+    write_results(
+        &report,
+        bill.as_ref(),
+        whole.as_ref(),
+        traces.as_ref(),
+        &only,
+        full,
+    );
+}
+
+/// The command that reproduces a traces' comparison, as its files name it.
+fn traces_command_line(only: bool, rounds: usize, records: usize) -> String {
+    let mut command = "make bench".to_owned();
+    if only {
+        command.push_str(" BENCH_ONLY=traces");
+    }
+    if let Some(baseline) = std::env::var_os("BENCH_BASELINE") {
+        command.push_str(&format!(" BENCH_BASELINE={}", baseline.to_string_lossy()));
+    }
+    if rounds != 5 || records != 100 {
+        command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
+    }
+    command
+}
+
+/// Writes `bench/results/<date>-traces.{json,md}`: the traces' comparison on its own.
+fn write_traces(traces: &traces::Traces, command: &str) {
+    let dir = root().join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let date = today();
+    let stem = format!("{date}-traces");
+    let markdown = format!(
+        "# `{command}`, {date}\n\n{}\n## Versions\n\n```json\n{}\n```\n",
+        traces.markdown(),
+        serde_json::to_string_pretty(&report::versions()).unwrap()
+    );
+    let mut json = traces.json();
+    json["date"] = date.clone().into();
+    json["command"] = command.into();
+    json["versions"] = report::versions();
+    println!("\n{markdown}");
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&json).unwrap() + "\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
+    eprintln!("bench: wrote bench/results/{stem}.{{json,md}}");
 }
 
 /// The cells to run: the default or full matrix, or the cells `BENCH_CELLS=<slug>,…`
@@ -276,6 +346,7 @@ fn write_results(
     report: &Report,
     bill: Option<&bill::Bill>,
     whole: Option<&whole::Whole>,
+    traces: Option<&traces::Traces>,
     only: &[String],
     full: bool,
 ) {
@@ -304,6 +375,11 @@ fn write_results(
         markdown.push('\n');
         json["bill"] = bill.json();
         bill.chart(&dir.join(format!("{stem}-bill.svg")));
+    }
+    if let Some(traces) = traces {
+        markdown.push_str("\n\n");
+        markdown.push_str(&traces.markdown());
+        json["traces"] = traces.json();
     }
     println!("\n{markdown}");
     std::fs::write(

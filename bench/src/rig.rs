@@ -155,11 +155,25 @@ impl Lane {
     /// stderr) appended to `log`.
     pub fn spawn_logged(
         contender: Contender,
+        command: Command,
+        rig: &Rig,
+        payment_url: &str,
+        runtime: RuntimeApi,
+        log: PathBuf,
+    ) -> Self {
+        Self::spawn_with_env(contender, command, rig, payment_url, runtime, log, &[])
+    }
+
+    /// [`Self::spawn_logged`] with `env` added to the contender's environment (charge-once
+    /// with traces exported, `traces.rs`).
+    pub fn spawn_with_env(
+        contender: Contender,
         mut command: Command,
         rig: &Rig,
         payment_url: &str,
         runtime: RuntimeApi,
         log: PathBuf,
+        env: &[(&'static str, String)],
     ) -> Self {
         let output = || {
             std::fs::OpenOptions::new()
@@ -177,6 +191,7 @@ impl Lane {
         };
         lambda_environment(&mut command, &runtime.addr, &endpoints)
             .env("PAYMENT_TIMEOUT_SECONDS", "1") // the peers' spelling
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(output())
             .stderr(output());

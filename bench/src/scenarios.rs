@@ -244,31 +244,62 @@ pub async fn instructions() -> Vec<Instructions> {
     let payment = payment_stub(Duration::ZERO).await;
     let mut out = Vec::new();
     for batch in [1, 10] {
-        let few = callgrind_total(&payment, batch, FEW).await;
-        let many = callgrind_total(&payment, batch, MANY).await;
-        let per_invocation = many.saturating_sub(few) / (MANY - FEW) as u64;
-        out.push(Instructions {
-            batch,
-            per_invocation,
-            per_record: per_invocation / batch as u64,
-        });
+        out.push(instructions_at(&payment, &crate::charge_once_bin(), batch, &[]).await);
     }
     out
 }
 
+/// [`instructions`] at one batch size, with `env` added to charge-once's environment
+/// (traces exported, `traces.rs`).
+pub async fn instructions_at(
+    payment: &str,
+    bin: &std::path::Path,
+    batch: usize,
+    env: &[(&'static str, String)],
+) -> Instructions {
+    let few = callgrind_total(payment, bin, batch, FEW, env).await;
+    let many = callgrind_total(payment, bin, batch, MANY, env).await;
+    let per_invocation = many.saturating_sub(few) / (MANY - FEW) as u64;
+    Instructions {
+        batch,
+        per_invocation,
+        per_record: per_invocation / batch as u64,
+    }
+}
+
 /// Every instruction of one charge-once process that serves `invocations` batches of
 /// `batch` fresh orders and then gets SIGTERM (callgrind writes its counts on exit).
-async fn callgrind_total(payment: &str, batch: usize, invocations: usize) -> u64 {
+async fn callgrind_total(
+    payment: &str,
+    bin: &std::path::Path,
+    batch: usize,
+    invocations: usize,
+    env: &[(&'static str, String)],
+) -> u64 {
     let contender = Contender::ChargeOnce;
     let rig = Rig::new(Backend::Dynalite, Duration::ZERO).await;
-    let file = harness::log_dir().join(format!("callgrind-b{batch}-x{invocations}.out"));
+    let tag = format!(
+        "-{}{}",
+        bin.file_name().unwrap_or_default().to_string_lossy(),
+        if env.is_empty() { "" } else { "-env" }
+    );
+    let file = harness::log_dir().join(format!("callgrind-b{batch}-x{invocations}{tag}.out"));
     let _ = std::fs::remove_file(&file);
     let mut command = Command::new("valgrind");
     command
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", file.display()))
-        .arg(crate::charge_once_bin());
-    let lane = Lane::spawn_command(contender, command, &rig, payment, RuntimeApi::start().await);
+        .arg(bin);
+    let log = harness::log_dir().join(format!("bench-callgrind{tag}.log"));
+    let lane = Lane::spawn_with_env(
+        contender,
+        command,
+        &rig,
+        payment,
+        RuntimeApi::start().await,
+        log,
+        env,
+    );
     let run = uuid::Uuid::new_v4().simple().to_string();
     for i in 0..invocations {
         let ids: Vec<String> = (0..batch).map(|r| format!("ci-{run}-{i}-{r}")).collect();

@@ -18,6 +18,7 @@
 //! | [`eventbridge`] | Stripe's event destination on moto: the partner bus, the rule to the orders queue, the layer armed |
 //! | [`producer`] | the system test's producers and the PaymentIntents to check against |
 //! | [`logs`] | captured log lines |
+//! | [`otlp`] | an OTLP/HTTP receiver of traces |
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
 
@@ -29,6 +30,7 @@ pub mod eventbridge;
 pub mod lease;
 pub mod localstripe;
 pub mod logs;
+pub mod otlp;
 pub mod producer;
 pub mod provider;
 pub mod proxy;

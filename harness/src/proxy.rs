@@ -67,6 +67,10 @@ pub struct Faults {
     pub outage: AtomicBool,
     pub outage_hang: Duration,
     pub outage_calls: AtomicU64,
+    /// The payment requests sent under these `Idempotency-Key`s are forwarded and
+    /// their answers held back for `payment_delay`: a charge made whose answer the
+    /// client gave up on.
+    pub late_answers: Mutex<Vec<String>>,
 }
 
 impl Faults {
@@ -148,6 +152,19 @@ async fn proxy(
         let body = json!({"error": {"type": "api_error", "message": "injected outage"}});
         return (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
     }
+    let late = state.target == Target::Payment
+        && headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|key| {
+                state
+                    .faults
+                    .late_answers
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k == key)
+            });
     let fault =
         state.faults.enabled.load(Ordering::Relaxed) && rand::rng().random_bool(state.faults.rate);
     let kind = rand::rng().random_range(0..3);
@@ -207,6 +224,9 @@ async fn proxy(
             }
             None => entry.unreported += 1,
         }
+    }
+    if late {
+        tokio::time::sleep(state.faults.payment_delay).await;
     }
     if fault {
         if state.target == Target::Payment && kind == 1 {

@@ -21,7 +21,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{Instrument as _, warn};
 
 use crate::config::Config;
 use crate::contracts::payment::{
@@ -36,6 +36,7 @@ use crate::drivers::metrics::{
     CHARGE_RETRIED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED, PROVIDER_RATE_LIMITED,
     STORE_LATENCY, TAKEOVER,
 };
+use crate::drivers::spans::{self, ProviderCall, Wait};
 use crate::policy::deadline::{Budget, CallKind};
 use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use crate::policy::outcome::Outcome;
@@ -167,10 +168,14 @@ impl Charger<'_> {
             step = match step {
                 Step::Done(outcome) => return outcome,
                 Step::Write(kind) => {
+                    let span = spans::store_call(kind);
                     let answer = {
                         let write = machine.write(kind, self.settings.now());
-                        self.store_call(deadline, self.store.write(&write)).await
+                        self.store_call(deadline, self.store.write(&write))
+                            .instrument(span.clone())
+                            .await
                     };
+                    spans::store_answered(&span, &answer);
                     calls.store |= self.tell_store_breaker(&answer);
                     observe_write(kind, &answer, now);
                     on_written(&mut machine, answer)
@@ -182,13 +187,17 @@ impl Charger<'_> {
                 Step::Lookup => {
                     let since = machine.lookup_since();
                     let answer = self
-                        .paced_call(deadline, calls, || self.provider.find_payment(order, since))
+                        .paced_call(ProviderCall::Lookup, false, deadline, calls, || {
+                            self.provider.find_payment(order, since)
+                        })
                         .await;
                     machine.on(Input::Looked(answer))
                 }
                 Step::Cancel { payment_id } => {
                     let answer = self
-                        .paced_call(deadline, calls, || self.provider.cancel(&payment_id))
+                        .paced_call(ProviderCall::Cancel, false, deadline, calls, || {
+                            self.provider.cancel(&payment_id)
+                        })
                         .await;
                     machine.on(Input::Cancelled(answer))
                 }
@@ -206,14 +215,18 @@ impl Charger<'_> {
         calls: &mut Calls,
     ) -> Result<Receipt, NoAnswer<PaymentError>> {
         let answer = self
-            .paced_call(deadline, calls, || self.provider.charge(order, key))
+            .paced_call(ProviderCall::Charge, false, deadline, calls, || {
+                self.provider.charge(order, key)
+            })
             .await;
         if !self.may_retry_charge(&answer, deadline).await {
             return answer;
         }
         metrics::counter!(CHARGE_RETRIED).increment(1);
-        self.paced_call(deadline, calls, || self.provider.charge(order, key))
-            .await
+        self.paced_call(ProviderCall::Charge, true, deadline, calls, || {
+            self.provider.charge(order, key)
+        })
+        .await
     }
 
     /// A provider call at this environment's pace, its answer told to the pace and to
@@ -223,9 +236,12 @@ impl Charger<'_> {
     /// only while the deadline rule allows, and never against the provider's advice.
     /// The same request each time, so a charge is a replay under its key. A call whose
     /// slot comes too late is not sent: it fails as rate limited, and the record comes
-    /// back in seconds.
+    /// back in seconds. Each request sent has its span (`what`; `retry`: the first is
+    /// already a retry).
     async fn paced_call<T, Fut>(
         &self,
+        what: ProviderCall,
+        retry: bool,
         deadline: Time,
         calls: &mut Calls,
         call: impl Fn() -> Fut,
@@ -241,7 +257,12 @@ impl Charger<'_> {
             if let Err(not_sent) = self.wait_for_slot(pacer, deadline).await {
                 return Err(NoAnswer::Failed(not_sent));
             }
-            let answer = self.provider_call(deadline, call()).await;
+            let span = spans::provider_call(what, retry || tries > 1);
+            let answer = self
+                .provider_call(deadline, call())
+                .instrument(span.clone())
+                .await;
+            spans::provider_answered(&span, &answer);
             calls.provider |= self.tell_provider_breaker(&answer);
             let (throttle, advised_not) = match &answer {
                 Ok(_) => (None, false),
@@ -249,7 +270,7 @@ impl Charger<'_> {
                 // No answer says nothing about the provider's rate.
                 Err(_) => return answer,
             };
-            let pause = match throttle {
+            let (pause, wait) = match throttle {
                 None => {
                     // An answer about this call speeds the pace up; a provider that is
                     // down (5xx, connection, no endpoint) says nothing of its rate.
@@ -262,11 +283,12 @@ impl Charger<'_> {
                     metrics::counter!(PROVIDER_RATE_LIMITED).increment(1);
                     pacer.on_rate_limited(self.settings.now());
                     // The cut pace's next slot is the wait.
-                    Duration::ZERO
+                    (Duration::ZERO, None)
                 }
                 Some(Throttle::Lock) => {
                     metrics::counter!(PROVIDER_LOCKED).increment(1);
-                    Jitter::random().between(LOCK_PAUSE.0, LOCK_PAUSE.1)
+                    let pause = Jitter::random().between(LOCK_PAUSE.0, LOCK_PAUSE.1);
+                    (pause, Some(Wait::Lock))
                 }
             };
             if advised_not
@@ -275,7 +297,14 @@ impl Charger<'_> {
             {
                 return answer;
             }
-            tokio::time::sleep(pause).await;
+            match wait {
+                Some(wait) => {
+                    tokio::time::sleep(pause)
+                        .instrument(spans::wait(wait, pause))
+                        .await;
+                }
+                None => tokio::time::sleep(pause).await,
+            }
         }
     }
 
@@ -286,6 +315,9 @@ impl Charger<'_> {
     async fn wait_for_slot(&self, pacer: &Pacer, deadline: Time) -> Result<(), PaymentError> {
         const MOST_WAITS: u32 = 10_000;
         let mut waited = Duration::ZERO;
+        // One span for the whole wait, made at its first pause (none when a slot is
+        // free at once).
+        let mut span: Option<tracing::Span> = None;
         for _ in 0..MOST_WAITS {
             let now = self.settings.now();
             let wait = match pacer.try_take(now) {
@@ -300,7 +332,8 @@ impl Charger<'_> {
             if !self.settings.budget.fits_after(wait, now, deadline) {
                 return Err(not_sent());
             }
-            tokio::time::sleep(wait).await;
+            let span = span.get_or_insert_with(|| spans::wait(Wait::Pacing, wait));
+            tokio::time::sleep(wait).instrument(span.clone()).await;
             waited += wait;
         }
         Err(not_sent())
@@ -355,7 +388,9 @@ impl Charger<'_> {
         {
             return false;
         }
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(pause)
+            .instrument(spans::wait(Wait::Retry, pause))
+            .await;
         self.settings.breakers.provider.is_closed()
     }
 

@@ -8,9 +8,11 @@
 //! | [`audit`] | the audit's reads |
 //! | [`settle`] | orders that await their customer: settled from events in the batch, and by the scheduled settler |
 //! | [`metrics`] | the names of the metrics the drivers count |
+//! | [`spans`] | the spans of a trace: the record's messaging attributes and its link to the producer, one span per store call, provider call and wait (only while traces are exported) |
 
 pub mod audit;
 pub mod batch;
 pub mod charge;
 pub mod metrics;
 pub mod settle;
+pub mod spans;

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use crate::contracts::payment::{Cancel, PaymentError, PaymentProvider};
 use crate::contracts::queue::{EndedWait, QueueError, Reports};
@@ -20,6 +20,7 @@ use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
 use crate::domain::{Key, Record, State};
 use crate::drivers::charge::Charger;
+use crate::drivers::spans;
 use crate::policy::machine::NoAnswer;
 use crate::policy::outcome::{Call, Outcome, RetryCause, Shared};
 use crate::policy::outcome_kind::OutcomeKind;
@@ -63,7 +64,11 @@ impl Charger<'_> {
             }
         };
         if settled == Settled::Ended {
-            let record = match self.store_call(deadline, self.store.get(key)).await {
+            let read = self.store_call(deadline, self.store.get(key));
+            let record = match read
+                .instrument(spans::store_operation("get", "GetItem"))
+                .await
+            {
                 Ok(record) => record,
                 Err(no_answer) => return store_failed(no_answer),
             };
@@ -79,7 +84,13 @@ impl Charger<'_> {
             payment_id: &event.payment_id,
             settled,
         });
-        match self.store_call(deadline, self.store.write(&write)).await {
+        let span = spans::store_operation("settle", "UpdateItem");
+        let answer = self
+            .store_call(deadline, self.store.write(&write))
+            .instrument(span.clone())
+            .await;
+        spans::store_answered(&span, &answer);
+        match answer {
             Ok(WriteOutcome::Applied(_)) => Outcome::Settled {
                 payment_id: event.payment_id.clone(),
                 paid: settled != Settled::Ended,

@@ -274,8 +274,7 @@ pub fn after_the_sam_transform_the_audit_role_reads_and_writes_only_the_settle()
             "Action",
         ],
     );
-    *actions = serde_norway::from_str("[dynamodb:GetItem, dynamodb:BatchWriteItem]")
-        .unwrap();
+    *actions = serde_norway::from_str("[dynamodb:GetItem, dynamodb:BatchWriteItem]").unwrap();
     let found = audit_role_violations(&transformed(&writable));
     assert!(
         found

@@ -13,4 +13,5 @@ mod fanout;
 mod retry_path;
 mod role;
 mod rules;
+mod traces;
 mod values;

@@ -159,9 +159,16 @@ impl Consumer {
         let messages: Vec<Message<'_>> = event.records.iter().map(message).collect();
         let mut entries = plan::parse(&messages)?;
         let schedule = plan::schedule(&mut entries, self.limits.fifo_failure_scope);
+        // One span per record, from its run to its line (one entry per record, in
+        // order).
+        let spans: Vec<tracing::Span> = entries
+            .iter()
+            .zip(&event.records)
+            .map(|(entry, record)| report::span(entry, record))
+            .collect();
         // The records' calls end early enough for the queue steps to follow.
         let records_deadline = self.settings.budget.records_deadline(deadline);
-        self.run_groups(&mut entries, schedule, records_deadline)
+        self.run_groups(&mut entries, &spans, schedule, records_deadline)
             .await;
         let retries = Retries {
             now: self.settings.now(),
@@ -173,13 +180,21 @@ impl Consumer {
         self.send_dead_letters(&event.records, &mut entries, deadline, &retries)
             .await;
         self.change_visibility(&mut entries, deadline).await;
-        entries.iter().for_each(report::report);
+        for (entry, span) in entries.iter().zip(&spans) {
+            report::report(entry, span);
+        }
         Ok(batch_response(plan::response(&entries)))
     }
 
     /// Chains run concurrently (at most `max_concurrency` at once), each its groups one
     /// after another (one customer's orders), each group in message order.
-    async fn run_groups(&self, entries: &mut [Entry<'_>], schedule: Schedule, deadline: Time) {
+    async fn run_groups(
+        &self,
+        entries: &mut [Entry<'_>],
+        spans: &[tracing::Span],
+        schedule: Schedule,
+        deadline: Time,
+    ) {
         let shared: &[Entry<'_>] = entries;
         let Schedule {
             groups,
@@ -192,7 +207,10 @@ impl Consumer {
                 let mut ended = Vec::new();
                 for g in chain {
                     let members = groups[g].clone();
-                    ended.extend(self.run_in_order(shared, members, deadline, skip).await);
+                    ended.extend(
+                        self.run_in_order(shared, spans, members, deadline, skip)
+                            .await,
+                    );
                 }
                 ended
             })
@@ -209,6 +227,7 @@ impl Consumer {
     async fn run_in_order(
         &self,
         entries: &[Entry<'_>],
+        spans: &[tracing::Span],
         members: Vec<usize>,
         deadline: Time,
         skip: Skip,
@@ -218,7 +237,7 @@ impl Consumer {
         for i in members {
             let (outcome, latency) = match rule.skipped() {
                 Some(skipped) => (skipped, Duration::ZERO),
-                None => self.run_record(&entries[i], deadline).await,
+                None => self.run_record(&entries[i], &spans[i], deadline).await,
             };
             rule.ended(i, &outcome);
             ended.push((i, outcome, latency));
@@ -227,8 +246,13 @@ impl Consumer {
     }
 
     /// One record inside its span; its outcome and how long it took. Its log line is
-    /// written once the batch has settled it.
-    async fn run_record(&self, entry: &Entry<'_>, deadline: Time) -> (RecordOutcome, Duration) {
+    /// written once the batch has settled it, in the same span.
+    async fn run_record(
+        &self,
+        entry: &Entry<'_>,
+        span: &tracing::Span,
+        deadline: Time,
+    ) -> (RecordOutcome, Duration) {
         let Ok(valid) = &entry.order else {
             return (RecordOutcome::Invalid, Duration::ZERO);
         };
@@ -275,7 +299,7 @@ impl Consumer {
             };
             (outcome, started.elapsed())
         }
-        .instrument(report::span(entry))
+        .instrument(span.clone())
         .await
     }
 

@@ -5,23 +5,31 @@
 
 use std::time::Duration;
 
-use tracing::info_span;
+use aws_lambda_events::event::sqs::SqsMessage;
+use tracing::{field, info_span};
 
 use crate::drivers::metrics::{DEAD_LETTERED, count_outcome};
+use crate::drivers::spans;
 use crate::policy::batch::ending::RecordOutcome;
 use crate::policy::batch::plan::Entry;
 use crate::policy::outcome::Details;
 use crate::policy::outcome_kind::Level;
 
-/// The record's span: every line about it carries these fields.
-pub fn span(entry: &Entry<'_>) -> tracing::Span {
-    info_span!(
+/// The record's span, from its run to its line: every line about it carries these
+/// fields. With traces on it is also the record's span in the trace (`otel.*`,
+/// recorded only then, and the attributes of `drivers/spans.rs`).
+pub fn span(entry: &Entry<'_>, record: &SqsMessage) -> tracing::Span {
+    let span = info_span!(
         "record",
         message_id = entry.message_id,
         key = entry.key(),
         receive_count = entry.receive_count,
-        trace_id = entry.trace_id
-    )
+        trace_id = entry.trace_id,
+        "otel.name" = field::Empty,
+        "otel.kind" = field::Empty,
+    );
+    spans::describe_record(&span, record);
+    span
 }
 
 /// The `charge-once` attribute of a dead letter: why it is there, as JSON, and the
@@ -42,17 +50,28 @@ pub fn note(entry: &Entry<'_>) -> String {
     note.to_string()
 }
 
-/// Counts the record's metrics and writes its one line, with what the batch made of
-/// it (`retry_in_s`, `dead_lettered`). The line has no message: its `outcome`, with
-/// `dead_lettered` and `retry_in_s`, says how the record ended, and every byte of it
-/// is paid for at every record.
-pub fn report(entry: &Entry<'_>) {
+/// Counts the record's metrics and writes its one line in the record's `span`, with
+/// what the batch made of it (`retry_in_s`, `dead_lettered`). The line has no message:
+/// its `outcome`, with `dead_lettered` and `retry_in_s`, says how the record ended,
+/// and every byte of it is paid for at every record. With traces on it also carries
+/// the span's ids (`otel_trace_id`, `otel_span_id`), so the line and the trace join.
+pub fn report(entry: &Entry<'_>, span: &tracing::Span) {
     let kind = entry.outcome.kind();
     count_outcome(kind);
     if entry.dead_lettered == Some(true) {
         metrics::counter!(DEAD_LETTERED).increment(1);
     }
-    let span = span(entry);
+    let level = entry.outcome.level();
+    spans::record_ended(
+        span,
+        kind.name(),
+        !entry.acknowledged() || level == Level::Error,
+    );
+    let ids = spans::ids(span);
+    let (otel_trace_id, otel_span_id) = match &ids {
+        Some((trace, span)) => (Some(trace.as_str()), Some(span.as_str())),
+        None => (None, None),
+    };
     let _entered = span.enter();
     let d = match &entry.outcome {
         RecordOutcome::Processed(processed) => processed.details(),
@@ -83,10 +102,12 @@ pub fn report(entry: &Entry<'_>) {
                 dead_lettered = entry.dead_lettered,
                 queue_error,
                 reason = reason.as_deref(),
+                otel_trace_id,
+                otel_span_id,
             )
         };
     }
-    match entry.outcome.level() {
+    match level {
         Level::Info => line!(info),
         Level::Warn => line!(warn),
         Level::Error => line!(error),
