@@ -20,8 +20,11 @@ use crate::policy::audit::INCOMPLETE_METRIC;
 /// Awaiting records one settler run reads: a schedule every few minutes settles far
 /// more than any shop's authentication requests in that time.
 pub const SETTLE_LIMIT: usize = 1000;
-/// What the settler leaves of the invocation's time for its last calls and its answer.
-const SETTLE_MARGIN: Duration = Duration::from_secs(30);
+/// What the settler leaves of the invocation's time for its answer, besides the
+/// longest one record can take (five bounded calls: a lookup, a cancel, a second
+/// lookup, the report and the write).
+const SETTLE_MARGIN: Duration = Duration::from_secs(10);
+const SETTLE_CALLS_PER_RECORD: u32 = 5;
 
 /// The scheduled function's parts, built once at cold start.
 pub struct Scheduled {
@@ -76,7 +79,8 @@ async fn settle_waits(
         retention: parts.retention,
         call_timeout: parts.call_timeout,
         limit: SETTLE_LIMIT,
-        until: Instant::now() + left.saturating_sub(SETTLE_MARGIN),
+        until: Instant::now()
+            + left.saturating_sub(SETTLE_MARGIN + parts.call_timeout * SETTLE_CALLS_PER_RECORD),
     };
     let run = settler.run().await.inspect_err(|e| {
         tracing::error!(error = %crate::error_chain(e), "settler could not read the awaiting orders");

@@ -183,9 +183,20 @@ impl Settings {
 /// extension in the execution environment), as the payment API's URL is checked
 /// (`config.rs`). A base endpoint gets the traces path.
 fn checked_endpoint(var: &'static str, value: &str, base: bool) -> Result<String, TracesError> {
+    // An endpoint may carry credentials (`user:token@`, a query): the error line shows
+    // its scheme, host and path only, or nothing of a value that is not a URL.
+    let shown = match url::Url::parse(value.trim()) {
+        Ok(url) => format!(
+            "{}://{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or_default(),
+            url.path()
+        ),
+        Err(_) => "(not shown)".to_owned(),
+    };
     let invalid = |problem| TracesError::Invalid {
         var,
-        value: value.to_owned(),
+        value: shown.clone(),
         problem,
     };
     let url = url::Url::parse(value.trim()).map_err(|_| invalid("not a URL"))?;

@@ -1371,6 +1371,7 @@ async fn an_event_that_arrives_while_the_order_is_leased_is_retried_and_complete
             owner: &Owner::new(other),
             payment_id: &payment,
             wait_until: events.h.now() + Duration::from_secs(7 * 24 * 3600),
+            expires: events.h.now() + Duration::from_secs(97 * 24 * 3600),
         }))
         .await
         .unwrap();

@@ -599,10 +599,10 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             }
             _ => ["pi_1", "pi_2"][rng.random_range(0..2)],
         };
-        let settled = if rng.random_bool(0.5) {
-            Settled::Paid { expires }
-        } else {
-            Settled::Ended
+        let settled = match rng.random_range(0..3) {
+            0 => Settled::Paid { expires },
+            1 => Settled::Ended,
+            _ => Settled::Ending { at: now },
         };
         let pick = if awaited.is_some() && rng.random_bool(0.4) {
             9
@@ -615,6 +615,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 owner,
                 payment_id,
                 wait_until: Time::from_secs(now.as_secs() + 60 * rng.random_range(0..5i64)),
+                expires: Time::from_secs(now.as_secs() + 3600),
             }),
             9 => Write::Settle(SettleRequest {
                 pk,

@@ -99,7 +99,7 @@ const RESOLVE: &str = "UPDATE idempotency
       AND (huella IS NULL OR huella = :fingerprint)
     RETURNING *";
 const AWAIT: &str = "UPDATE idempotency
-    SET estado = :awaiting, pago = :payment, espera_hasta = :wait_until,
+    SET estado = :awaiting, pago = :payment, espera_hasta = :wait_until, expira = :expires,
         titular = NULL, en_curso_hasta = NULL
     WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
@@ -110,6 +110,10 @@ const SETTLE_PAID: &str = "UPDATE idempotency
     RETURNING *";
 const SETTLE_ENDED: &str = "UPDATE idempotency
     SET estado = :failed, intento = intento + 1, pago = NULL, espera_hasta = NULL, enviado = NULL
+    WHERE pk = :pk AND estado = :awaiting AND pago = :payment
+    RETURNING *";
+const SETTLE_ENDING: &str = "UPDATE idempotency
+    SET espera_hasta = :at
     WHERE pk = :pk AND estado = :awaiting AND pago = :payment
     RETURNING *";
 const AWAITING: &str = "SELECT * FROM idempotency
@@ -310,6 +314,7 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":owner", text(req.owner)),
                 (":payment", text(req.payment_id)),
                 (":wait_until", int(req.wait_until.as_secs())),
+                (":expires", int(req.expires.as_secs())),
             ],
         ),
         Write::Settle(req) => match req.settled {
@@ -321,6 +326,13 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 ],
             ),
             Settled::Ended => (SETTLE_ENDED, vec![(":payment", text(req.payment_id))]),
+            Settled::Ending { at } => (
+                SETTLE_ENDING,
+                vec![
+                    (":payment", text(req.payment_id)),
+                    (":at", int(at.as_secs())),
+                ],
+            ),
         },
     }
 }
@@ -455,11 +467,15 @@ mod tests {
                 owner: &me,
                 payment_id: "pi_1",
                 wait_until: Time::from_secs(5_000),
+                expires: Time::from_secs(9_000),
             }),
             settle(Settled::Paid {
                 expires: Time::from_secs(8_000),
             }),
             settle(Settled::Ended),
+            settle(Settled::Ending {
+                at: Time::from_secs(4_000),
+            }),
             Write::Reserve(ReserveRequest {
                 pk: &pk,
                 fingerprint: &fingerprint,

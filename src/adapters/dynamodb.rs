@@ -79,7 +79,8 @@ const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #state <> :done AND #
 const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_ms";
 /// Writing `espera_hasta` puts the record in the awaiting index; settling removes it.
 const AWAIT_UPDATE: &str = "SET #state = :awaiting, #payment = :payment, \
-     #wait_until = :wait_until REMOVE #owner, #lease_until";
+     #wait_until = :wait_until, #expires = :expires REMOVE #owner, #lease_until";
+const SETTLE_ENDING_UPDATE: &str = "SET #wait_until = :at";
 const SETTLE_CONDITION: &str = "#state = :awaiting AND #payment = :payment";
 const SETTLE_PAID_UPDATE: &str = "SET #state = :done, #receipt = :payment, #expires = :expires \
      REMOVE #payment, #wait_until, #attempt, #sent, #declines";
@@ -234,12 +235,16 @@ impl DynamoStore {
                 .update(req.pk, AWAIT_UPDATE, FENCE)
                 .expression_attribute_values(":owner", s(req.owner))
                 .expression_attribute_values(":payment", s(req.payment_id))
-                .expression_attribute_values(":wait_until", n(req.wait_until.as_secs())),
+                .expression_attribute_values(":wait_until", n(req.wait_until.as_secs()))
+                .expression_attribute_values(":expires", n(req.expires.as_secs())),
             Write::Settle(req) => match req.settled {
                 Settled::Paid { expires } => self
                     .update(req.pk, SETTLE_PAID_UPDATE, SETTLE_CONDITION)
                     .expression_attribute_values(":expires", n(expires.as_secs())),
                 Settled::Ended => self.update(req.pk, SETTLE_ENDED_UPDATE, SETTLE_CONDITION),
+                Settled::Ending { at } => self
+                    .update(req.pk, SETTLE_ENDING_UPDATE, SETTLE_CONDITION)
+                    .expression_attribute_values(":at", n(at.as_secs())),
             }
             .expression_attribute_values(":payment", s(req.payment_id)),
         }
@@ -402,6 +407,7 @@ mod tests {
             SETTLE_CONDITION,
             SETTLE_PAID_UPDATE,
             SETTLE_ENDED_UPDATE,
+            SETTLE_ENDING_UPDATE,
             AWAITING_KEY,
         ];
         for expression in expressions {

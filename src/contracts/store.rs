@@ -112,6 +112,9 @@ pub struct AwaitRequest<'a> {
     pub owner: &'a Owner,
     pub payment_id: &'a str,
     pub wait_until: Time,
+    /// Retention counted from the wait's end, so that TTL never sweeps a record whose
+    /// payment may still succeed.
+    pub expires: Time,
 }
 
 /// How an awaited payment settled (ARCHITECTURE.md, "An order that awaits its customer").
@@ -122,6 +125,10 @@ pub enum Settled {
     /// It was cancelled (or the wait expired and it was cancelled): `Failed`, the
     /// attempt + 1, so a later message for the order starts a new key.
     Ended,
+    /// It can no longer succeed but its end is not written yet: the wait's end moved to
+    /// `at` (still `Awaiting`), so that a copy of the order sent meanwhile is retried,
+    /// not acknowledged, while the shop hears of the end and the record says it.
+    Ending { at: Time },
 }
 
 /// Settle an awaiting record by the payment it names: on `state = Awaiting AND

@@ -21,6 +21,7 @@ use crate::domain::event::PaymentEvent;
 use crate::domain::{Key, Record, State};
 use crate::drivers::charge::Charger;
 use crate::drivers::spans;
+use crate::policy::deadline::CallKind;
 use crate::policy::machine::NoAnswer;
 use crate::policy::outcome::{Call, Outcome, RetryCause, Shared};
 use crate::policy::outcome_kind::OutcomeKind;
@@ -39,8 +40,10 @@ pub fn payment_now(event: &PaymentEvent) -> PaymentNow {
 
 impl Charger<'_> {
     /// A provider event about `key`'s order, settled by the conditional write the
-    /// record's named payment allows; a cancellation is reported first, once the
-    /// record is read to await that very payment.
+    /// record's named payment allows. The record is read first: the rule routes every
+    /// PaymentIntent event of the account, and most name an order that awaits nothing
+    /// (a read costs a fifth of a refused write). A cancellation moves the wait's end
+    /// to now, is reported, then written.
     pub async fn settle_event(
         &self,
         event: &PaymentEvent,
@@ -63,25 +66,73 @@ impl Charger<'_> {
                 };
             }
         };
+        let succeeded = found == PaymentNow::Succeeded;
+        let read = self.store_call(deadline, self.store.get(key));
+        let record = match read
+            .instrument(spans::store_operation("get", "GetItem"))
+            .await
+        {
+            Ok(record) => record,
+            Err(no_answer) => return store_failed(no_answer),
+        };
+        if !awaits(record.as_ref(), &event.payment_id) {
+            return settle::refused(record.as_ref(), &event.payment_id, succeeded, now);
+        }
         if settled == Settled::Ended {
-            let read = self.store_call(deadline, self.store.get(key));
-            let record = match read
-                .instrument(spans::store_operation("get", "GetItem"))
-                .await
-            {
-                Ok(record) => record,
-                Err(no_answer) => return store_failed(no_answer),
-            };
-            if !awaits(record.as_ref(), &event.payment_id) {
-                return settle::refused(record.as_ref(), &event.payment_id, false, now);
+            let ends_later = record
+                .as_ref()
+                .and_then(|r| r.wait_until)
+                .is_some_and(|end| end.as_secs() > now.as_secs());
+            if ends_later {
+                let ending = Settled::Ending { at: now };
+                match self.settle_write(key, &event.payment_id, ending, deadline).await {
+                    Ok(WriteOutcome::Applied(_)) => {}
+                    Ok(WriteOutcome::Refused(old)) => {
+                        return settle::refused(old.as_ref(), &event.payment_id, false, now);
+                    }
+                    Err(no_answer) => return store_failed(no_answer),
+                }
             }
-            if let Err(e) = report(reports, key, &event.payment_id, now).await {
+            let Some(timeout) = self
+                .settings
+                .budget
+                .call_timeout(CallKind::Queue, self.settings.now(), deadline)
+            else {
+                return Outcome::Deadline {
+                    before: Call::Settle,
+                    attempt: None,
+                };
+            };
+            let sent = tokio::time::timeout(timeout, report(reports, key, &event.payment_id, now))
+                .await
+                .unwrap_or(Err(QueueError::TimedOut));
+            if let Err(e) = sent {
                 return Outcome::retryable(RetryCause::Report(Shared::new(e)), None);
             }
         }
+        match self.settle_write(key, &event.payment_id, settled, deadline).await {
+            Ok(WriteOutcome::Applied(_)) => Outcome::Settled {
+                payment_id: event.payment_id.clone(),
+                paid: settled != Settled::Ended,
+            },
+            Ok(WriteOutcome::Refused(old)) => {
+                settle::refused(old.as_ref(), &event.payment_id, succeeded, self.settings.now())
+            }
+            Err(no_answer) => store_failed(no_answer),
+        }
+    }
+
+    /// One `Settle` write in its span, bounded by the deadline rule.
+    async fn settle_write(
+        &self,
+        key: &Key,
+        payment_id: &str,
+        settled: Settled,
+        deadline: Time,
+    ) -> Result<WriteOutcome, NoAnswer<StoreError>> {
         let write = Write::Settle(SettleRequest {
             pk: key,
-            payment_id: &event.payment_id,
+            payment_id,
             settled,
         });
         let span = spans::store_operation("settle", "UpdateItem");
@@ -90,19 +141,7 @@ impl Charger<'_> {
             .instrument(span.clone())
             .await;
         spans::store_answered(&span, &answer);
-        match answer {
-            Ok(WriteOutcome::Applied(_)) => Outcome::Settled {
-                payment_id: event.payment_id.clone(),
-                paid: settled != Settled::Ended,
-            },
-            Ok(WriteOutcome::Refused(old)) => settle::refused(
-                old.as_ref(),
-                &event.payment_id,
-                found == PaymentNow::Succeeded,
-                self.settings.now(),
-            ),
-            Err(no_answer) => store_failed(no_answer),
-        }
+        answer
     }
 }
 
@@ -283,6 +322,18 @@ impl Settler<'_> {
         now: Time,
     ) -> Result<Settling, SettleError> {
         if settled == Settled::Ended {
+            // Ended early (cancelled at the provider, or gone): the wait's end moves to
+            // now first, so a copy of the order sent meanwhile is retried, not lost.
+            if record.wait_until.is_some_and(|end| end.as_secs() > now.as_secs()) {
+                let ending = Write::Settle(SettleRequest {
+                    pk: &record.pk,
+                    payment_id,
+                    settled: Settled::Ending { at: now },
+                });
+                if let WriteOutcome::Refused(_) = self.bounded(self.store.write(&ending)).await? {
+                    return Ok(Settling::Waiting);
+                }
+            }
             self.bounded_report(report(self.reports, &record.pk, payment_id, now))
                 .await?;
         }

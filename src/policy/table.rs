@@ -126,8 +126,13 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.lease_until = None;
             r.payment = Some(req.payment_id.to_owned());
             r.wait_until = Some(req.wait_until);
+            r.expires = Some(req.expires);
         }
         Write::Settle(req) => {
+            if let Settled::Ending { at } = req.settled {
+                r.wait_until = Some(at);
+                return r;
+            }
             r.payment = None;
             r.wait_until = None;
             match req.settled {
@@ -139,7 +144,7 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
                     r.sent = None;
                     r.declines = None;
                 }
-                Settled::Ended => {
+                Settled::Ended | Settled::Ending { .. } => {
                     r.state = State::Failed;
                     r.attempt = r.attempt.map(|i| i + 1);
                     r.sent = None;
@@ -210,6 +215,12 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         State::InProgress if lease_live => Reservation::InProgress {
             until: old.lease_until,
         },
+        // Past its end the wait is being ended (its payment cancelled, the shop told):
+        // a copy sent now is retried, and once the record says `fallido` it is a new
+        // attempt; acknowledged, it would be lost.
+        State::Awaiting if old.wait_until.is_some_and(|end| end.as_secs() <= req.now.as_secs()) => {
+            Reservation::InProgress { until: None }
+        }
         State::Awaiting => Reservation::Awaiting {
             payment_id: old.payment,
         },
@@ -360,5 +371,48 @@ mod tests {
             ..Rules::ALL
         };
         assert!(holds(&reserve, Some(&awaiting), mutant));
+    }
+
+    #[test]
+    fn a_copy_of_an_order_whose_wait_is_past_its_end_is_retried_not_acknowledged() {
+        let mut awaiting = record(State::Awaiting, Some("h"), None);
+        awaiting.payment = Some("pi_1".into());
+        awaiting.wait_until = Some(Time::from_secs(1));
+        // `judge` reserves at 0 ms: the wait still runs.
+        assert_eq!(
+            judge(awaiting.clone()),
+            Reservation::Awaiting {
+                payment_id: Some("pi_1".into())
+            }
+        );
+        awaiting.wait_until = Some(Time::from_secs(0));
+        assert_eq!(judge(awaiting), Reservation::InProgress { until: None });
+    }
+
+    #[test]
+    fn ending_a_wait_early_moves_its_end_and_nothing_else() {
+        let pk = Key::for_order_id("a");
+        let mut awaiting = record(State::Awaiting, Some("h"), None);
+        awaiting.payment = Some("pi_1".into());
+        awaiting.wait_until = Some(Time::from_secs(900));
+        let ending = |payment_id| {
+            Write::Settle(crate::contracts::store::SettleRequest {
+                pk: &pk,
+                payment_id,
+                settled: Settled::Ending {
+                    at: Time::from_secs(100),
+                },
+            })
+        };
+        assert!(holds(&ending("pi_1"), Some(&awaiting), Rules::ALL));
+        assert!(!holds(&ending("pi_2"), Some(&awaiting), Rules::ALL));
+        let ended = apply(&ending("pi_1"), Some(&awaiting));
+        assert_eq!(
+            ended,
+            Record {
+                wait_until: Some(Time::from_secs(100)),
+                ..awaiting
+            }
+        );
     }
 }

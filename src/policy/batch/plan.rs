@@ -239,7 +239,7 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
         let customers = groups
             .iter()
             .enumerate()
-            .filter_map(|(g, members)| Some((g, customer(&entries[*members.first()?])?)));
+            .filter_map(|(g, members)| Some((g, chain_key(entries, members)?)));
         Schedule {
             chains: group_in_order(customers),
             groups,
@@ -269,6 +269,16 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
         }
     }
     schedule
+}
+
+/// What a group is chained by: its first order's customer, or, for a group of events
+/// alone, their order's key.
+fn chain_key<'e>(entries: &'e [Entry<'_>], members: &[usize]) -> Option<&'e str> {
+    members
+        .iter()
+        .find(|&&i| matches!(entries[i].order, Ok(Valid::Order { .. })))
+        .or(members.first())
+        .and_then(|&i| customer(&entries[i]))
 }
 
 /// What a valid record's group is chained by: the customer of an order (the provider

@@ -164,6 +164,9 @@ impl Machine {
                 owner: &self.lease.owner,
                 payment_id: self.awaited.as_deref().unwrap_or(""),
                 wait_until: self.wait_until(),
+                expires: Time::from_secs(
+                    self.lease.expires.as_secs() + self.authentication_wait.as_secs() as i64,
+                ),
             }),
         }
     }
