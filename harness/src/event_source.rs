@@ -104,6 +104,46 @@ impl Queues {
             .unwrap_or_default()
     }
 
+    /// A fresh queue on moto for the reports of waits that ended
+    /// (`AUTHENTICATION_ENDED_QUEUE_URL`, read by `SqsReports`): each test gets its own,
+    /// so its reports are only its own. Returns the queue's URL.
+    pub async fn create_report_queue(&self) -> String {
+        self.client
+            .create_queue()
+            .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap()
+    }
+
+    /// Takes every message out of the report queue at `queue_url` (one made by
+    /// `create_report_queue`), each body parsed as the JSON report it is: receives
+    /// until the queue answers empty, at most 100 rounds.
+    pub async fn drain_reports(&self, queue_url: &str) -> Vec<Value> {
+        let mut reports = Vec::new();
+        for _ in 0..100 {
+            let out = self
+                .client
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(60)
+                .send()
+                .await
+                .unwrap();
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                reports.push(serde_json::from_str(m.body().unwrap()).unwrap());
+            }
+        }
+        reports
+    }
+
     /// Messages visible or in flight in the source queue.
     pub async fn pending(&self) -> u64 {
         let attrs = self
