@@ -118,22 +118,13 @@ impl Queues {
             .unwrap()
     }
 
-    /// Takes every message out of the report queue at `queue_url` (one made by
+    /// Every message of the report queue at `queue_url` (one made by
     /// `create_report_queue`), each body parsed as the JSON report it is: receives
-    /// until the queue answers empty, at most 100 rounds.
+    /// until the queue answers empty, at most 100 rounds, leaving each hidden.
     pub async fn drain_reports(&self, queue_url: &str) -> Vec<Value> {
         let mut reports = Vec::new();
         for _ in 0..100 {
-            let out = self
-                .client
-                .receive_message()
-                .queue_url(queue_url)
-                .max_number_of_messages(10)
-                .visibility_timeout(60)
-                .send()
-                .await
-                .unwrap();
-            let messages = out.messages.unwrap_or_default();
+            let messages = self.take_batch(queue_url).await;
             if messages.is_empty() {
                 break;
             }
@@ -142,6 +133,23 @@ impl Queues {
             }
         }
         reports
+    }
+
+    /// Up to 10 messages of `queue_url` with their message attributes, hidden for a
+    /// minute so that a drain loop sees each once: the one receive of `drain_reports`
+    /// and `drain_dlq`.
+    async fn take_batch(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+        self.client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
     }
 
     /// Messages visible or in flight in the source queue.
@@ -176,17 +184,7 @@ impl Queues {
     pub async fn drain_dlq(&self) -> Vec<DlqMessage> {
         let mut drained = Vec::new();
         for _ in 0..1000 {
-            let out = self
-                .client
-                .receive_message()
-                .queue_url(&self.dlq_url)
-                .max_number_of_messages(10)
-                .visibility_timeout(60)
-                .message_attribute_names("All")
-                .send()
-                .await
-                .unwrap();
-            let messages = out.messages.unwrap_or_default();
+            let messages = self.take_batch(&self.dlq_url).await;
             if messages.is_empty() {
                 break;
             }
