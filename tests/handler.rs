@@ -1276,16 +1276,7 @@ async fn a_canceled_event_ends_the_wait_reports_the_order_and_its_next_message_s
     let logs = Captured::default();
     let _guard = logs.install();
     let mut events = Events::new().await;
-    let reports = events
-        .queues
-        .client
-        .create_queue()
-        .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let reports = events.queues.create_report_queue().await;
     events.h = events.h.reporting_to(std::sync::Arc::new(SqsReports::new(
         events.queues.client.clone(),
         &reports,
@@ -1304,18 +1295,9 @@ async fn a_canceled_event_ends_the_wait_reports_the_order_and_its_next_message_s
     assert_eq!(last_outcome(&logs).0, "authentication_expired");
     let ended = events.h.record(&events.order_id(1)).await.unwrap();
     assert_eq!((ended.state, ended.attempt), (State::Failed, Some(2)));
-    let out = events
-        .queues
-        .client
-        .receive_message()
-        .queue_url(&reports)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let messages = out.messages.unwrap_or_default();
-    assert_eq!(messages.len(), 1, "{messages:?}");
-    let report: serde_json::Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    let sent = events.queues.drain_reports(&reports).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let report = &sent[0];
     assert_eq!(report["order_id"], events.order_id(1).as_str());
     assert_eq!(report["outcome"], "authentication_expired");
     assert_eq!(report["payment_id"], payment.as_str());

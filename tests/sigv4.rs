@@ -339,15 +339,7 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
     // destination (PutEvents only), the scheduled settler (the index's Query too).
     let table = Backend::Moto.fresh_table().await;
     let queues = Queues::create(Duration::from_secs(30), 10).await;
-    let reports = queues
-        .client
-        .create_queue()
-        .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let reports = queues.create_report_queue().await;
     let secret_arn = api_key_secret().await;
     let (id, secret) = function_user().await;
     let stripe = user_allowed("stripe", &["events:PutEvents"]).await;

@@ -308,15 +308,7 @@ struct Settled {
 /// table, localstripe and a report queue on moto: once now, once on a clock moved past
 /// the end of the wait.
 async fn settle(table: &Table, queues: &Queues) -> Settled {
-    let report_queue = queues
-        .client
-        .create_queue()
-        .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let report_queue = queues.create_report_queue().await;
     let provider = HttpProvider::new(
         localstripe_url(),
         &Secret::new(localstripe::TEST_KEY.to_owned()),
@@ -341,25 +333,7 @@ async fn settle(table: &Table, queues: &Queues) -> Settled {
     let first = settler.run().await.unwrap();
     clock.advance(AUTHENTICATION_WAIT + Duration::from_secs(3600));
     let after_the_wait = settler.run().await.unwrap();
-    let mut reports = Vec::new();
-    for _ in 0..100 {
-        let out = queues
-            .client
-            .receive_message()
-            .queue_url(&report_queue)
-            .max_number_of_messages(10)
-            .visibility_timeout(60)
-            .send()
-            .await
-            .unwrap();
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            break;
-        }
-        for m in messages {
-            reports.push(serde_json::from_str(m.body().unwrap()).unwrap());
-        }
-    }
+    let reports = queues.drain_reports(&report_queue).await;
     Settled {
         first,
         after_the_wait,

@@ -104,6 +104,54 @@ impl Queues {
             .unwrap_or_default()
     }
 
+    /// A fresh queue on moto for the reports of waits that ended
+    /// (`AUTHENTICATION_ENDED_QUEUE_URL`, read by `SqsReports`): each test gets its own,
+    /// so its reports are only its own. Returns the queue's URL.
+    pub async fn create_report_queue(&self) -> String {
+        self.client
+            .create_queue()
+            .queue_name(format!("ended-{}", uuid::Uuid::new_v4().simple()))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap()
+    }
+
+    /// Every message of the report queue at `queue_url` (one made by
+    /// `create_report_queue`), each body parsed as the JSON report it is: receives
+    /// until the queue answers empty, at most 100 rounds, leaving each hidden.
+    pub async fn drain_reports(&self, queue_url: &str) -> Vec<Value> {
+        let mut reports = Vec::new();
+        for _ in 0..100 {
+            let messages = self.take_batch(queue_url).await;
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                reports.push(serde_json::from_str(m.body().unwrap()).unwrap());
+            }
+        }
+        reports
+    }
+
+    /// Up to 10 messages of `queue_url` with their message attributes, hidden for a
+    /// minute so that a drain loop sees each once: the one receive of `drain_reports`
+    /// and `drain_dlq`.
+    async fn take_batch(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+        self.client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
     /// Messages visible or in flight in the source queue.
     pub async fn pending(&self) -> u64 {
         let attrs = self
@@ -136,17 +184,7 @@ impl Queues {
     pub async fn drain_dlq(&self) -> Vec<DlqMessage> {
         let mut drained = Vec::new();
         for _ in 0..1000 {
-            let out = self
-                .client
-                .receive_message()
-                .queue_url(&self.dlq_url)
-                .max_number_of_messages(10)
-                .visibility_timeout(60)
-                .message_attribute_names("All")
-                .send()
-                .await
-                .unwrap();
-            let messages = out.messages.unwrap_or_default();
+            let messages = self.take_batch(&self.dlq_url).await;
             if messages.is_empty() {
                 break;
             }
