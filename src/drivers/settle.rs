@@ -85,7 +85,10 @@ impl Charger<'_> {
                 .is_some_and(|end| end.as_secs() > now.as_secs());
             if ends_later {
                 let ending = Settled::Ending { at: now };
-                match self.settle_write(key, &event.payment_id, ending, deadline).await {
+                match self
+                    .settle_write(key, &event.payment_id, ending, deadline)
+                    .await
+                {
                     Ok(WriteOutcome::Applied(_)) => {}
                     Ok(WriteOutcome::Refused(old)) => {
                         return settle::refused(old.as_ref(), &event.payment_id, false, now);
@@ -93,10 +96,10 @@ impl Charger<'_> {
                     Err(no_answer) => return store_failed(no_answer),
                 }
             }
-            let Some(timeout) = self
-                .settings
-                .budget
-                .call_timeout(CallKind::Queue, self.settings.now(), deadline)
+            let Some(timeout) =
+                self.settings
+                    .budget
+                    .call_timeout(CallKind::Queue, self.settings.now(), deadline)
             else {
                 return Outcome::Deadline {
                     before: Call::Settle,
@@ -110,14 +113,20 @@ impl Charger<'_> {
                 return Outcome::retryable(RetryCause::Report(Shared::new(e)), None);
             }
         }
-        match self.settle_write(key, &event.payment_id, settled, deadline).await {
+        match self
+            .settle_write(key, &event.payment_id, settled, deadline)
+            .await
+        {
             Ok(WriteOutcome::Applied(_)) => Outcome::Settled {
                 payment_id: event.payment_id.clone(),
                 paid: settled != Settled::Ended,
             },
-            Ok(WriteOutcome::Refused(old)) => {
-                settle::refused(old.as_ref(), &event.payment_id, succeeded, self.settings.now())
-            }
+            Ok(WriteOutcome::Refused(old)) => settle::refused(
+                old.as_ref(),
+                &event.payment_id,
+                succeeded,
+                self.settings.now(),
+            ),
             Err(no_answer) => store_failed(no_answer),
         }
     }
@@ -324,7 +333,10 @@ impl Settler<'_> {
         if settled == Settled::Ended {
             // Ended early (cancelled at the provider, or gone): the wait's end moves to
             // now first, so a copy of the order sent meanwhile is retried, not lost.
-            if record.wait_until.is_some_and(|end| end.as_secs() > now.as_secs()) {
+            if record
+                .wait_until
+                .is_some_and(|end| end.as_secs() > now.as_secs())
+            {
                 let ending = Write::Settle(SettleRequest {
                     pk: &record.pk,
                     payment_id,

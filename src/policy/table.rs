@@ -218,7 +218,11 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         // Past its end the wait is being ended (its payment cancelled, the shop told):
         // a copy sent now is retried, and once the record says `fallido` it is a new
         // attempt; acknowledged, it would be lost.
-        State::Awaiting if old.wait_until.is_some_and(|end| end.as_secs() <= req.now.as_secs()) => {
+        State::Awaiting
+            if old
+                .wait_until
+                .is_some_and(|end| end.as_secs() <= req.now.as_secs()) =>
+        {
             Reservation::InProgress { until: None }
         }
         State::Awaiting => Reservation::Awaiting {
