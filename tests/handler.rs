@@ -1038,6 +1038,15 @@ struct Events {
 }
 
 impl Events {
+    /// Asserts that `order_id`'s record is `hecho` with `payment` as its receipt.
+    async fn assert_done_with(&self, order_id: &str, payment: &str) {
+        let done = self.h.record(order_id).await.unwrap();
+        assert_eq!(
+            (done.state, done.receipt.as_deref()),
+            (State::Done, Some(payment))
+        );
+    }
+
     async fn new() -> Self {
         Self::with(Options::default()).await
     }
@@ -1262,11 +1271,7 @@ async fn a_payment_failed_event_leaves_the_order_awaiting_its_customer() {
             .await
             .is_empty()
     );
-    let done = events.h.record(&events.order_id(1)).await.unwrap();
-    assert_eq!(
-        (done.state, done.receipt.as_deref()),
-        (State::Done, Some(payment.as_str()))
-    );
+    events.assert_done_with(&events.order_id(1), &payment).await;
     events.done().await;
 }
 
@@ -1365,11 +1370,7 @@ async fn an_event_that_arrives_while_the_order_is_leased_is_retried_and_complete
             .await
             .is_empty()
     );
-    let done = events.h.record(&id).await.unwrap();
-    assert_eq!(
-        (done.state, done.receipt.as_deref()),
-        (State::Done, Some(payment.as_str()))
-    );
+    events.assert_done_with(&id, &payment).await;
     events.done().await;
 }
 

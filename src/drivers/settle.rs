@@ -346,7 +346,7 @@ impl Settler<'_> {
                     return Ok(Settling::Waiting);
                 }
             }
-            self.bounded_report(report(self.reports, &record.pk, payment_id, now))
+            self.bounded(report(self.reports, &record.pk, payment_id, now))
                 .await?;
         }
         let write = Write::Settle(SettleRequest {
@@ -385,12 +385,5 @@ impl Settler<'_> {
             .await
             .map_err(|_elapsed| SettleError::TimedOut)?
             .map_err(Into::into)
-    }
-
-    async fn bounded_report(
-        &self,
-        call: impl std::future::Future<Output = Result<(), QueueError>>,
-    ) -> Result<(), SettleError> {
-        self.bounded(call).await
     }
 }

@@ -128,29 +128,27 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.wait_until = Some(req.wait_until);
             r.expires = Some(req.expires);
         }
-        Write::Settle(req) => {
-            if let Settled::Ending { at } = req.settled {
-                r.wait_until = Some(at);
-                return r;
+        Write::Settle(req) => match req.settled {
+            // Still awaiting: only the wait's end moves.
+            Settled::Ending { at } => r.wait_until = Some(at),
+            Settled::Paid { expires } => {
+                r.state = State::Done;
+                r.receipt = Some(req.payment_id.to_owned());
+                r.expires = Some(expires);
+                r.payment = None;
+                r.wait_until = None;
+                r.attempt = None;
+                r.sent = None;
+                r.declines = None;
             }
-            r.payment = None;
-            r.wait_until = None;
-            match req.settled {
-                Settled::Paid { expires } => {
-                    r.state = State::Done;
-                    r.receipt = Some(req.payment_id.to_owned());
-                    r.expires = Some(expires);
-                    r.attempt = None;
-                    r.sent = None;
-                    r.declines = None;
-                }
-                Settled::Ended | Settled::Ending { .. } => {
-                    r.state = State::Failed;
-                    r.attempt = r.attempt.map(|i| i + 1);
-                    r.sent = None;
-                }
+            Settled::Ended => {
+                r.state = State::Failed;
+                r.payment = None;
+                r.wait_until = None;
+                r.attempt = r.attempt.map(|i| i + 1);
+                r.sent = None;
             }
-        }
+        },
     }
     r
 }
