@@ -13,18 +13,21 @@
 //!   stores a 5xx (whose payment may still appear, succeeded, within
 //!   `PROVIDER_KEY_TTL` less one invocation of its send, as Stripe rolls such payments
 //!   forward after an incident, and never after), creates a `pending` charge that settles later as succeeded or
-//!   failed, and forgets keys; a declined payment stays open, and someone (the shop's
+//!   failed (the record awaits it, as it awaits a customer), and forgets keys; a declined payment stays open, and someone (the shop's
 //!   on-session page, a person in the Dashboard) may confirm it later, until it is
 //!   cancelled; a payment may need the customer's authentication: the record then
 //!   awaits its customer (`espera`) and the message is acknowledged, and the customer
 //!   may confirm the payment at any time until it is cancelled, after the wait's end
-//!   too; every change of a payment's status makes the provider's event
-//!   (`payment_intent.succeeded`, `.canceled`, `.payment_failed`);
-//! * the settling of a wait (`policy/settle.rs`): a consumer that receives any event
-//!   made so far, any number of times and in any order, and settles by `on_event`;
-//!   the scheduled settler, which may run at any time, reads the awaiting record,
-//!   looks its payment up by id and settles by `on_lookup`: once the clock passes the
-//!   wait's end it cancels the payment first (a refused cancel: it looks again);
+//!   too;
+//! * the settling of a payment (`policy/settle.rs`, the product's own settlement
+//!   machine, run step by step against these models): an adversary who may put any
+//!   event on the queue (any type, naming any payment, any number of times: Stripe's
+//!   own, or a forgery by anyone allowed to send to the queue), and a consumer that
+//!   settles it by fetching the payment; the scheduled settler, which may run at any
+//!   time, fetches the awaiting record's payment and settles; once the clock passes
+//!   the wait's end it cancels the payment first (its own step: a customer may
+//!   confirm in between; a refused cancel: it fetches again). A fetch may answer 404
+//!   (a wrong key: every fetch of that run), and a report of an ended wait may fail;
 //! * SQS: two copies of one order and one message with the same id and another
 //!   payload; receives counted, the DLQ after `max_receive`, one redrive; a message
 //!   no retry can fix (`Handling::DeadLetter`) is sent to the DLQ by the consumer and
@@ -41,7 +44,9 @@
 //! in the DLQ, or the record awaits its customer (`espera`, which the settler always
 //! can settle); a `Done` record never changes; an awaiting record ends only by the
 //! payment it names (`Done` once that succeeded, `Failed` once it is cancelled);
-//! every message ends acknowledged or in the DLQ and every wait ends; and,
+//! no record is `hecho` with a payment that is not succeeded at the provider; a payment
+//! that succeeded is never acknowledged as nothing while its record is not done with
+//! it; every message ends acknowledged or in the DLQ and every wait ends; and,
 //! so the model is not vacuous, a takeover after a crash, reconciliation finding a
 //! charge and finding none, a decline followed by success under a later key, a
 //! declined payment confirmed by someone else and completed, a payment that needed
@@ -64,15 +69,16 @@ use charge_once::domain::clock::Time;
 
 use charge_once::contracts::payment::{Cancel, FailureKind, Lookup, PaymentError, Receipt};
 use charge_once::contracts::store::Write;
-use charge_once::contracts::store::{SettleRequest, Settled, StoreError, WriteOutcome};
-use charge_once::domain::event::PaymentEvent;
+use charge_once::contracts::store::{StoreError, WriteOutcome};
 use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Owner, Record, State as RecordState};
 use charge_once::policy::machine::{Input, Machine, NoAnswer, Start, Step};
 use charge_once::policy::outcome::Outcome;
 use charge_once::policy::outcome_kind::Handling;
 use charge_once::policy::rules::Rules;
-use charge_once::policy::settle::{self, Decision, PaymentNow};
+use charge_once::policy::settle::{
+    Found, PaymentNow, SettleInput, SettleStep, Settlement, Trigger,
+};
 use charge_once::policy::table::{apply, holds};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -206,6 +212,18 @@ const MUTANTS: &[(&str, &str)] = &[
         "expire-without-cancel",
         "a wait ends while its payment may still succeed (past its end uncancelled, or on a failed attempt)",
     ),
+    (
+        "trust-the-event",
+        "an event's body is believed: its type settles the wait without asking the provider",
+    ),
+    (
+        "missing-ends-the-wait",
+        "a payment the provider does not know (404) ends the wait",
+    ),
+    (
+        "ignore-unrecorded-success",
+        "a success the record does not await is acknowledged as nothing",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -284,6 +302,19 @@ fn mutant(name: &str) -> Option<Params> {
             p.crashes = 0;
             p.redrives = 0;
             p.depth = 8;
+        }
+        "trust-the-event" | "missing-ends-the-wait" | "ignore-unrecorded-success" => {
+            // The wait (or a lost answer), and one event or settler run: one copy, no
+            // crash or redrive.
+            match name {
+                "trust-the-event" => p.rules.event_is_a_hint = false,
+                "missing-ends-the-wait" => p.rules.missing_is_a_fault = false,
+                _ => p.rules.money_taken_is_recorded = false,
+            }
+            p.msgs = &[Payload::Order];
+            p.crashes = 0;
+            p.redrives = 0;
+            p.depth = 10;
         }
         "ack-before-dead-letter" => {
             // The conflicting payload is the poison message; nothing else is needed.
@@ -402,12 +433,9 @@ struct State {
     table: Option<Record>,
     keys: Vec<KeyEntry>,
     charges: Vec<(Payload, Status)>,
-    /// The events each charge made so far: three bits per charge, by its index (no
-    /// allocation: the search clones every state it expands).
-    events: u64,
-    /// A settler run that found the awaited payment `i` open past the wait's end and is
-    /// about to cancel it.
-    cancelling: Option<usize>,
+    /// A settler run that found the awaited payment open past the wait's end and is
+    /// about to cancel it: its settlement, waiting on the cancel.
+    cancelling: Option<Box<Settlement>>,
     /// How waits were settled so far (bits).
     settled: u8,
     msgs: Vec<Msg>,
@@ -421,7 +449,28 @@ struct State {
     done_changed: bool,
     /// An awaiting record left `espera` other than by the payment it names.
     wait_broken: bool,
+    /// A record became `hecho` with a payment that is not succeeded at the provider.
+    done_unpaid: bool,
+    /// An event about a payment that succeeded was acknowledged as nothing while the
+    /// record was not done with it.
+    success_ignored: bool,
 }
+
+/// A settlement's own faults (the model's parts answer everything else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum SettleFault {
+    None,
+    /// A wrong key, mode or URL: every fetch answers 404.
+    WrongKey,
+    /// The report of an ended wait fails.
+    ReportFails,
+}
+
+const SETTLE_FAULTS: [SettleFault; 3] = [
+    SettleFault::None,
+    SettleFault::WrongKey,
+    SettleFault::ReportFails,
+];
 
 /// What the environment does with a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -456,10 +505,12 @@ enum Action {
     Confirm(usize),
     /// The provider rolls the payment `i` behind a stored 5xx forward: it succeeds.
     RollForward(usize),
-    /// The provider's event (one bit) about payment `i` reaches a consumer.
-    Event(usize, u8),
-    /// The scheduled settler reads the awaiting record and looks its payment up.
-    SettlerLooks,
+    /// An event naming payment `i` and claiming what one bit says (any payment, any
+    /// claim, any number of times: Stripe's, or a forgery by anyone allowed to send to
+    /// the queue) reaches a consumer.
+    Event(usize, u8, SettleFault),
+    /// The scheduled settler reads the awaiting record and fetches its payment.
+    SettlerLooks(SettleFault),
     /// The settler cancels the awaited payment whose wait is over.
     SettlerCancels,
 }
@@ -471,8 +522,8 @@ struct ChargeModel {
     /// of the search's time.
     order: Identity,
     other: Identity,
-    /// What each event (`SUCCEEDED`, `CANCELED`, `PAYMENT_FAILED`) says of its payment,
-    /// read once by the consumer's own function.
+    /// What each event (`SUCCEEDED`, `CANCELED`, `PAYMENT_FAILED`) claims of its
+    /// payment, read once by the consumer's own function.
     event_now: [PaymentNow; 3],
 }
 
@@ -529,26 +580,10 @@ impl State {
         i
     }
 
-    /// Payment `i` is now `status`; the provider makes the event a change to it makes.
+    /// Payment `i` is now `status` (its events are the adversary's to send: any
+    /// payment, any claim).
     fn set_status(&mut self, i: usize, status: Status) {
         self.charges[i].1 = status;
-        let made = match status {
-            Status::Succeeded => SUCCEEDED,
-            Status::Canceled => CANCELED,
-            Status::Open | Status::AwaitsCustomer | Status::Failed => PAYMENT_FAILED,
-            Status::Pending | Status::Limbo => 0,
-        };
-        // A run makes a handful of payments; more would overflow the bits.
-        assert!(
-            i < 21,
-            "payment {i}: more payments than the event bits hold"
-        );
-        self.events |= u64::from(made) << (3 * i);
-    }
-
-    /// Payment `i` made `event`.
-    fn made(&self, i: usize, event: u8) -> bool {
-        (self.events >> (3 * i)) & u64::from(event) != 0
     }
 }
 
@@ -559,9 +594,9 @@ fn payment_now(status: Status) -> PaymentNow {
         Status::Canceled => PaymentNow::of_status("canceled"),
         Status::Pending => PaymentNow::of_status("processing"),
         Status::AwaitsCustomer => PaymentNow::of_status("requires_action"),
-        Status::Open | Status::Failed => PaymentNow::of_status("requires_payment_method"),
-        // Behind a stored 5xx: no read of the provider sees it.
-        Status::Limbo => PaymentNow::Missing,
+        Status::Open | Status::Failed | Status::Limbo => {
+            PaymentNow::of_status("requires_payment_method")
+        }
     }
 }
 
@@ -572,13 +607,7 @@ fn event_now(event: u8) -> PaymentNow {
         CANCELED => ("payment_intent.canceled", "canceled"),
         _ => ("payment_intent.payment_failed", "requires_payment_method"),
     };
-    charge_once::drivers::settle::payment_now(&PaymentEvent {
-        id: format!("evt_{event}"),
-        kind: kind.to_owned(),
-        payment_id: "ch0".to_owned(),
-        status: status.to_owned(),
-        order_id: Some("o".to_owned()),
-    })
+    PaymentNow::claimed(kind, status)
 }
 
 impl ChargeModel {
@@ -645,6 +674,16 @@ impl ChargeModel {
                 {
                     s.done_changed = true;
                 }
+                let unpaid = new.state == RecordState::Done
+                    && !new
+                        .receipt
+                        .as_deref()
+                        .and_then(receipt_index)
+                        .and_then(|i| s.charges.get(i))
+                        .is_some_and(|c| c.1 == Status::Succeeded);
+                if unpaid {
+                    s.done_unpaid = true;
+                }
                 if let Some(old) = &s.table
                     && old.state == RecordState::Awaiting
                     && !(new.state == RecordState::Awaiting && new.payment == old.payment)
@@ -692,102 +731,141 @@ impl ChargeModel {
         }
     }
 
+    /// What the provider answers for payment `i` fetched by id (`None`: it has no such
+    /// payment, as behind a stored 5xx: no read sees it).
+    fn found(&self, s: &State, i: usize) -> Option<Found> {
+        let (payload, status) = s.charges.get(i)?;
+        if *status == Status::Limbo {
+            return None;
+        }
+        Some(Found {
+            status: payment_now(*status),
+            order_id: Some(self.order.key.order_id().to_owned()),
+            fingerprint: Some(self.identity(*payload).fingerprint),
+        })
+    }
+
+    /// Runs a settlement (`policy/settle.rs`) against the model's table and provider
+    /// until it ends, or, with `stop_at_cancel`, until it asks to cancel (the settler's
+    /// cancel is its own action, so a customer may confirm in between): then the
+    /// settlement waiting on its cancel.
+    fn settle(
+        &self,
+        s: &mut State,
+        mut machine: Settlement,
+        mut step: SettleStep,
+        fault: SettleFault,
+        stop_at_cancel: bool,
+    ) -> Result<Outcome, Box<Settlement>> {
+        for _ in 0..16 {
+            let payment = receipt_index(machine.payment_id());
+            step = match step {
+                SettleStep::Done(outcome) => return Ok(outcome),
+                SettleStep::Read => machine.on(SettleInput::Read(Ok(s.table.clone()))),
+                SettleStep::Fetch => {
+                    let found = match fault {
+                        SettleFault::WrongKey => None,
+                        _ => payment.and_then(|i| self.found(s, i)),
+                    };
+                    machine.on(SettleInput::Fetched(Ok(found)))
+                }
+                SettleStep::Cancel if stop_at_cancel => return Err(Box::new(machine)),
+                SettleStep::Cancel => machine.on(SettleInput::Cancelled(Ok(cancel(s, payment)))),
+                SettleStep::Report => machine.on(SettleInput::Reported(match fault {
+                    SettleFault::ReportFails => Err(NoAnswer::Failed(
+                        charge_once::contracts::queue::QueueError::TimedOut,
+                    )),
+                    _ => Ok(()),
+                })),
+                SettleStep::Write => {
+                    let answer = match machine.write() {
+                        Some(write) => self.write(s, &write, Env::Normal),
+                        None => Err(NoAnswer::NoTime),
+                    };
+                    machine.on(SettleInput::Written(answer))
+                }
+            };
+        }
+        Ok(Outcome::InProgress { until: None })
+    }
+
     /// `expires` of a record completed now.
-    fn paid(&self, s: &State) -> Settled {
-        Settled::Paid {
-            expires: Time::from_secs(now_s(s.now) + now_s(self.p.retention)),
-        }
+    fn paid_until(&self, s: &State) -> Time {
+        Time::from_secs(now_s(s.now) + now_s(self.p.retention))
     }
 
-    /// The settle of the wait for payment `i`, as an event's consumer or the settler
-    /// writes it; on success, `how` joins the ways waits were settled. Whether it was
-    /// applied: a refused settle changes nothing (`policy/settle.rs`, `refused`: the
-    /// event is ignored, or retried while the order is being charged, which a later
-    /// delivery of it models).
-    fn settle(&self, s: &mut State, i: usize, settled: Settled, how: u8) -> bool {
-        let payment_id = format!("ch{i}");
-        let write = Write::Settle(SettleRequest {
-            pk: &self.order.key,
-            payment_id: &payment_id,
-            settled,
-        });
-        let applied = matches!(
-            self.write(s, &write, Env::Normal),
-            Ok(WriteOutcome::Applied(_))
-        );
-        if applied {
-            s.settled |= how;
-        }
-        applied
-    }
-
-    /// Whether the settle of payment `i`'s wait holds on the record now.
-    fn settle_holds(&self, s: &State, i: usize, settled: Settled) -> bool {
-        let payment_id = format!("ch{i}");
-        let write = Write::Settle(SettleRequest {
-            pk: &self.order.key,
-            payment_id: &payment_id,
-            settled,
-        });
-        holds(&write, s.table.as_ref(), self.p.rules)
-    }
-
-    /// The settle the provider's event `event` about payment `i` makes a consumer
-    /// write, when the table would apply it: `None` when the event changes nothing
-    /// (offered only then: a step to the same state would hide the end of a path, and
-    /// the search clones a state for every step it tries).
-    fn event_settles(&self, s: &State, i: usize, event: u8) -> Option<Settled> {
-        let now = self.event_now[match event {
+    /// An event naming payment `i` and claiming `event`, settled by the consumer.
+    fn event(&self, s: &mut State, i: usize, event: u8, fault: SettleFault) {
+        let claimed = self.event_now[match event {
             SUCCEEDED => 0,
             CANCELED => 1,
             _ => 2,
         }];
-        let decision = settle::on_event(now, self.paid(s), self.p.rules);
-        match decision {
-            Decision::Settle(settled) if self.settle_holds(s, i, settled) => Some(settled),
-            _ => None,
+        let trigger = Trigger::Event {
+            payment_id: format!("ch{i}"),
+            claimed,
+        };
+        let (machine, step) = Settlement::new(
+            self.order.key.clone(),
+            trigger,
+            at(s.now),
+            self.paid_until(s),
+            self.p.rules,
+        );
+        let Ok(outcome) = self.settle(s, machine, step, fault, false) else {
+            return;
+        };
+        if matches!(outcome, Outcome::Settled { paid: true, .. }) {
+            s.settled |= BY_EVENT;
+        }
+        // Money taken is never acknowledged as nothing while the record is not done
+        // with it (a record the table lost entirely is counted, not settled).
+        let paid = s.charges.get(i).is_some_and(|c| c.1 == Status::Succeeded);
+        let done_with_it = s.table.as_ref().is_some_and(|r| {
+            r.state == RecordState::Done && r.receipt.as_deref() == Some(format!("ch{i}").as_str())
+        });
+        if paid
+            && s.table.is_some()
+            && !done_with_it
+            && outcome.handling().is_ack()
+            && !matches!(outcome, Outcome::PaymentUnrecorded { .. })
+        {
+            s.success_ignored = true;
         }
     }
 
-    /// What a settler run does now: it reads the awaiting record and looks its payment
-    /// up by id; `None` when that changes nothing (the wait goes on).
-    fn settler_decides(&self, s: &State) -> Option<(usize, Decision)> {
-        let record = s
-            .table
-            .as_ref()
-            .filter(|r| r.state == RecordState::Awaiting)?;
-        let wait_until = record.wait_until?;
-        let i = record.payment.as_deref().and_then(receipt_index)?;
-        let found = s
-            .charges
-            .get(i)
-            .map_or(PaymentNow::Missing, |c| payment_now(c.1));
-        match settle::on_lookup(found, wait_until, at(s.now), self.paid(s), self.p.rules) {
-            Decision::Settle(settled) if !self.settle_holds(s, i, settled) => None,
-            Decision::Wait => None,
-            decision => Some((i, decision)),
+    /// A settler run over the awaiting record: to its end, or to its cancel.
+    fn settler_looks(&self, s: &mut State, fault: SettleFault) {
+        let Some(record) = s.table.clone().filter(|r| r.state == RecordState::Awaiting) else {
+            return;
+        };
+        let (machine, step) = Settlement::new(
+            self.order.key.clone(),
+            Trigger::Due(Box::new(record)),
+            at(s.now),
+            self.paid_until(s),
+            self.p.rules,
+        );
+        match self.settle(s, machine, step, fault, true) {
+            Ok(Outcome::Settled { paid: true, .. }) => s.settled |= BY_SETTLER,
+            Ok(_) => {}
+            Err(waiting) => s.cancelling = Some(waiting),
         }
     }
 
-    /// The settler's cancel of a payment whose wait is over, then the settle; a
-    /// refused cancel (it succeeded meanwhile) means look again.
+    /// The settler's cancel of a payment whose wait is over, then the rest of its
+    /// settlement; a refused cancel (it succeeded meanwhile) means look again.
     fn settler_cancels(&self, s: &mut State) -> Option<()> {
-        let i = s.cancelling.take()?;
-        match cancel(s, Some(i)) {
-            Cancel::Cancelled => {
-                self.settle(s, i, Settled::Ended, EXPIRED);
+        let mut machine = s.cancelling.take()?;
+        let answer = cancel(s, receipt_index(machine.payment_id()));
+        let refused = answer == Cancel::NotCancellable;
+        let step = machine.on(SettleInput::Cancelled(Ok(answer)));
+        match self.settle(s, *machine, step, SettleFault::None, false) {
+            Ok(Outcome::Settled { paid: true, .. }) if refused => {
+                s.settled |= BY_SETTLER | CONFIRMED_LATE;
             }
-            Cancel::NotCancellable => match payment_now(s.charges[i].1) {
-                PaymentNow::Succeeded => {
-                    let paid = self.paid(s);
-                    self.settle(s, i, paid, BY_SETTLER | CONFIRMED_LATE);
-                }
-                PaymentNow::Canceled => {
-                    self.settle(s, i, Settled::Ended, 0);
-                }
-                // Still open, or in flight: the next run looks again.
-                _ => {}
-            },
+            Ok(Outcome::Settled { paid: false, .. }) if !refused => s.settled |= EXPIRED,
+            _ => {}
         }
         Some(())
     }
@@ -1064,7 +1142,6 @@ impl Model for ChargeModel {
             table: None,
             keys: Vec::new(),
             charges: Vec::new(),
-            events: 0,
             cancelling: None,
             settled: 0,
             msgs: self.p.msgs.iter().map(|p| msg(*p)).collect(),
@@ -1076,6 +1153,8 @@ impl Model for ChargeModel {
             bad_ack: false,
             done_changed: false,
             wait_broken: false,
+            done_unpaid: false,
+            success_ignored: false,
         }]
     }
 
@@ -1124,18 +1203,34 @@ impl Model for ChargeModel {
                 actions.push(Action::RollForward(i));
             }
         }
-        // Only an awaiting record can be settled: every other event or run changes
-        // nothing (a step to the same state would hide the end of a path).
-        if s.awaits() {
+        // Events name any payment and claim anything, any number of times; each is
+        // offered only where it changes the state (a step to the same state would
+        // hide the end of a path, and the search clones a state for every step it
+        // tries). An event for a record the table lost, or whose receipt is already
+        // its payment, makes no call and changes nothing.
+        if let Some(record) = &s.table {
             for i in 0..s.charges.len() {
+                if record.receipt.as_deref() == Some(format!("ch{i}").as_str()) {
+                    continue;
+                }
                 for event in [SUCCEEDED, CANCELED, PAYMENT_FAILED] {
-                    if s.made(i, event) && self.event_settles(s, i, event).is_some() {
-                        actions.push(Action::Event(i, event));
+                    for fault in SETTLE_FAULTS {
+                        let mut next = s.clone();
+                        self.event(&mut next, i, event, fault);
+                        if next != *s {
+                            actions.push(Action::Event(i, event, fault));
+                        }
                     }
                 }
             }
-            if s.cancelling.is_none() && self.settler_decides(s).is_some() {
-                actions.push(Action::SettlerLooks);
+        }
+        if s.awaits() && s.cancelling.is_none() {
+            for fault in SETTLE_FAULTS {
+                let mut next = s.clone();
+                self.settler_looks(&mut next, fault);
+                if next != *s {
+                    actions.push(Action::SettlerLooks(fault));
+                }
             }
         }
         if s.cancelling.is_some() {
@@ -1200,27 +1295,8 @@ impl Model for ChargeModel {
                     },
                 );
             }
-            Action::Event(i, event) => {
-                let settled = self.event_settles(&s, i, event)?;
-                let how = if settled == Settled::Ended {
-                    0
-                } else {
-                    BY_EVENT
-                };
-                self.settle(&mut s, i, settled, how);
-            }
-            Action::SettlerLooks => match self.settler_decides(&s)? {
-                (i, Decision::Settle(settled)) => {
-                    let how = if settled == Settled::Ended {
-                        0
-                    } else {
-                        BY_SETTLER
-                    };
-                    self.settle(&mut s, i, settled, how);
-                }
-                (i, Decision::Cancel) => s.cancelling = Some(i),
-                (_, Decision::Wait) => return None,
-            },
+            Action::Event(i, event, fault) => self.event(&mut s, i, event, fault),
+            Action::SettlerLooks(fault) => self.settler_looks(&mut s, fault),
             Action::SettlerCancels => self.settler_cancels(&mut s)?,
             Action::Step(c, env) if s.consumers[c].dead_lettering => {
                 if env != Env::Normal {
@@ -1251,6 +1327,14 @@ impl Model for ChargeModel {
             Property::always(
                 "an `espera` record ends only by its payment: `hecho` once it succeeded, `fallido` once it is cancelled",
                 |_: &ChargeModel, s: &State| !s.wait_broken,
+            ),
+            Property::always(
+                "no record is `hecho` with a payment that is not succeeded at the provider",
+                |_: &ChargeModel, s: &State| !s.done_unpaid,
+            ),
+            Property::always(
+                "a payment that succeeded is never acknowledged as nothing while its record is not done with it",
+                |_: &ChargeModel, s: &State| !s.success_ignored,
             ),
             Property::eventually(
                 "every message ends acknowledged or in the DLQ, and every wait ends",
@@ -1433,7 +1517,11 @@ impl fmt::Display for State {
             .iter()
             .enumerate()
             .map(|(i, (p, s))| format!("ch{i}:{p:?}:{s:?}"))
-            .chain(self.cancelling.map(|i| format!("(settler cancels ch{i})")))
+            .chain(
+                self.cancelling
+                    .as_ref()
+                    .map(|m| format!("(settler cancels {})", m.payment_id())),
+            )
             .collect();
         let msgs: Vec<String> = self
             .msgs

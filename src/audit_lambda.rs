@@ -17,9 +17,9 @@ use crate::drivers::audit::{Window, audit};
 use crate::drivers::settle::Settler;
 use crate::policy::audit::INCOMPLETE_METRIC;
 
-/// Awaiting records one settler run reads: a schedule every few minutes settles far
-/// more than any shop's authentication requests in that time.
-pub const SETTLE_LIMIT: usize = 1000;
+/// Awaiting records one page of the settler's read holds (a run reads page after page
+/// until its time ends, and the next run goes on from there).
+pub const SETTLE_LIMIT: usize = 100;
 /// What the settler leaves of the invocation's time for its answer, besides the
 /// longest one record can take (five bounded calls: a lookup, a cancel, a second
 /// lookup, the report and the write).
@@ -37,6 +37,8 @@ pub struct Scheduled {
     pub retention: Duration,
     /// Each of the settler's calls.
     pub call_timeout: Duration,
+    /// The pace of the settler's provider calls, kept across its runs.
+    pub pacer: crate::policy::pacing::Pacer,
 }
 
 /// Serves audits and settler runs until the runtime stops.
@@ -81,6 +83,8 @@ async fn settle_waits(
         limit: SETTLE_LIMIT,
         until: Instant::now()
             + left.saturating_sub(SETTLE_MARGIN + parts.call_timeout * SETTLE_CALLS_PER_RECORD),
+        pacer: &parts.pacer,
+        per_run: usize::MAX,
     };
     let run = settler.run().await.inspect_err(|e| {
         tracing::error!(error = %crate::error_chain(e), "settler could not read the awaiting orders");

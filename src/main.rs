@@ -113,6 +113,7 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
                 reports: wiring::reports(&config, &sdk),
                 retention: config.retention,
                 call_timeout: config.payment_timeout,
+                pacer: charge_once::policy::pacing::Pacer::new(config.payment_rate_share()),
             };
             charge_once::audit_lambda::serve(scheduled, metrics)
                 .await

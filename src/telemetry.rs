@@ -14,7 +14,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::drivers::metrics::{
-    CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED,
+    CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PAYMENT_MISSING, PROVIDER_LOCKED,
     PROVIDER_RATE_LIMITED, QUEUE_FAILURES, STORE_LATENCY, TAKEOVER,
 };
 
@@ -148,6 +148,11 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
         PROVIDER_LOCKED,
         metrics::Unit::Count,
         "provider calls refused on a locked customer"
+    );
+    metrics::describe_counter!(
+        PAYMENT_MISSING,
+        metrics::Unit::Count,
+        "payments a record names that the provider does not have"
     );
     metrics::describe_histogram!(
         PACING_WAIT,

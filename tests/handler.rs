@@ -750,20 +750,82 @@ async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key
         .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
     let calls_before = h.provider.calls_for("ord-1001").len();
 
-    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    assert!(
+        h.invoke("sqs-single.json").await.is_empty(),
+        "acknowledged: the record awaits the payment"
+    );
     assert_eq!(
         h.provider.calls_for("ord-1001").len(),
         calls_before,
         "nothing is sent while the provider holds a live charge"
     );
     let record = h.record("ord-1001").await.unwrap();
-    assert_eq!(record.state, State::Free);
+    assert_eq!(record.state, State::Awaiting);
     assert_eq!(record.attempt, Some(1), "the same key");
     let (_, outcome, level, _) = outcome_lines(&logs).pop().unwrap();
     assert_eq!(
         (outcome.as_str(), level.as_str()),
-        ("needs_reconciliation", "ERROR")
+        ("payment_processing", "INFO")
     );
+}
+
+/// A bank debit settles in days: the record awaits its `processing` payment (no DLQ
+/// after the queue's receives), and the settler completes the order once it succeeded,
+/// a week later.
+#[tokio::test]
+async fn a_processing_payment_that_succeeds_a_week_later_ends_done_with_no_dead_letter() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let h = harness().await;
+    // The charge's answer was lost; the provider holds the debit `processing`.
+    h.provider.script("ord-1001", &[Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    let debit = h.provider.add_processing_payment(&ord_1001());
+    // The key is old: the next delivery looks the order's payments up first.
+    h.clock
+        .advance(PROVIDER_KEY_TTL + Duration::from_secs(3600));
+    assert!(h.invoke("sqs-single.json").await.is_empty(), "acknowledged");
+    assert_eq!(outcome_lines(&logs).pop().unwrap().1, "payment_processing");
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!(
+        (record.state, record.payment.as_deref()),
+        (State::Awaiting, Some(debit.as_str()))
+    );
+    // Delivered again while it settles: acknowledged, no call.
+    let calls = h.provider.calls_for("ord-1001").len();
+    h.redeliver_later();
+    assert!(h.invoke("sqs-single.json").await.is_empty());
+    assert_eq!(h.provider.calls_for("ord-1001").len(), calls);
+    let now = h.clock.clock();
+    let now = move || now();
+    let settler = Settler {
+        store: h.table.store.as_ref(),
+        provider: h.provider.as_ref(),
+        reports: &Unreported,
+        now: &now,
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 100,
+        until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
+    };
+    // A week on, past the end of the wait, still processing: it may still succeed,
+    // so nothing ends (and nothing can cancel a processing payment).
+    h.clock.advance(Duration::from_secs(7 * 24 * 3600 + 60));
+    let run = settler.run().await.unwrap();
+    assert_eq!((run.read, run.waiting, run.ended), (1, 1, 0), "{run:?}");
+    assert!(h.provider.cancels().is_empty());
+    // The bank pays: the next run completes the order.
+    assert!(h.provider.settle_processing(&debit, true));
+    let run = settler.run().await.unwrap();
+    assert_eq!((run.read, run.completed), (1, 1), "{run:?}");
+    let done = h.record("ord-1001").await.unwrap();
+    assert_eq!(
+        (done.state, done.receipt.as_deref()),
+        (State::Done, Some(debit.as_str()))
+    );
+    h.provider.assert_no_order_charged_twice();
 }
 
 /// The order of `events/sqs-single.json`, as `resolve` gets it from the DLQ message.
@@ -1214,8 +1276,11 @@ async fn a_succeeded_event_completes_the_order_that_awaits_its_customer_and_a_re
     events.done().await;
 }
 
+/// A success of a payment the awaiting record does not name: Stripe took money for the
+/// order while another of its payments may still succeed, so a person looks.
 #[tokio::test]
-async fn an_event_for_a_payment_the_record_does_not_name_changes_nothing() {
+async fn a_success_of_a_payment_the_awaiting_record_does_not_name_is_dead_lettered_and_the_wait_goes_on()
+ {
     let logs = Captured::default();
     let _guard = logs.install();
     let events = Events::new().await;
@@ -1225,16 +1290,23 @@ async fn an_event_for_a_payment_the_record_does_not_name_changes_nothing() {
     localstripe::authenticate(&other).await;
     let succeeded = events.event("payment_intent.succeeded", &other).await;
     let before = events.h.record(&events.order_id(1)).await.unwrap();
-    assert!(
+    assert_eq!(
         events
             .h
             .invoke_event_with(succeeded, INVOCATION)
             .await
-            .is_empty()
+            .len(),
+        1,
+        "to the DLQ, never acknowledged as nothing"
     );
     let (outcome, fields) = last_outcome(&logs);
-    assert_eq!(outcome, "event_ignored", "{fields}");
-    assert_eq!(fields["payment"], other.as_str(), "{fields}");
+    assert_eq!(outcome, "needs_reconciliation", "{fields}");
+    assert!(
+        fields["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&other) && r.contains("awaits another payment")),
+        "{fields}"
+    );
     let after = events.h.record(&events.order_id(1)).await.unwrap();
     assert_eq!(after, before);
     assert_eq!(after.payment.as_deref(), Some(awaited.as_str()));
@@ -1455,6 +1527,8 @@ async fn a_customer_who_confirms_after_the_fourteen_days_a_dead_letter_is_kept_s
         call_timeout: Duration::from_secs(10),
         limit: 100,
         until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
     };
     let before = settler.run().await.unwrap();
     assert_eq!(
@@ -1490,4 +1564,215 @@ async fn a_customer_who_confirms_after_the_fourteen_days_a_dead_letter_is_kept_s
     both.sort();
     assert_eq!(succeeded, both, "one PaymentIntent per order");
     events.done().await;
+}
+
+/// Anyone allowed to send to the orders queue can write a body that looks like Stripe's
+/// event: a forged success or cancellation of an awaited payment changes nothing, since
+/// the consumer asks Stripe, and the customer's real confirmation completes the order
+/// with one payment.
+#[tokio::test]
+async fn a_forged_success_or_cancellation_of_an_awaited_payment_changes_nothing_and_the_customer_still_pays_once()
+ {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let id = events.order_id(1);
+    let payment = events.awaiting(1).await;
+    let before = events.h.record(&id).await.unwrap();
+    for (kind, status) in [
+        ("payment_intent.succeeded", "succeeded"),
+        ("payment_intent.canceled", "canceled"),
+    ] {
+        let forged = batch_of(&[stripe_event(kind, &payment, status, &id)]);
+        assert!(
+            events
+                .h
+                .invoke_event_with(forged, INVOCATION)
+                .await
+                .is_empty()
+        );
+        let (outcome, fields) = last_outcome(&logs);
+        assert_eq!(outcome, "event_ignored", "{kind}: {fields}");
+        assert_eq!(events.h.record(&id).await.unwrap(), before, "{kind}");
+    }
+    // The customer confirms: Stripe's own event completes the order.
+    localstripe::authenticate(&payment).await;
+    let succeeded = events.event("payment_intent.succeeded", &payment).await;
+    assert!(
+        events
+            .h
+            .invoke_event_with(succeeded, INVOCATION)
+            .await
+            .is_empty()
+    );
+    events.assert_done_with(&id, &payment).await;
+    assert_eq!(
+        localstripe::succeeded_of(&events.payer.customer).await,
+        [payment]
+    );
+    events.done().await;
+}
+
+/// Stripe's own success for an order whose record does not await it (released after a
+/// lost answer, or a wait that ended) completes the order: money taken is never
+/// acknowledged as nothing.
+#[tokio::test]
+async fn a_genuine_success_for_a_released_or_ended_record_completes_the_order() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    for (n, state) in [(1, State::Free), (2, State::Failed)] {
+        let id = events.order_id(n);
+        let body = events.order(n).records[0].body.clone().unwrap();
+        let order = Order::parse(&body).unwrap();
+        events
+            .h
+            .table
+            .put_item(schema::attributes(&Record {
+                fingerprint: Some(charge_once::domain::Fingerprint::of(&order)),
+                attempt: Some(1),
+                created: Some(events.h.now()),
+                expires: Some(events.h.now() + Duration::from_secs(30 * 24 * 3600)),
+                ..Record::new(Key::for_order_id(&id), state.clone())
+            }))
+            .await;
+        let payment = events.open_payment(n).await;
+        localstripe::authenticate(&payment).await;
+        let succeeded = events.event("payment_intent.succeeded", &payment).await;
+        assert!(
+            events
+                .h
+                .invoke_event_with(succeeded, INVOCATION)
+                .await
+                .is_empty(),
+            "{state:?}"
+        );
+        let (outcome, fields) = last_outcome(&logs);
+        assert_eq!(outcome, "reconciled", "{state:?}: {fields}");
+        events.assert_done_with(&id, &payment).await;
+    }
+    events.done().await;
+}
+
+/// Stripe never deletes a PaymentIntent: one it does not know means a wrong key, mode
+/// or URL. The settler ends no wait on it and says which setting to check; the event
+/// path retries.
+#[tokio::test]
+async fn a_payment_the_provider_does_not_know_ends_no_wait_and_the_run_names_the_setting_to_check()
+{
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let h = &events.h;
+    let id = events.order_id(1);
+    let unknown = format!("pi_unknown{}", &events.run[2..]);
+    let awaiting = Record {
+        fingerprint: Some(charge_once::domain::Fingerprint::new("f")),
+        attempt: Some(1),
+        payment: Some(unknown.clone()),
+        wait_until: Some(h.now() - Duration::from_secs(60)),
+        expires: Some(h.now() + Duration::from_secs(30 * 24 * 3600)),
+        ..Record::new(Key::for_order_id(&id), State::Awaiting)
+    };
+    h.table.put_item(schema::attributes(&awaiting)).await;
+    let now = h.clock.clock();
+    let now = move || now();
+    let settler = Settler {
+        store: h.table.store.as_ref(),
+        provider: h.provider.as_ref(),
+        reports: &Unreported,
+        now: &now,
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 100,
+        until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
+    };
+    let run = settler.run().await.unwrap();
+    assert_eq!(
+        (run.missing, run.ended, run.completed),
+        (1, 0, 0),
+        "{run:?}"
+    );
+    assert_eq!(run.summary()["settle"], "incomplete");
+    assert_eq!(h.record(&id).await.unwrap(), awaiting, "nothing ended");
+    let text = logs.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("does not have the payment"))
+        .expect("the fault's line");
+    assert!(
+        line.contains("\"ERROR\"") && line.contains("PAYMENT_API_URL"),
+        "{line}"
+    );
+    // An event naming it is retried, at error level, and ends nothing either.
+    let event = batch_of(&[stripe_event(
+        "payment_intent.canceled",
+        &unknown,
+        "canceled",
+        &id,
+    )]);
+    assert_eq!(h.invoke_event_with(event, INVOCATION).await.len(), 1);
+    let (outcome, fields) = last_outcome(&logs);
+    assert_eq!(outcome, "failed_retryable", "{fields}");
+    assert_eq!(h.record(&id).await.unwrap(), awaiting);
+    events.done().await;
+}
+
+/// Waits that stay open fill the head of the awaiting index; a wait behind more than
+/// one run's worth of them is still reached: each run goes on from where the last one
+/// stopped, and a run that could not go round says `incomplete`.
+#[tokio::test]
+async fn the_settler_reaches_a_wait_behind_more_than_one_runs_worth_of_open_waits() {
+    let h = harness().await;
+    let ids: Vec<String> = (1..=5).map(|n| format!("pg-{n}")).collect();
+    for id in &ids {
+        h.provider.script(id, &[Fault::AuthenticationRequired]);
+        assert!(
+            h.invoke_event_with(batch_of(&[paid(id)]), INVOCATION)
+                .await
+                .is_empty()
+        );
+        // Each wait ends a minute after the one before: the last is last in the index.
+        h.clock.advance(Duration::from_secs(60));
+    }
+    let last = h.record("pg-5").await.unwrap().payment.unwrap();
+    assert!(h.provider.confirm(&last), "its customer confirms");
+    let now = h.clock.clock();
+    let now = move || now();
+    let pacer = charge_once::policy::pacing::Pacer::new(None);
+    let settler = Settler {
+        store: h.table.store.as_ref(),
+        provider: h.provider.as_ref(),
+        reports: &Unreported,
+        now: &now,
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 2,
+        until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer: &pacer,
+        per_run: 2,
+    };
+    for _ in 0..2 {
+        let run = settler.run().await.unwrap();
+        assert_eq!((run.read, run.waiting, run.completed), (2, 2, 0), "{run:?}");
+        assert_eq!(run.summary()["settle"], "incomplete");
+    }
+    let run = settler.run().await.unwrap();
+    assert_eq!(run.completed, 1, "{run:?}");
+    let done = h.record("pg-5").await.unwrap();
+    assert_eq!(
+        (done.state, done.receipt.as_deref()),
+        (State::Done, Some(last.as_str()))
+    );
+    // Round the whole index in one run: `done`.
+    let everything = Settler {
+        per_run: usize::MAX,
+        ..settler
+    };
+    let run = everything.run().await.unwrap();
+    assert_eq!((run.read, run.waiting), (4, 4), "{run:?}");
+    assert_eq!(run.summary()["settle"], "done");
+    h.provider.assert_no_order_charged_twice();
 }

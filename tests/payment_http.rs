@@ -43,9 +43,14 @@ fn provider_at(url: &str, timeout: Duration) -> HttpProvider {
     http_provider(url, TEST_KEY, timeout)
 }
 
+/// The provider for calls made outside any invocation that are not about time: a
+/// generous timeout, so a loaded machine's slow page of a hundred payments is not read
+/// as a lost answer (the tests about timeouts set their own).
 fn provider() -> HttpProvider {
-    provider_with_key(TEST_KEY, PAYMENT_TIMEOUT)
+    provider_with_key(TEST_KEY, DIRECT_CALL_TIMEOUT)
 }
+
+const DIRECT_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn unique_id() -> String {
     format!("ord-{}", uuid::Uuid::new_v4().simple())
@@ -1054,6 +1059,8 @@ async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_
         call_timeout: Duration::from_secs(10),
         limit: 10,
         until: Instant::now() + Duration::from_secs(30),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
     }
     .run()
     .await

@@ -11,7 +11,7 @@ use charge_once::contracts::store::IdempotencyStore;
 use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Key, Record, State};
 use charge_once::drivers::charge::{Charger, Settings};
-use charge_once::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause};
+use charge_once::policy::outcome::{Call, Outcome, RetryCause};
 use charge_once_local::sqlite::SqliteStore;
 use harness::clock::TestClock;
 use harness::lease::Lease;
@@ -297,7 +297,7 @@ async fn an_old_key_is_reconciled_and_a_charge_found_completes_the_record() {
 }
 
 #[tokio::test]
-async fn a_pending_charge_found_by_reconciliation_is_left_to_a_human() {
+async fn a_pending_charge_found_by_reconciliation_is_awaited_under_its_key() {
     let b = bench();
     let o = order("p-9", 500);
     b.provider.script("p-9", &[Fault::Timeout]);
@@ -308,14 +308,13 @@ async fn a_pending_charge_found_by_reconciliation_is_left_to_a_human() {
     assert!(
         matches!(
             &outcome,
-            Outcome::NeedsReconciliation {
-                cause: ReconcileCause::PendingAtProvider { payment_id, .. }
-            } if *payment_id == pending
+            Outcome::PaymentProcessing { payment_id, .. } if *payment_id == pending
         ),
         "{outcome:?}"
     );
     let record = b.record(&o).await;
-    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    assert_eq!((record.state, record.attempt), (State::Awaiting, Some(1)));
+    assert_eq!(record.payment.as_deref(), Some(pending.as_str()));
     assert_eq!(b.provider.calls_for("p-9").len(), 1, "no new key was sent");
 }
 

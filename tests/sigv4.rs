@@ -510,6 +510,8 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
         call_timeout: Duration::from_secs(10),
         limit: 100,
         until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
     }
     .run()
     .await

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use charge_once::contracts::schema::{Value, attr};
 use charge_once::contracts::store::{
-    AwaitRequest, CompleteRequest, IdempotencyStore, ReleaseKind, ReleaseRequest, ReserveRequest,
-    ResolveLeaseRequest, SettleRequest, Settled, StoreError, Write, WriteOutcome,
+    AdoptRequest, AwaitRequest, AwaitingCursor, CompleteRequest, IdempotencyStore, ReleaseKind,
+    ReleaseRequest, ReserveRequest, ResolveLeaseRequest, SettleRequest, Settled, StoreError, Write,
+    WriteOutcome,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
@@ -607,7 +608,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         let pick = if awaited.is_some() && rng.random_bool(0.4) {
             9
         } else {
-            rng.random_range(0..10)
+            rng.random_range(0..11)
         };
         let write = match pick {
             7 | 8 => Write::Await(AwaitRequest {
@@ -621,6 +622,13 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 pk,
                 payment_id,
                 settled,
+            }),
+            10 => Write::Adopt(AdoptRequest {
+                pk,
+                payment_id,
+                fingerprint,
+                now,
+                expires,
             }),
             0 | 1 => Write::Reserve(ReserveRequest {
                 pk,
@@ -647,6 +655,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         let name = match &write {
             Write::Await(_) => "await",
             Write::Settle(_) => "settle",
+            Write::Adopt(_) => "adopt",
             _ => "other",
         };
         let counts = by_kind.entry(name).or_default();
@@ -677,7 +686,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         "{applied_count} / {refused_count}"
     );
     // Each new write both won and lost, and the listing found records to list.
-    for kind in ["await", "settle"] {
+    for kind in ["await", "settle", "adopt"] {
         let (won, lost) = by_kind.get(kind).copied().unwrap_or_default();
         assert!(
             won > 3 && lost > 3,
@@ -703,7 +712,7 @@ async fn awaiting_agrees(
         .filter(|r| r.state == State::Awaiting && r.wait_until.is_some_and(|w| w < until))
         .collect();
     expected.sort_by_key(|r| (r.wait_until, r.pk.as_str().to_owned()));
-    let mut listed = store.awaiting(until, 1000).await.unwrap();
+    let mut listed = store.awaiting(None, until, 1000).await.unwrap();
     let ends: Vec<Option<Time>> = listed.iter().map(|r| r.wait_until).collect();
     assert!(
         ends.windows(2).all(|w| w[0] <= w[1]),
@@ -716,10 +725,31 @@ async fn awaiting_agrees(
         "step {step}: awaiting before {until:?}"
     );
     if expected.len() > 1 {
-        let short = store.awaiting(until, 1).await.unwrap();
+        let short = store.awaiting(None, until, 1).await.unwrap();
         assert_eq!(short.len(), 1, "step {step}");
         assert_eq!(short[0].wait_until, expected[0].wait_until, "step {step}");
     }
+    // Page by page, each read going on after the last record of the one before: every
+    // record once, in the order of the wait's end.
+    let mut paged: Vec<Record> = Vec::new();
+    let mut after: Option<AwaitingCursor> = None;
+    for _ in 0..=expected.len() {
+        let page = store.awaiting(after.as_ref(), until, 2).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = AwaitingCursor::of(last);
+        paged.extend(page);
+    }
+    let ends: Vec<Option<Time>> = paged.iter().map(|r| r.wait_until).collect();
+    assert!(
+        ends.windows(2).all(|w| w[0] <= w[1]),
+        "step {step}: {ends:?}"
+    );
+    paged.sort_by_key(|r| (r.wait_until, r.pk.as_str().to_owned()));
+    assert_eq!(
+        paged.iter().collect::<Vec<_>>(),
+        expected,
+        "step {step}: paged awaiting before {until:?}"
+    );
     expected.len()
 }
 
@@ -810,6 +840,26 @@ async fn missing_key_reads_as_none(t: Fixture) {
     assert_eq!(t.store.get(&key()).await.unwrap(), None);
 }
 
+/// The settler's cursor: none at first, kept as written, back to none when cleared.
+async fn the_settle_cursor_is_kept_until_cleared(t: Fixture) {
+    let store = t.store.as_ref();
+    assert_eq!(store.settle_cursor().await.unwrap(), None);
+    let at = AwaitingCursor {
+        wait_until: Time::from_secs(T.as_secs() + 60),
+        pk: key(),
+    };
+    store.save_settle_cursor(Some(&at)).await.unwrap();
+    assert_eq!(store.settle_cursor().await.unwrap(), Some(at.clone()));
+    let later = AwaitingCursor {
+        wait_until: Time::from_secs(T.as_secs() + 120),
+        ..at
+    };
+    store.save_settle_cursor(Some(&later)).await.unwrap();
+    assert_eq!(store.settle_cursor().await.unwrap(), Some(later));
+    store.save_settle_cursor(None).await.unwrap();
+    assert_eq!(store.settle_cursor().await.unwrap(), None);
+}
+
 /// 20 concurrent reservations of one key, 50 rounds: exactly one winner each round.
 async fn twenty_concurrent_reservations_have_exactly_one_winner(t: Fixture) {
     for round in 0..50 {
@@ -867,6 +917,7 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    the_settle_cursor_is_kept_until_cleared,
     an_attempt_out_of_range_is_malformed_in_every_store,
     fresh_reserve_wins_with_a_new_lease,
     duplicate_returns_the_stored_receipt,

@@ -329,6 +329,8 @@ async fn settle(table: &Table, queues: &Queues) -> Settled {
         call_timeout: Duration::from_secs(10),
         limit: 1000,
         until: Instant::now() + Duration::from_secs(120),
+        pacer: &charge_once::policy::pacing::Pacer::new(None),
+        per_run: usize::MAX,
     };
     let first = settler.run().await.unwrap();
     clock.advance(AUTHENTICATION_WAIT + Duration::from_secs(3600));

@@ -215,6 +215,12 @@ async fn a_batch_exports_its_span_tree_linked_to_the_producers_and_joined_to_its
     assert_eq!(ended(&ids[2]), ("declined".into(), 2));
     assert_eq!(ended(&ids[3]).1, 2, "the lost answer is an error");
 
+    // Nothing was refused for its rate, so no call waited for the pacer.
+    assert!(
+        spans.iter().all(|s| s.name != "wait pacing"),
+        "a call waited for the pacer though nothing was refused: {spans:#?}"
+    );
+
     let calls = |id: &String| children(&spans, records[id]);
     let charged = calls(&ids[0]);
     assert_eq!(

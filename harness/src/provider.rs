@@ -73,6 +73,8 @@ struct State {
     /// Open payments ever made: their ids never repeat.
     opened: usize,
     cancels: Vec<String>,
+    /// The order each payment was made for, by its id (what a fetch by id reads).
+    orders: HashMap<String, Order>,
     calls: Vec<Call>,
     lookups: Vec<String>,
 }
@@ -265,6 +267,7 @@ impl ChargePath for TestProvider {
                     .by_key
                     .insert(key.to_owned(), Stored::ServerError { params });
                 let id = format!("ch_rolled_{}", state.rolling.len() + 1);
+                state.orders.insert(id.clone(), order.clone());
                 state
                     .rolling
                     .push((order.id().to_owned(), order.amount(), id));
@@ -334,6 +337,37 @@ impl ChargePath for TestProvider {
             Cancel::NotCancellable
         })
     }
+
+    /// The payment as a fetch by id finds it: succeeded, open (its status),
+    /// processing, cancelled, or unknown (a payment behind a stored 500 included: no
+    /// read sees it until it rolls forward).
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
+        let state = self.state.lock().unwrap();
+        let Some(order) = state.orders.get(id) else {
+            return Ok(None);
+        };
+        let status = if state.charges.iter().any(|(_, _, c)| c == id) {
+            "succeeded"
+        } else if let Some((_, _, _, status)) = state.open.iter().find(|(_, _, o, _)| o == id) {
+            status
+        } else if state.pending.iter().any(|(_, _, p)| p == id) {
+            "processing"
+        } else if state.cancels.iter().any(|c| c == id) {
+            "canceled"
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(ListedPayment {
+            id: id.to_owned(),
+            order_id: Some(order.id().to_owned()),
+            amount: order.amount(),
+            currency: order.currency().to_lowercase(),
+            customer: Some(order.customer().to_owned()),
+            payment_method: Some(order.payment_method().to_owned()),
+            status: status.to_owned(),
+            created: Time::from_ms(0),
+        }))
+    }
 }
 
 #[async_trait]
@@ -344,9 +378,6 @@ impl PaymentListing for TestProvider {
         panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
 
-    async fn payment_by_id(&self, _: &str) -> Result<Option<ListedPayment>, PaymentError> {
-        panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
-    }
     async fn confirmed_since(&self, _: Time) -> Result<Vec<Confirmation>, PaymentError> {
         panic!("TestProvider does not serve the audit: use the simulator or stripe-stateful-mock")
     }
@@ -359,6 +390,7 @@ impl TestProvider {
         state
             .charges
             .push((order.id().to_owned(), order.amount(), id.clone()));
+        state.orders.insert(id.clone(), order.clone());
         state.by_key.insert(
             key.to_owned(),
             Stored::Charged {
@@ -377,6 +409,7 @@ impl TestProvider {
         state
             .open
             .push((order.id().to_owned(), order.amount(), id.clone(), status));
+        state.orders.insert(id.clone(), order.clone());
         id
     }
 
@@ -423,6 +456,37 @@ impl TestProvider {
             .pending
             .push((order_id.to_owned(), amount, id.clone()));
         id
+    }
+
+    /// The provider holds a `processing` payment of `order` (a bank debit), made
+    /// outside this consumer's view; its id. [`Self::settle_processing`] settles it.
+    pub fn add_processing_payment(&self, order: &Order) -> String {
+        let mut state = self.state.lock().unwrap();
+        let id = format!("py_processing_{}", state.pending.len() + 1);
+        state
+            .pending
+            .push((order.id().to_owned(), order.amount(), id.clone()));
+        state.orders.insert(id.clone(), order.clone());
+        id
+    }
+
+    /// The processing payment `id` settles: succeeded (a charge of its order), or
+    /// failed (open again, `requires_payment_method`, as Stripe leaves a returned
+    /// debit). `false` when it is not processing.
+    pub fn settle_processing(&self, id: &str, succeeded: bool) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let Some(at) = state.pending.iter().position(|(_, _, p)| p == id) else {
+            return false;
+        };
+        let (order_id, amount, id) = state.pending.remove(at);
+        if succeeded {
+            state.charges.push((order_id, amount, id));
+        } else {
+            state
+                .open
+                .push((order_id, amount, id, "requires_payment_method"));
+        }
+        true
     }
 
     /// The payments of `order_id` behind a stored 500 appear, succeeded.

@@ -11,7 +11,9 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::config::FifoScope;
 use charge_once::contracts::payment::ChargePath;
-use charge_once::contracts::store::{IdempotencyStore, StoreError, Write, WriteOutcome};
+use charge_once::contracts::store::{
+    AwaitingCursor, IdempotencyStore, StoreError, Write, WriteOutcome,
+};
 use charge_once::domain::clock::Clock;
 use charge_once::domain::{Key, Record};
 use charge_once::drivers::batch::{Consumer, Limits};
@@ -76,8 +78,19 @@ impl IdempotencyStore for FlakyStore {
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(pk).await
     }
-    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.awaiting(until, limit).await
+    async fn awaiting(
+        &self,
+        after: Option<&AwaitingCursor>,
+        until: Time,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.inner.awaiting(after, until, limit).await
+    }
+    async fn settle_cursor(&self) -> Result<Option<AwaitingCursor>, StoreError> {
+        self.inner.settle_cursor().await
+    }
+    async fn save_settle_cursor(&self, cursor: Option<&AwaitingCursor>) -> Result<(), StoreError> {
+        self.inner.save_settle_cursor(cursor).await
     }
 }
 

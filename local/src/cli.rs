@@ -16,7 +16,7 @@ use charge_once::adapters::emf::Recorded;
 use charge_once::audit_lambda::SETTLE_LIMIT;
 use charge_once::commands::{read_event, record_json, resolution_json};
 use charge_once::config::Config;
-use charge_once::contracts::payment::PaymentListing as _;
+use charge_once::contracts::payment::ChargePath as _;
 use charge_once::contracts::queue::Unreported;
 use charge_once::contracts::schema;
 use charge_once::contracts::store::IdempotencyStore as _;
@@ -337,6 +337,8 @@ async fn settle(config: &Config, later: Duration, db: &Path) -> anyhow::Result<E
         call_timeout: config.payment_timeout,
         limit: SETTLE_LIMIT,
         until: Instant::now() + SETTLE_TIME,
+        pacer: &charge_once::policy::pacing::Pacer::off(),
+        per_run: usize::MAX,
     };
     let (run, recorded) = metrics.measure(settler.run()).await;
     let run = run.context("the settler could not read the awaiting orders")?;

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, named_pa
 use crate::sqlite_file::{CallError, OpenMode, SharedConnection};
 use charge_once::contracts::schema::{self, Problem, Value};
 use charge_once::contracts::store::{
-    IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
+    AwaitingCursor, IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Key, Record};
@@ -90,6 +90,13 @@ const NEXT_ATTEMPT: &str = "UPDATE idempotency
     SET intento = intento + 1, enviado = :now_ms
     WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
+const ADOPT: &str = "UPDATE idempotency
+    SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
+        intento = NULL, enviado = NULL, rechazos = NULL, pago = NULL, espera_hasta = NULL
+    WHERE pk = :pk AND (estado = :free OR estado = :failed
+        OR (estado = :in_progress AND en_curso_hasta < :now_ms))
+      AND huella = :fingerprint
+    RETURNING *";
 const RESOLVE: &str = "UPDATE idempotency
     SET estado = :in_progress, titular = :owner, en_curso_hasta = :lease_until,
         huella = COALESCE(huella, :fingerprint), intento = COALESCE(intento, 1),
@@ -117,7 +124,22 @@ const SETTLE_ENDING: &str = "UPDATE idempotency
     WHERE pk = :pk AND estado = :awaiting AND pago = :payment
     RETURNING *";
 const AWAITING: &str = "SELECT * FROM idempotency
-    WHERE estado = :awaiting AND espera_hasta < :until ORDER BY espera_hasta LIMIT :limit";
+    WHERE estado = :awaiting AND espera_hasta < :until
+      AND (:after_pk IS NULL OR espera_hasta > :after_until
+           OR (espera_hasta = :after_until AND pk > :after_pk))
+    ORDER BY espera_hasta, pk LIMIT :limit";
+/// Where the settler's last run stopped (`contracts/schema.rs`, the settle cursor): a
+/// table of its own, one row.
+const CURSOR_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS settle_cursor (
+    name      TEXT PRIMARY KEY NOT NULL,
+    tras_hasta INTEGER NOT NULL,
+    tras_pk    TEXT NOT NULL
+) STRICT";
+const CURSOR_GET: &str = "SELECT tras_hasta, tras_pk FROM settle_cursor WHERE name = :name";
+const CURSOR_SET: &str = "INSERT INTO settle_cursor (name, tras_hasta, tras_pk)
+    VALUES (:name, :until, :pk)
+    ON CONFLICT (name) DO UPDATE SET tras_hasta = excluded.tras_hasta, tras_pk = excluded.tras_pk";
+const CURSOR_CLEAR: &str = "DELETE FROM settle_cursor WHERE name = :name";
 const GET: &str = "SELECT * FROM idempotency WHERE pk = :pk";
 
 /// The idempotency table in a SQLite file. Cheap to clone.
@@ -154,6 +176,7 @@ impl SqliteStore {
                     ))?;
                 }
             }
+            c.execute_batch(CURSOR_SCHEMA)?;
             Ok(())
         })
         .map_err(|e| StoreError::backend("add columns", "idempotency", e))?;
@@ -317,6 +340,15 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":expires", int(req.expires.as_secs())),
             ],
         ),
+        Write::Adopt(req) => (
+            ADOPT,
+            vec![
+                (":receipt", text(req.payment_id)),
+                (":fingerprint", text(req.fingerprint)),
+                (":now_ms", int(req.now.as_ms())),
+                (":expires", int(req.expires.as_secs())),
+            ],
+        ),
         Write::Settle(req) => match req.settled {
             Settled::Paid { expires } => (
                 SETTLE_PAID,
@@ -370,14 +402,23 @@ impl IdempotencyStore for SqliteStore {
             .map_err(|e| store_error("get", pk.as_str(), e))
     }
 
-    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn awaiting(
+        &self,
+        after: Option<&AwaitingCursor>,
+        until: Time,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let after_until = after.map(|a| a.wait_until.as_secs());
+        let after_pk = after.map(|a| a.pk.to_string());
         self.conn
             .call(move |conn| {
                 let mut stmt = conn.prepare(AWAITING)?;
                 let params = named_params! {
                     ":awaiting": schema::state::AWAITING,
                     ":until": until.as_secs(),
+                    ":after_until": after_until,
+                    ":after_pk": after_pk,
                     ":limit": limit,
                 };
                 let rows = stmt.query_map(params, row_to_record)?;
@@ -385,6 +426,49 @@ impl IdempotencyStore for SqliteStore {
             })
             .await
             .map_err(|e| store_error("query", "idempotency", e))
+    }
+
+    async fn settle_cursor(&self) -> Result<Option<AwaitingCursor>, StoreError> {
+        let row: Option<(i64, String)> = self
+            .conn
+            .call(move |conn| {
+                let mut stmt = conn.prepare(CURSOR_GET)?;
+                let mut rows = stmt.query(named_params! { ":name": schema::SETTLE_CURSOR_PK })?;
+                match rows.next()? {
+                    Some(row) => Ok(Some((row.get(0)?, row.get(1)?))),
+                    None => Ok(None),
+                }
+            })
+            .await
+            .map_err(|e| store_error("get", schema::SETTLE_CURSOR_PK, e))?;
+        Ok(row.and_then(|(secs, pk)| {
+            Some(AwaitingCursor {
+                wait_until: Time::from_secs(secs),
+                pk: Key::from_stored(&pk)?,
+            })
+        }))
+    }
+
+    async fn save_settle_cursor(&self, cursor: Option<&AwaitingCursor>) -> Result<(), StoreError> {
+        let cursor = cursor.map(|c| (c.wait_until.as_secs(), c.pk.to_string()));
+        self.conn
+            .call(move |conn| {
+                match cursor {
+                    Some((until, pk)) => conn.execute(
+                        CURSOR_SET,
+                        named_params! {
+                            ":name": schema::SETTLE_CURSOR_PK, ":until": until, ":pk": pk,
+                        },
+                    )?,
+                    None => conn.execute(
+                        CURSOR_CLEAR,
+                        named_params! { ":name": schema::SETTLE_CURSOR_PK },
+                    )?,
+                };
+                Ok(())
+            })
+            .await
+            .map_err(|e| store_error("update", schema::SETTLE_CURSOR_PK, e))
     }
 }
 
@@ -549,15 +633,18 @@ mod tests {
         };
         let far = Time::from_secs(i64::MAX / 1000);
         assert_eq!(
-            pks(store.awaiting(far, 10).await.unwrap()),
+            pks(store.awaiting(None, far, 10).await.unwrap()),
             ["cobro#ord-b", "cobro#ord-c", "cobro#ord-a"]
         );
         assert_eq!(
-            pks(store.awaiting(far, 2).await.unwrap()),
+            pks(store.awaiting(None, far, 2).await.unwrap()),
             ["cobro#ord-b", "cobro#ord-c"]
         );
         assert_eq!(
-            pks(store.awaiting(Time::from_secs(300), 10).await.unwrap()),
+            pks(store
+                .awaiting(None, Time::from_secs(300), 10)
+                .await
+                .unwrap()),
             ["cobro#ord-b", "cobro#ord-c"],
             "before the bound, not at it"
         );

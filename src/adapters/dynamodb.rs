@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use crate::contracts::schema::{self, Problem, Value, attr};
 use crate::contracts::store::{
-    IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
+    AwaitingCursor, IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
 };
 use crate::domain::clock::Time;
 use crate::domain::{Key, Record};
@@ -81,6 +81,9 @@ const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_
 const AWAIT_UPDATE: &str = "SET #state = :awaiting, #payment = :payment, \
      #wait_until = :wait_until, #expires = :expires REMOVE #owner, #lease_until";
 const SETTLE_ENDING_UPDATE: &str = "SET #wait_until = :at";
+/// A succeeded payment the record does not await: the same done record as a complete.
+const ADOPT_CONDITION: &str = "(#state = :free OR #state = :failed \
+     OR (#state = :in_progress AND #lease_until < :now_ms)) AND #fingerprint = :fingerprint";
 const SETTLE_CONDITION: &str = "#state = :awaiting AND #payment = :payment";
 const SETTLE_PAID_UPDATE: &str = "SET #state = :done, #receipt = :payment, #expires = :expires \
      REMOVE #payment, #wait_until, #attempt, #sent, #declines";
@@ -247,6 +250,12 @@ impl DynamoStore {
                     .expression_attribute_values(":at", n(at.as_secs())),
             }
             .expression_attribute_values(":payment", s(req.payment_id)),
+            Write::Adopt(req) => self
+                .update(req.pk, COMPLETE_UPDATE, ADOPT_CONDITION)
+                .expression_attribute_values(":receipt", s(req.payment_id))
+                .expression_attribute_values(":fingerprint", s(req.fingerprint))
+                .expression_attribute_values(":now_ms", n(req.now.as_ms()))
+                .expression_attribute_values(":expires", n(req.expires.as_secs())),
         }
     }
 }
@@ -285,16 +294,82 @@ impl IdempotencyStore for DynamoStore {
         output.item().map(record_from_item).transpose()
     }
 
-    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.query_awaiting(until, limit).await
+    async fn awaiting(
+        &self,
+        after: Option<&AwaitingCursor>,
+        until: Time,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.query_awaiting(after, until, limit).await
+    }
+
+    async fn settle_cursor(&self) -> Result<Option<AwaitingCursor>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(schema::SETTLE_CURSOR_PK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("get", schema::SETTLE_CURSOR_PK, e))?;
+        let Some(item) = output.item() else {
+            return Ok(None);
+        };
+        let wait_until = item
+            .get(schema::cursor::WAIT_UNTIL)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok());
+        let pk = item
+            .get(schema::cursor::PK)
+            .and_then(|v| v.as_s().ok())
+            .and_then(|v| Key::from_stored(v));
+        Ok(wait_until.zip(pk).map(|(secs, pk)| AwaitingCursor {
+            wait_until: Time::from_secs(secs),
+            pk,
+        }))
+    }
+
+    async fn save_settle_cursor(&self, cursor: Option<&AwaitingCursor>) -> Result<(), StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(schema::SETTLE_CURSOR_PK))
+            .expression_attribute_names("#wait_until", schema::cursor::WAIT_UNTIL)
+            .expression_attribute_names("#pk", schema::cursor::PK);
+        let update = match cursor {
+            Some(cursor) => update
+                .update_expression("SET #wait_until = :wait_until, #pk = :pk")
+                .expression_attribute_values(":wait_until", n(cursor.wait_until.as_secs()))
+                .expression_attribute_values(":pk", s(cursor.pk.as_str())),
+            None => update.update_expression("REMOVE #wait_until, #pk"),
+        };
+        update
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("update", schema::SETTLE_CURSOR_PK, e))?;
+        Ok(())
     }
 }
 
 impl DynamoStore {
     /// The awaiting index, page after page, soonest wait end first, up to `limit`.
-    async fn query_awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn query_awaiting(
+        &self,
+        after: Option<&AwaitingCursor>,
+        until: Time,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         let mut records = Vec::new();
-        let mut start: Option<Item> = None;
+        // An index's start key holds the table's key and the index's.
+        let mut start: Option<Item> = after.map(|cursor| {
+            HashMap::from([
+                (attr::PK.to_owned(), s(cursor.pk.as_str())),
+                (attr::STATE.to_owned(), s(schema::state::AWAITING)),
+                (attr::WAIT_UNTIL.to_owned(), n(cursor.wait_until.as_secs())),
+            ])
+        });
         // Bounded: every page but the last holds at least one record.
         for _page in 0..=limit {
             let page = i32::try_from((limit - records.len()).clamp(1, 100)).unwrap_or(100);
@@ -408,6 +483,7 @@ mod tests {
             SETTLE_PAID_UPDATE,
             SETTLE_ENDED_UPDATE,
             SETTLE_ENDING_UPDATE,
+            ADOPT_CONDITION,
             AWAITING_KEY,
         ];
         for expression in expressions {

@@ -326,6 +326,11 @@ pub trait ChargePath: Send + Sync {
     /// Cancels the open payment `payment_id`, so that nobody can confirm it any more
     /// (ARCHITECTURE.md, "One success per order").
     async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError>;
+
+    /// The payment `id` as the provider holds it, `None` when the provider has no such
+    /// payment (which, since it never deletes one, means a wrong setting): what settling
+    /// a payment reads (`policy/settle.rs`), and the audit.
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError>;
 }
 
 /// The whole provider, serving both readers (the HTTP client and the local simulator do):
@@ -334,15 +339,13 @@ pub trait PaymentProvider: ChargePath + PaymentListing {}
 
 impl<T: ChargePath + PaymentListing> PaymentProvider for T {}
 
-/// The listing the audit reads: the provider's payments as they are listed.
+/// The listing the audit reads: the provider's payments as they are listed (and, by
+/// id, through the charge path's [`ChargePath::payment_by_id`]).
 #[async_trait]
-pub trait PaymentListing: Send + Sync {
+pub trait PaymentListing: ChargePath {
     /// Every charge created at or after `since`, every page read. An error, never a
     /// shorter list, when not everything could be read.
     async fn payments_since(&self, since: Time) -> Result<Vec<ListedPayment>, PaymentError>;
-
-    /// The charge `id`, `None` when the provider has no such charge.
-    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError>;
 
     /// Every payment that succeeded at or after `since`, whenever it was created: a
     /// PaymentIntent created before the window and confirmed in it (a customer who

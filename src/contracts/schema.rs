@@ -34,6 +34,18 @@ pub mod attr {
     pub const WAIT_UNTIL: &str = "espera_hasta";
 }
 
+/// The item that keeps where the settler's last run stopped in the awaiting index
+/// (`contracts/store.rs`, `AwaitingCursor`): not an order's (no `cobro#` prefix), and
+/// never in the index (no `espera_hasta`).
+pub const SETTLE_CURSOR_PK: &str = "cursor#settle";
+
+/// The settle cursor's attributes: the end of the wait (s epoch) and the key of the
+/// last record the run reached.
+pub mod cursor {
+    pub const WAIT_UNTIL: &str = "tras_hasta";
+    pub const PK: &str = "tras_pk";
+}
+
 /// The table's one secondary index: the records that await their customer (sparse:
 /// only items with `espera_hasta` are in it), partitioned by `estado`.
 pub const AWAITING_INDEX: &str = "espera";

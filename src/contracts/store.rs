@@ -141,6 +141,40 @@ pub struct SettleRequest<'a> {
     pub settled: Settled,
 }
 
+/// Record a payment the provider says succeeded for this order, which the record does
+/// not await (released after a lost answer, an ended wait, a lease that ended): `Done`
+/// with it, on `state IN (Free, Failed) OR (InProgress AND lease ended)` and the same
+/// `fingerprint`, so money taken is never left unrecorded and a live lease, a done
+/// order or another order's payload refuses it.
+#[derive(Clone, Debug)]
+pub struct AdoptRequest<'a> {
+    pub pk: &'a Key,
+    pub payment_id: &'a str,
+    /// The fingerprint of the order the provider's payment describes.
+    pub fingerprint: &'a Fingerprint,
+    pub now: Time,
+    pub expires: Time,
+}
+
+/// A place in the awaiting index, which is read in the order of the wait's end, then
+/// the key: a read after it starts with the next record. Where a settler run stopped,
+/// so the next run goes on from there (every wait is reached, however many there are).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwaitingCursor {
+    pub wait_until: Time,
+    pub pk: Key,
+}
+
+impl AwaitingCursor {
+    /// The place of `record` (`None` unless it awaits, with an end of its wait).
+    pub fn of(record: &Record) -> Option<Self> {
+        Some(Self {
+            wait_until: record.wait_until?,
+            pk: record.pk.clone(),
+        })
+    }
+}
+
 /// The answer to every conditional write (a reservation included).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WriteOutcome {
@@ -186,6 +220,8 @@ pub enum Write<'a> {
     Await(AwaitRequest<'a>),
     /// By whoever learns how the awaited payment ended (an event, the settler).
     Settle(SettleRequest<'a>),
+    /// By whoever learns of a succeeded payment the record does not await.
+    Adopt(AdoptRequest<'a>),
 }
 
 impl<'a> Write<'a> {
@@ -199,6 +235,7 @@ impl<'a> Write<'a> {
             Self::LeaseForResolve(r) => r.pk,
             Self::Await(r) => r.pk,
             Self::Settle(r) => r.pk,
+            Self::Adopt(r) => r.pk,
         }
     }
 
@@ -213,6 +250,7 @@ impl<'a> Write<'a> {
             Self::LeaseForResolve(_) => "lease_for_resolve",
             Self::Await(_) => "await",
             Self::Settle(_) => "settle",
+            Self::Adopt(_) => "adopt",
         }
     }
 }
@@ -229,7 +267,20 @@ pub trait IdempotencyStore: Send + Sync {
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
 
     /// Every record that awaits its customer whose wait ends before `until` (all of
-    /// them with a far `until`), soonest first, at most `limit`: the settler's and the
-    /// audit's reads, from the awaiting index (never a scan of the table).
-    async fn awaiting(&self, until: Time, limit: usize) -> Result<Vec<Record>, StoreError>;
+    /// them with a far `until`), soonest first (then by key), starting after `after`
+    /// when given, at most `limit`: the settler's and the audit's reads, from the
+    /// awaiting index (never a scan of the table).
+    async fn awaiting(
+        &self,
+        after: Option<&AwaitingCursor>,
+        until: Time,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError>;
+
+    /// Where the settler's last run stopped in the awaiting index (`None`: at its
+    /// start). One item of its own, outside the index.
+    async fn settle_cursor(&self) -> Result<Option<AwaitingCursor>, StoreError>;
+
+    /// Keeps where this settler run stopped (`None`: back to the start).
+    async fn save_settle_cursor(&self, cursor: Option<&AwaitingCursor>) -> Result<(), StoreError>;
 }

@@ -1,9 +1,12 @@
 //! A payment provider's event as the orders queue carries it: Stripe's Event put on an
 //! EventBridge partner bus (`source` `aws.partner/stripe.com/…`, `detail` the Event,
 //! `detail.data.object` the PaymentIntent) and routed to the queue by the template's
-//! rule (ARCHITECTURE.md, "An order that awaits its customer"). Only what settling an
-//! awaited payment needs is read: the event's id and type, the PaymentIntent's id,
-//! status and `metadata[order_id]`; nothing of the customer or the card.
+//! rule (ARCHITECTURE.md, "An order that awaits its customer"). Only what settling a
+//! payment needs is read: the event's id and type, the PaymentIntent's id, and, from a
+//! snapshot event, its status and `metadata[order_id]`; nothing of the customer or the
+//! card. A thin event (`related_object`) names only the PaymentIntent. Either way the
+//! event is a hint: settling fetches the PaymentIntent and believes Stripe's answer
+//! (`policy/settle.rs`), so what the body says of the payment moves nothing.
 
 use serde_json::{Map, Value};
 
@@ -20,9 +23,11 @@ pub struct PaymentEvent {
     /// The event's type (`payment_intent.succeeded`, `.payment_failed`, `.canceled`…).
     pub kind: String,
     pub payment_id: String,
-    /// The PaymentIntent's `status` when the event was made.
+    /// The PaymentIntent's `status` when the event was made, as the body claims it
+    /// (empty for a thin event).
     pub status: String,
-    /// `metadata[order_id]`: the order the payment is for, when it names a valid one.
+    /// `metadata[order_id]`: the order the payment is for, when the body names a valid
+    /// one (a thin event names none: the provider's answer does).
     pub order_id: Option<String>,
 }
 
@@ -45,18 +50,24 @@ impl PaymentEvent {
                 .map(str::to_owned)
                 .ok_or(OrderError::PaymentEvent(field))
         };
+        // A thin event of a v1 resource names its type with the `v1.` prefix.
         let kind = text(detail, "type")?;
+        let kind = kind.strip_prefix("v1.").unwrap_or(&kind).to_owned();
         if !kind.starts_with("payment_intent.") {
             return Err(OrderError::PaymentEvent(
                 "type (not a payment_intent event)",
             ));
         }
-        let object = detail
+        let snapshot = detail
             .get("data")
             .and_then(|data| data.get("object"))
-            .and_then(Value::as_object)
-            .ok_or(OrderError::PaymentEvent("data.object"))?;
-        let payment_id = text(object, "id")?;
+            .and_then(Value::as_object);
+        let thin = detail.get("related_object").and_then(Value::as_object);
+        let payment_id = match (snapshot, thin) {
+            (Some(object), _) => text(object, "id")?,
+            (None, Some(related)) => text(related, "id")?,
+            (None, None) => return Err(OrderError::PaymentEvent("data.object")),
+        };
         if !payment_id.starts_with("pi_") {
             return Err(OrderError::PaymentEvent(
                 "data.object.id (not a PaymentIntent)",
@@ -64,17 +75,22 @@ impl PaymentEvent {
         }
         // An order id that is not one of ours names no record: the event changes
         // nothing, and says so.
-        let order_id = object
-            .get("metadata")
+        let order_id = snapshot
+            .and_then(|object| object.get("metadata"))
             .and_then(|metadata| metadata.get("order_id"))
             .and_then(Value::as_str)
             .filter(|id| validate_id(id).is_ok())
             .map(str::to_owned);
+        let status = snapshot
+            .and_then(|object| object.get("status"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         Ok(Self {
             id: text(detail, "id")?,
             kind,
             payment_id,
-            status: text(object, "status")?,
+            status,
             order_id,
         })
     }
@@ -116,9 +132,28 @@ mod tests {
         let charge = serde_json::json!({ "id": "ch_1", "status": "succeeded" });
         let err = PaymentEvent::from_detail(&detail("charge.succeeded", charge)).unwrap_err();
         assert!(err.to_string().contains("type"), "{err}");
-        let no_status = serde_json::json!({ "id": "pi_1" });
-        let err = PaymentEvent::from_detail(&detail("payment_intent.canceled", no_status));
-        assert!(err.unwrap_err().to_string().contains("status"));
+        let no_id = serde_json::json!({ "status": "canceled" });
+        let err = PaymentEvent::from_detail(&detail("payment_intent.canceled", no_id));
+        assert!(err.unwrap_err().to_string().contains("id"));
+    }
+
+    #[test]
+    fn a_thin_event_names_only_its_payment() {
+        let event = serde_json::json!({
+            "id": "evt_2", "object": "v2.core.event", "type": "v1.payment_intent.succeeded",
+            "related_object": { "id": "pi_9", "type": "payment_intent",
+                                "url": "/v1/payment_intents/pi_9" },
+        });
+        let event = PaymentEvent::from_detail(event.as_object().unwrap()).unwrap();
+        assert_eq!(
+            (
+                event.kind.as_str(),
+                event.payment_id.as_str(),
+                event.order_id,
+                event.status.as_str()
+            ),
+            ("payment_intent.succeeded", "pi_9", None, "")
+        );
     }
 
     #[test]

@@ -117,6 +117,19 @@ impl Charger<'_> {
     /// Processes one valid order. `deadline` is the invocation deadline; the lease
     /// ends there and no call runs past it.
     pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
+        self.admitted(deadline, async |calls: &mut Calls| {
+            self.run(order, identity, deadline, calls).await
+        })
+        .await
+    }
+
+    /// Runs `work` once both breakers admit it: `Deferred`, with no write and no call,
+    /// while either is open; a probe that reached nothing is handed back.
+    pub(crate) async fn admitted(
+        &self,
+        deadline: Time,
+        work: impl AsyncFnOnce(&mut Calls) -> Outcome,
+    ) -> Outcome {
         let now = self.settings.now();
         let breakers = self.settings.breakers.as_ref();
         let store = breakers.store.admit(now, deadline);
@@ -131,7 +144,7 @@ impl Charger<'_> {
                 dependency: Dependency::Provider,
                 until,
             },
-            _ => self.run(order, identity, deadline, &mut calls).await,
+            _ => work(&mut calls).await,
         };
         // A probe that never reached its dependency proves nothing: the next record
         // probes.
@@ -238,7 +251,7 @@ impl Charger<'_> {
     /// slot comes too late is not sent: it fails as rate limited, and the record comes
     /// back in seconds. Each request sent has its span (`what`; `retry`: the first is
     /// already a retry).
-    async fn paced_call<T, Fut>(
+    pub(crate) async fn paced_call<T, Fut>(
         &self,
         what: ProviderCall,
         retry: bool,
@@ -340,7 +353,7 @@ impl Charger<'_> {
     }
 
     /// Tells the store's breaker how a call went; whether the call was made.
-    fn tell_store_breaker<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
+    pub(crate) fn tell_store_breaker<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
         tell_breaker(
             &self.settings.breakers.store,
             answer,
@@ -513,10 +526,10 @@ fn not_sent() -> PaymentError {
 
 /// What each record's calls have reached, so that a probe that reached nothing is
 /// handed back.
-#[derive(Default)]
-struct Calls {
-    store: bool,
-    provider: bool,
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Calls {
+    pub(crate) store: bool,
+    pub(crate) provider: bool,
 }
 
 /// Feeds a call's answer to its breaker: a call that was not started says nothing; an

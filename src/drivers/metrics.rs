@@ -30,3 +30,6 @@ pub const PROVIDER_LOCKED: &str = "provider_locked";
 /// Histogram of the waits for this environment's pace before a provider call, ms (only
 /// the calls that waited).
 pub const PACING_WAIT: &str = "pacing_wait_ms";
+/// A payment a record names that the provider does not have (404 `resource_missing`):
+/// the provider never deletes one, so the key's mode or account, or the URL, is wrong.
+pub const PAYMENT_MISSING: &str = "payment_missing";

@@ -1,178 +1,263 @@
-//! Settles orders that await their customer (ARCHITECTURE.md, "An order that awaits
-//! its customer"): from a provider event in the batch (no provider call: a success or
-//! a cancellation is final), and on a schedule, from the payment each awaiting record
-//! names, looked up by id (the settler: every wait ends, events or none). What each
-//! answer means is `policy/settle.rs`'s; this module only makes the calls, bounded,
-//! and reports an ended wait to the shop before the record says it ended (a report
-//! may repeat, never go missing).
+//! Drives the settlement machine (`policy/settle.rs`): from a provider event in the
+//! batch (the consumer, under the invocation's breakers, pace and deadline rule), and
+//! on a schedule from every awaiting record (the settler: every wait ends, events or
+//! none). The machine decides each step by the provider's answer; this module only
+//! makes the calls, bounded, counts and logs them. One loop ([`drive`]) runs the steps
+//! for both, so the sequence fetch, cancel, move the end, report, write exists once.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, error, info, warn};
 
-use crate::contracts::payment::{Cancel, PaymentError, PaymentProvider};
+use crate::contracts::payment::{Cancel, ChargePath, PaymentError};
 use crate::contracts::queue::{EndedWait, QueueError, Reports};
-use crate::contracts::store::{
-    IdempotencyStore, SettleRequest, Settled, StoreError, Write, WriteOutcome,
-};
+use crate::contracts::store::{AwaitingCursor, IdempotencyStore, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
-use crate::domain::{Key, Record, State};
-use crate::drivers::charge::Charger;
-use crate::drivers::spans;
+use crate::domain::order::validate_id;
+use crate::domain::{Key, Record};
+use crate::drivers::charge::{Calls, Charger};
+use crate::drivers::metrics::PAYMENT_MISSING;
+use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::deadline::CallKind;
 use crate::policy::machine::NoAnswer;
-use crate::policy::outcome::{Call, Outcome, RetryCause, Shared};
+use crate::policy::outcome::{Outcome, RetryCause};
 use crate::policy::outcome_kind::OutcomeKind;
+use crate::policy::pacing::Pacer;
 use crate::policy::rules::Rules;
-use crate::policy::settle::{self, Decision, PaymentNow};
+use crate::policy::settle::{
+    self, Found, PaymentNow, SettleInput, SettleStep, Settlement, Trigger,
+};
 
-/// What an event's type says of its payment, the status it carries otherwise.
-pub fn payment_now(event: &PaymentEvent) -> PaymentNow {
-    match event.kind.as_str() {
-        "payment_intent.succeeded" => PaymentNow::Succeeded,
-        "payment_intent.canceled" => PaymentNow::Canceled,
-        "payment_intent.payment_failed" => PaymentNow::AttemptFailed,
-        _ => PaymentNow::of_status(&event.status),
-    }
+/// Steps one settlement can take: read, two fetches, a cancel, two writes, a report,
+/// and the writes a changed record makes it judge again.
+const MOST_STEPS: usize = 16;
+
+/// Pages of the awaiting index one settler run reads at most (its time ends first).
+const MOST_PAGES: usize = 100_000;
+
+/// The calls a settlement makes, each bounded by its driver's rule.
+trait SettleCalls {
+    async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>>;
+    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>>;
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>>;
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>>;
+    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>>;
 }
 
-impl Charger<'_> {
-    /// A provider event about `key`'s order, settled by the conditional write the
-    /// record's named payment allows. The record is read first: the rule routes every
-    /// PaymentIntent event of the account, and most name an order that awaits nothing
-    /// (a read costs a fifth of a refused write). A cancellation moves the wait's end
-    /// to now, is reported, then written.
-    pub async fn settle_event(
-        &self,
-        event: &PaymentEvent,
-        key: &Key,
-        reports: &dyn Reports,
-        deadline: Time,
-    ) -> Outcome {
-        let now = self.settings.now();
-        let found = payment_now(event);
-        let paid = Settled::Paid {
-            expires: self.settings.expires(now),
-        };
-        let settled = match settle::on_event(found, paid, Rules::ALL) {
-            Decision::Settle(settled) => settled,
-            Decision::Cancel | Decision::Wait => {
-                return Outcome::EventIgnored {
-                    payment_id: event.payment_id.clone(),
-                    why: "not final: the customer may still confirm the payment, and the wait \
-                          goes on",
-                };
-            }
-        };
-        let succeeded = found == PaymentNow::Succeeded;
-        let read = self.store_call(deadline, self.store.get(key));
-        let record = match read
-            .instrument(spans::store_operation("get", "GetItem"))
-            .await
-        {
-            Ok(record) => record,
-            Err(no_answer) => return store_failed(no_answer),
-        };
-        if !awaits(record.as_ref(), &event.payment_id) {
-            return settle::refused(record.as_ref(), &event.payment_id, succeeded, now);
-        }
-        if settled == Settled::Ended {
-            let ends_later = record
-                .as_ref()
-                .and_then(|r| r.wait_until)
-                .is_some_and(|end| end.as_secs() > now.as_secs());
-            if ends_later {
-                let ending = Settled::Ending { at: now };
-                match self
-                    .settle_write(key, &event.payment_id, ending, deadline)
-                    .await
-                {
-                    Ok(WriteOutcome::Applied(_)) => {}
-                    Ok(WriteOutcome::Refused(old)) => {
-                        return settle::refused(old.as_ref(), &event.payment_id, false, now);
+/// Runs `machine` from `step` to its outcome through `calls`.
+async fn drive(mut machine: Settlement, mut step: SettleStep, calls: &impl SettleCalls) -> Outcome {
+    for _ in 0..MOST_STEPS {
+        step = match step {
+            SettleStep::Done(outcome) => {
+                if matches!(
+                    &outcome,
+                    Outcome::FailedRetryable {
+                        cause: RetryCause::PaymentMissing { .. },
+                        ..
                     }
-                    Err(no_answer) => return store_failed(no_answer),
+                ) {
+                    metrics::counter!(PAYMENT_MISSING).increment(1);
                 }
+                return outcome;
             }
-            let Some(timeout) =
-                self.settings
-                    .budget
-                    .call_timeout(CallKind::Queue, self.settings.now(), deadline)
-            else {
-                return Outcome::Deadline {
-                    before: Call::Settle,
-                    attempt: None,
+            SettleStep::Read => {
+                let answer = calls.read(machine.key()).await;
+                machine.on(SettleInput::Read(answer))
+            }
+            SettleStep::Fetch => {
+                let answer = calls.fetch(machine.payment_id()).await;
+                machine.on(SettleInput::Fetched(answer))
+            }
+            SettleStep::Cancel => {
+                let answer = calls.cancel(machine.payment_id()).await;
+                machine.on(SettleInput::Cancelled(answer))
+            }
+            SettleStep::Report => {
+                let answer = calls.report(machine.key(), machine.payment_id()).await;
+                machine.on(SettleInput::Reported(answer))
+            }
+            SettleStep::Write => {
+                let answer = match machine.write() {
+                    Some(write) => calls.write(&write).await,
+                    None => Err(NoAnswer::NoTime),
                 };
-            };
-            let sent = tokio::time::timeout(timeout, report(reports, key, &event.payment_id, now))
-                .await
-                .unwrap_or(Err(QueueError::TimedOut));
-            if let Err(e) = sent {
-                return Outcome::retryable(RetryCause::Report(Shared::new(e)), None);
+                machine.on(SettleInput::Written(answer))
             }
-        }
-        match self
-            .settle_write(key, &event.payment_id, settled, deadline)
-            .await
-        {
-            Ok(WriteOutcome::Applied(_)) => Outcome::Settled {
-                payment_id: event.payment_id.clone(),
-                paid: settled != Settled::Ended,
-            },
-            Ok(WriteOutcome::Refused(old)) => settle::refused(
-                old.as_ref(),
-                &event.payment_id,
-                succeeded,
-                self.settings.now(),
-            ),
-            Err(no_answer) => store_failed(no_answer),
-        }
+        };
+    }
+    Outcome::InProgress { until: None }
+}
+
+/// The event path's calls: under the invocation's deadline rule, paced, each answer
+/// told to its breaker, each in its span.
+struct EventCalls<'a, 'c> {
+    charger: &'a Charger<'c>,
+    reports: &'a dyn Reports,
+    deadline: Time,
+    /// What the calls reached, for the breakers' probes (shared: the future is `Send`).
+    calls: std::sync::Mutex<Calls>,
+}
+
+impl EventCalls<'_, '_> {
+    async fn paced<T, Fut>(
+        &self,
+        what: ProviderCall,
+        call: impl Fn() -> Fut,
+    ) -> Result<T, NoAnswer<PaymentError>>
+    where
+        Fut: Future<Output = Result<T, PaymentError>>,
+    {
+        let mut calls = Calls::default();
+        let answer = self
+            .charger
+            .paced_call(what, false, self.deadline, &mut calls, call)
+            .await;
+        self.reached(calls);
+        answer
     }
 
-    /// One `Settle` write in its span, bounded by the deadline rule.
-    async fn settle_write(
+    /// A store call in `span`, bounded by the deadline rule, told to the breaker.
+    async fn store<T>(
         &self,
-        key: &Key,
-        payment_id: &str,
-        settled: Settled,
-        deadline: Time,
-    ) -> Result<WriteOutcome, NoAnswer<StoreError>> {
-        let write = Write::Settle(SettleRequest {
-            pk: key,
-            payment_id,
-            settled,
-        });
-        let span = spans::store_operation("settle", "UpdateItem");
+        span: &tracing::Span,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, NoAnswer<StoreError>> {
         let answer = self
-            .store_call(deadline, self.store.write(&write))
+            .charger
+            .store_call(self.deadline, call)
             .instrument(span.clone())
             .await;
-        spans::store_answered(&span, &answer);
+        let store = self.charger.tell_store_breaker(&answer);
+        self.reached(Calls {
+            store,
+            provider: false,
+        });
         answer
     }
 }
 
-/// Whether `record` awaits `payment_id`.
-fn awaits(record: Option<&Record>, payment_id: &str) -> bool {
-    record.is_some_and(|r| r.state == State::Awaiting && r.payment.as_deref() == Some(payment_id))
+impl EventCalls<'_, '_> {
+    fn reached(&self, reached: Calls) {
+        // Two flags: a poisoned lock still holds them.
+        let mut calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.store |= reached.store;
+        calls.provider |= reached.provider;
+    }
 }
 
-fn store_failed(no_answer: NoAnswer<StoreError>) -> Outcome {
-    match no_answer {
-        NoAnswer::NoTime => Outcome::Deadline {
-            before: Call::Settle,
-            attempt: None,
-        },
-        NoAnswer::TimedOut => Outcome::retryable(RetryCause::StoreTimedOut(Call::Settle), None),
-        NoAnswer::Failed(source) => Outcome::retryable(
-            RetryCause::Store {
-                call: Call::Settle,
-                source: Shared::new(source),
-            },
-            None,
-        ),
+impl SettleCalls for EventCalls<'_, '_> {
+    async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>> {
+        let span = spans::store_operation("get", "GetItem");
+        self.store(&span, self.charger.store.get(key)).await
+    }
+
+    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
+        let provider = self.charger.provider;
+        let found = self
+            .paced(ProviderCall::Fetch, || provider.payment_by_id(payment_id))
+            .await?;
+        Ok(found.as_ref().map(Found::of))
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
+        let provider = self.charger.provider;
+        self.paced(ProviderCall::Cancel, || provider.cancel(payment_id))
+            .await
+    }
+
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>> {
+        let span = spans::store_operation(write.operation(), "UpdateItem");
+        let answer = self.store(&span, self.charger.store.write(write)).await;
+        spans::store_answered(&span, &answer);
+        answer
+    }
+
+    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>> {
+        let settings = self.charger.settings;
+        let Some(timeout) =
+            settings
+                .budget
+                .call_timeout(CallKind::Queue, settings.now(), self.deadline)
+        else {
+            return Err(NoAnswer::NoTime);
+        };
+        match tokio::time::timeout(
+            timeout,
+            report(self.reports, key, payment_id, settings.now()),
+        )
+        .await
+        {
+            Ok(answer) => answer.map_err(NoAnswer::Failed),
+            Err(_elapsed) => Err(NoAnswer::TimedOut),
+        }
+    }
+}
+
+impl Charger<'_> {
+    /// A provider event about `key`'s order (`None`: a thin event, which names only its
+    /// payment: the order is the one the provider's answer names): a hint. The
+    /// settlement machine reads the record, fetches the payment the event names, and
+    /// settles by the provider's answer; the event's body is never believed. Under the
+    /// breakers, as a record is.
+    pub async fn settle_event(
+        &self,
+        event: &PaymentEvent,
+        key: Option<&Key>,
+        reports: &dyn Reports,
+        deadline: Time,
+    ) -> Outcome {
+        let now = self.settings.now();
+        let trigger = Trigger::Event {
+            payment_id: event.payment_id.clone(),
+            claimed: PaymentNow::claimed(&event.kind, &event.status),
+        };
+        self.admitted(deadline, async |calls: &mut Calls| {
+            let driver = EventCalls {
+                charger: self,
+                reports,
+                deadline,
+                calls: std::sync::Mutex::new(*calls),
+            };
+            let (key, found) = match key {
+                Some(key) => (key.clone(), None),
+                None => match driver.fetch(&event.payment_id).await {
+                    Ok(Some(found)) => {
+                        let order = found
+                            .order_id
+                            .as_deref()
+                            .filter(|id| validate_id(id).is_ok());
+                        match order {
+                            Some(order_id) => (Key::for_order_id(order_id), Some(found)),
+                            None => {
+                                return Outcome::EventIgnored {
+                                    payment_id: event.payment_id.clone(),
+                                    why: "the provider says the payment is not an order's",
+                                };
+                            }
+                        }
+                    }
+                    Ok(None) => return settle::missing(&event.payment_id),
+                    Err(no_answer) => return settle::fetch_failed(no_answer),
+                },
+            };
+            let (mut machine, step) =
+                Settlement::new(key, trigger, now, self.settings.expires(now), Rules::ALL);
+            if let Some(found) = found {
+                machine.prefetched(found);
+            }
+            let outcome = drive(machine, step, &driver).await;
+            *calls = driver
+                .calls
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            outcome
+        })
+        .await
     }
 }
 
@@ -196,7 +281,7 @@ async fn report(
 /// What the scheduled settler needs.
 pub struct Settler<'a> {
     pub store: &'a dyn IdempotencyStore,
-    pub provider: &'a dyn PaymentProvider,
+    pub provider: &'a dyn ChargePath,
     pub reports: &'a dyn Reports,
     /// The clock: the wait's end is read against it.
     pub now: &'a (dyn Fn() -> Time + Send + Sync),
@@ -204,10 +289,16 @@ pub struct Settler<'a> {
     pub retention: Duration,
     /// Each store and provider call's timeout.
     pub call_timeout: Duration,
-    /// Awaiting records read per run, soonest wait end first.
+    /// Awaiting records read per page of the index.
     pub limit: usize,
     /// When the run stops taking records (the function's own deadline, less margin).
     pub until: Instant,
+    /// The pace of provider calls (`policy/pacing.rs`), the consumer's kind: a run
+    /// over many waits never bursts past the provider's rate limit.
+    pub pacer: &'a Pacer,
+    /// Records one run settles at most (its time ends it too): what bounds a run's
+    /// provider calls; the next run goes on from where it stopped.
+    pub per_run: usize,
 }
 
 /// What one settler run did.
@@ -219,171 +310,244 @@ pub struct SettleRun {
     pub waiting: usize,
     /// Records whose calls failed: they are read again next run.
     pub failed: usize,
+    /// Records whose payment the provider does not have: a setting is wrong.
+    pub missing: usize,
+    /// The run ran out of time before it went round the whole index: the next run goes
+    /// on from where it stopped.
+    pub unread: bool,
 }
 
 impl SettleRun {
-    /// The run's summary line.
+    /// The run's summary line: `done` only when the run went round the whole index
+    /// and settled every record it read, or left it waiting by the provider's answer.
     pub fn summary(&self) -> Value {
+        let complete = self.failed == 0 && self.missing == 0 && !self.unread;
         json!({
-            "settle": if self.failed == 0 { "done" } else { "incomplete" },
+            "settle": if complete { "done" } else { "incomplete" },
             "read": self.read,
             "completed": self.completed,
             "ended": self.ended,
             "waiting": self.waiting,
             "failed": self.failed,
+            "missing": self.missing,
+            "unread": self.unread,
         })
     }
 }
 
-/// Why a record could not be settled this run.
-#[derive(Debug, thiserror::Error)]
-pub enum SettleError {
-    #[error("the store failed")]
-    Store(#[from] StoreError),
-    #[error("the provider failed")]
-    Provider(#[from] PaymentError),
-    #[error("reporting the ended wait failed")]
-    Report(#[from] QueueError),
-    #[error("a call timed out")]
-    TimedOut,
+/// The settler's calls: each bounded by its own timeout (it runs outside any batch).
+struct DueCalls<'a, 'b> {
+    settler: &'a Settler<'b>,
 }
 
-/// How one awaiting record ended this run.
-enum Settling {
-    Completed,
-    Ended,
-    Waiting,
+impl DueCalls<'_, '_> {
+    async fn bounded<T, E>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, NoAnswer<E>> {
+        match tokio::time::timeout(self.settler.call_timeout, call).await {
+            Ok(answer) => answer.map_err(NoAnswer::Failed),
+            Err(_elapsed) => Err(NoAnswer::TimedOut),
+        }
+    }
+}
+
+/// Whether `place` comes at or before `start` in the index's order (the end of the
+/// wait, then the key): a run that went round from `start` reaches it again.
+fn up_to(place: Option<&AwaitingCursor>, start: Option<&AwaitingCursor>) -> bool {
+    match (place, start) {
+        (Some(place), Some(start)) => {
+            (place.wait_until.as_secs(), place.pk.as_str())
+                <= (start.wait_until.as_secs(), start.pk.as_str())
+        }
+        _ => false,
+    }
+}
+
+impl DueCalls<'_, '_> {
+    /// Waits for the pace's next slot while the run has time; `false` when it has none.
+    async fn slot(&self) -> bool {
+        // Bounded: each wait is at most one spacing of the pace, and the run's end.
+        for _ in 0..10_000 {
+            match self.settler.pacer.try_take((self.settler.now)()) {
+                Ok(()) => return true,
+                Err(wait) => {
+                    if Instant::now() + wait >= self.settler.until {
+                        return false;
+                    }
+                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                }
+            }
+        }
+        false
+    }
+
+    /// A provider call at the pace, its answer told to the pace.
+    async fn paced<T>(
+        &self,
+        call: impl Future<Output = Result<T, PaymentError>>,
+    ) -> Result<T, NoAnswer<PaymentError>> {
+        if !self.slot().await {
+            return Err(NoAnswer::NoTime);
+        }
+        let answer = self.bounded(call).await;
+        let pacer = self.settler.pacer;
+        match &answer {
+            Err(NoAnswer::Failed(e)) if e.throttle().is_some() => {
+                pacer.on_rate_limited((self.settler.now)());
+            }
+            Err(NoAnswer::TimedOut) => {}
+            _ => pacer.on_success(),
+        }
+        answer
+    }
+}
+
+impl SettleCalls for DueCalls<'_, '_> {
+    async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>> {
+        self.bounded(self.settler.store.get(key)).await
+    }
+
+    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
+        let found = self
+            .paced(self.settler.provider.payment_by_id(payment_id))
+            .await?;
+        Ok(found.as_ref().map(Found::of))
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
+        self.paced(self.settler.provider.cancel(payment_id)).await
+    }
+
+    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>> {
+        self.bounded(self.settler.store.write(write)).await
+    }
+
+    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>> {
+        let now = (self.settler.now)();
+        self.bounded(report(self.settler.reports, key, payment_id, now))
+            .await
+    }
 }
 
 impl Settler<'_> {
-    /// Reads the awaiting records (the index, never a scan) and settles each by its
-    /// payment. Reading them fails the run; one record's failure is counted, logged,
-    /// and left for the next run.
+    /// Reads the awaiting records (the index, never a scan), page by page from where
+    /// the last run stopped, round the whole index once, and settles each by the
+    /// provider's answer for its payment; it keeps where it stopped. Reading the index
+    /// fails the run; one record's failure is counted, logged, and left for the next
+    /// run.
     pub async fn run(&self) -> Result<SettleRun, StoreError> {
         let far = Time::from_secs(i64::MAX / 1000);
-        let records = self.store.awaiting(far, self.limit).await?;
-        let mut run = SettleRun {
-            read: records.len(),
-            ..SettleRun::default()
-        };
-        for record in records {
-            if Instant::now() >= self.until {
-                run.waiting += 1;
+        let started_at = self.store.settle_cursor().await?;
+        let mut cursor = started_at.clone();
+        let mut wrapped = started_at.is_none();
+        let mut run = SettleRun::default();
+        // Bounded: every page but the last holds a record, each record is read at most
+        // once a run, and the run stops at its time.
+        'pages: for _page in 0..MOST_PAGES {
+            let page = self
+                .store
+                .awaiting(cursor.as_ref(), far, self.limit.max(1))
+                .await?;
+            if page.is_empty() {
+                if wrapped {
+                    cursor = None;
+                    break;
+                }
+                // The end of the index: on from its start, up to where the run began.
+                wrapped = true;
+                cursor = None;
                 continue;
             }
-            match self.settle(&record).await {
-                Ok(Settling::Completed) => run.completed += 1,
-                Ok(Settling::Ended) => run.ended += 1,
-                Ok(Settling::Waiting) => run.waiting += 1,
-                Err(e) => {
-                    run.failed += 1;
-                    warn!(
-                        key = record.pk.as_str(),
-                        error = %crate::error_chain(&e),
-                        "settling an awaiting order failed; the next run tries again"
-                    );
+            for record in page {
+                let place = AwaitingCursor::of(&record);
+                if wrapped && started_at.is_some() && !up_to(place.as_ref(), started_at.as_ref()) {
+                    // Round the whole index: the next run starts where this one began.
+                    cursor = started_at.clone();
+                    break 'pages;
                 }
+                if Instant::now() >= self.until || run.read >= self.per_run {
+                    run.unread = true;
+                    break 'pages;
+                }
+                self.settle(&mut run, record).await;
+                cursor = place;
             }
         }
+        self.store.save_settle_cursor(cursor.as_ref()).await?;
         Ok(run)
     }
 
-    async fn settle(&self, record: &Record) -> Result<Settling, SettleError> {
-        let (Some(payment_id), Some(wait_until)) = (record.payment.as_deref(), record.wait_until)
-        else {
-            return Ok(Settling::Waiting);
-        };
+    async fn settle(&self, run: &mut SettleRun, record: Record) {
+        run.read += 1;
+        let key = record.pk.clone();
+        let payment = record.payment.clone().unwrap_or_default();
         let now = (self.now)();
-        let found = self.look_up(payment_id).await?;
-        let paid = Settled::Paid {
-            expires: Time::from_secs((now + self.retention).as_secs()),
-        };
-        match settle::on_lookup(found, wait_until, now, paid, Rules::ALL) {
-            Decision::Settle(settled) => self.write(record, payment_id, settled, now).await,
-            Decision::Wait => Ok(Settling::Waiting),
-            Decision::Cancel => match self.bounded(self.provider.cancel(payment_id)).await? {
-                Cancel::Cancelled => self.write(record, payment_id, Settled::Ended, now).await,
-                // Refused: it may have succeeded meanwhile; look again, once.
-                Cancel::NotCancellable => match self.look_up(payment_id).await? {
-                    PaymentNow::Succeeded => self.write(record, payment_id, paid, now).await,
-                    PaymentNow::Canceled => {
-                        self.write(record, payment_id, Settled::Ended, now).await
-                    }
-                    _ => Ok(Settling::Waiting),
-                },
-            },
-        }
-    }
-
-    async fn look_up(&self, payment_id: &str) -> Result<PaymentNow, SettleError> {
-        let found = self
-            .bounded(self.provider.payment_by_id(payment_id))
-            .await?;
-        Ok(found.map_or(PaymentNow::Missing, |p| PaymentNow::of_status(&p.status)))
-    }
-
-    /// The settle write (an ended wait reported first), and its log line.
-    async fn write(
-        &self,
-        record: &Record,
-        payment_id: &str,
-        settled: Settled,
-        now: Time,
-    ) -> Result<Settling, SettleError> {
-        if settled == Settled::Ended {
-            // Ended early (cancelled at the provider, or gone): the wait's end moves to
-            // now first, so a copy of the order sent meanwhile is retried, not lost.
-            if record
-                .wait_until
-                .is_some_and(|end| end.as_secs() > now.as_secs())
-            {
-                let ending = Write::Settle(SettleRequest {
-                    pk: &record.pk,
-                    payment_id,
-                    settled: Settled::Ending { at: now },
-                });
-                if let WriteOutcome::Refused(_) = self.bounded(self.store.write(&ending)).await? {
-                    return Ok(Settling::Waiting);
-                }
-            }
-            self.bounded(report(self.reports, &record.pk, payment_id, now))
-                .await?;
-        }
-        let write = Write::Settle(SettleRequest {
-            pk: &record.pk,
-            payment_id,
-            settled,
-        });
-        let outcome = match self.bounded(self.store.write(&write)).await? {
-            WriteOutcome::Applied(_) => Outcome::Settled {
-                payment_id: payment_id.to_owned(),
-                paid: settled != Settled::Ended,
-            },
-            WriteOutcome::Refused(old) => {
-                settle::refused(old.as_ref(), payment_id, settled != Settled::Ended, now)
-            }
-        };
-        metrics::counter!(outcome.name()).increment(1);
-        info!(
-            outcome = outcome.name(),
-            key = record.pk.as_str(),
-            payment = payment_id,
-            "awaiting order settled"
+        let paid_until = Time::from_secs((now + self.retention).as_secs());
+        let (machine, step) = Settlement::new(
+            key.clone(),
+            Trigger::Due(Box::new(record)),
+            now,
+            paid_until,
+            Rules::ALL,
         );
-        Ok(match outcome {
-            Outcome::Settled { paid: true, .. } => Settling::Completed,
-            Outcome::Settled { paid: false, .. } => Settling::Ended,
-            _ => Settling::Waiting,
-        })
+        let outcome = drive(machine, step, &DueCalls { settler: self }).await;
+        self.tell(run, &key, &payment, &outcome);
     }
 
-    async fn bounded<T, E: Into<SettleError>>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, SettleError> {
-        tokio::time::timeout(self.call_timeout, call)
-            .await
-            .map_err(|_elapsed| SettleError::TimedOut)?
-            .map_err(Into::into)
+    /// Counts and logs how one record's settlement ended.
+    fn tell(&self, run: &mut SettleRun, key: &Key, payment: &str, outcome: &Outcome) {
+        let reason = outcome.reason().unwrap_or_default();
+        match outcome {
+            Outcome::Settled { paid, .. } => {
+                if *paid {
+                    run.completed += 1;
+                } else {
+                    run.ended += 1;
+                }
+                metrics::counter!(outcome.name()).increment(1);
+                info!(
+                    outcome = outcome.name(),
+                    key = key.as_str(),
+                    payment,
+                    "awaiting order settled"
+                );
+            }
+            Outcome::EventIgnored { .. } => run.waiting += 1,
+            Outcome::FailedRetryable {
+                cause: RetryCause::PaymentMissing { .. },
+                ..
+            } => {
+                run.missing += 1;
+                error!(
+                    outcome = outcome.name(),
+                    key = key.as_str(),
+                    payment,
+                    reason = %reason,
+                    "the provider does not have the payment an awaiting order names; nothing ended"
+                );
+            }
+            Outcome::NeedsReconciliation { .. } => {
+                run.failed += 1;
+                metrics::counter!(outcome.name()).increment(1);
+                error!(
+                    outcome = outcome.name(),
+                    key = key.as_str(),
+                    payment,
+                    reason = %reason,
+                    "settling an awaiting order needs a person"
+                );
+            }
+            _ => {
+                run.failed += 1;
+                warn!(
+                    outcome = outcome.name(),
+                    key = key.as_str(),
+                    payment,
+                    reason = %reason,
+                    "settling an awaiting order failed; the next run tries again"
+                );
+            }
+        }
     }
 }

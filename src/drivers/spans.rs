@@ -193,6 +193,8 @@ pub enum ProviderCall {
     Charge,
     Lookup,
     Cancel,
+    /// One payment by id (settling a payment: `policy/settle.rs`).
+    Fetch,
 }
 
 impl ProviderCall {
@@ -201,6 +203,7 @@ impl ProviderCall {
             Self::Charge => "charge",
             Self::Lookup => "lookup",
             Self::Cancel => "cancel",
+            Self::Fetch => "fetch",
         }
     }
 
@@ -210,6 +213,7 @@ impl ProviderCall {
             Self::Charge => ("POST", "/v1/payment_intents"),
             Self::Lookup => ("GET", "/v1/payment_intents"),
             Self::Cancel => ("POST", "/v1/payment_intents/{id}/cancel"),
+            Self::Fetch => ("GET", "/v1/payment_intents/{id}"),
         }
     }
 }

@@ -81,6 +81,14 @@ pub enum Outcome {
         attempt: u32,
         wait_until: Time,
     },
+    /// The provider holds the order's payment `processing` (a bank debit settles in
+    /// days): the record awaits it as it awaits a customer, naming it, and its event or
+    /// the settler completes or ends it.
+    PaymentProcessing {
+        payment_id: String,
+        attempt: u32,
+        wait_until: Time,
+    },
     /// A delivery of an order that awaits its customer: nothing to do, no call made.
     AwaitingCustomer {
         payment_id: Option<String>,
@@ -97,6 +105,11 @@ pub enum Outcome {
     EventIgnored {
         payment_id: String,
         why: &'static str,
+    },
+    /// The provider says a payment of an order the table does not know succeeded
+    /// (its record swept, or never made here): acknowledged, logged at warn, counted.
+    PaymentUnrecorded {
+        payment_id: String,
     },
     /// The dependency's breaker is open in this execution environment: no write and no
     /// call were made; the record comes back with the backoff.
@@ -175,9 +188,18 @@ pub enum RetryCause {
     /// The provider replayed a stored 5xx and no payment of the order is found yet: its
     /// outcome is indeterminate (a payment may still appear), so the key is kept.
     #[error(
-        "charge: provider replayed a stored server error (status {status}) and no payment          is found yet; the key is kept until the payment appears or the key is forgotten"
+        "charge: provider replayed a stored server error (status {status}) and no payment \
+         is found yet; the key is kept until the payment appears or the key is forgotten"
     )]
     ServerErrorUnsettled { status: u16 },
+    /// The provider has no payment the record names. It never deletes one, so a
+    /// setting is wrong; nothing ends, and the retry asks again once it is fixed.
+    #[error(
+        "the provider has no payment {payment_id}, which the record names: it never deletes \
+         one, so the API key is of the other mode (test or live) or of another account, or \
+         PAYMENT_API_URL is wrong; nothing ended"
+    )]
+    PaymentMissing { payment_id: String },
     #[error("cancelling an open payment timed out")]
     CancelTimedOut,
     #[error("cancelling an open payment")]
@@ -217,6 +239,7 @@ impl RetryCause {
     pub fn is_setting_fault(&self) -> bool {
         match self {
             Self::Charge(e) | Self::Lookup(e) => e.0.is_setting_fault(),
+            Self::PaymentMissing { .. } => true,
             _ => false,
         }
     }
@@ -267,6 +290,16 @@ pub enum ReconcileCause {
          {receipt}: charged twice; refund one at the provider"
     )]
     LateConfirmation { payment_id: String, receipt: String },
+    /// A payment of the order succeeded that the record does not await and that
+    /// cannot be recorded as the order's: a person looks before anything moves.
+    #[error(
+        "payment {payment_id} of this order succeeded, but {why}: check it at the provider, \
+         then refund it or settle the order with `resolve`"
+    )]
+    UnprovenPayment {
+        payment_id: String,
+        why: &'static str,
+    },
     /// Charged, but the record no longer belongs to this attempt.
     #[error(
         "charged {receipt} under attempt {attempt} but the record moved on ({})",
@@ -300,10 +333,12 @@ impl Outcome {
             Self::Deferred { .. } => OutcomeKind::Deferred,
             Self::NeedsReconciliation { .. } => OutcomeKind::NeedsReconciliation,
             Self::AuthenticationRequired { .. } => OutcomeKind::AuthenticationRequired,
+            Self::PaymentProcessing { .. } => OutcomeKind::PaymentProcessing,
             Self::AwaitingCustomer { .. } => OutcomeKind::AwaitingCustomer,
             Self::Settled { paid: true, .. } => OutcomeKind::Reconciled,
             Self::Settled { paid: false, .. } => OutcomeKind::AuthenticationExpired,
             Self::EventIgnored { .. } => OutcomeKind::EventIgnored,
+            Self::PaymentUnrecorded { .. } => OutcomeKind::PaymentUnrecorded,
         }
     }
 
@@ -394,6 +429,10 @@ impl Outcome {
                  confirmation of this payment on the shop's page; its event or the settler \
                  completes it, and no other payment is made while it is open"
             }
+            Self::PaymentProcessing { .. } => {
+                "the provider is processing the payment (a bank debit settles in days): the \
+                 order awaits it, and its event or the settler completes or ends it"
+            }
             Self::AwaitingCustomer { .. } => {
                 "the order awaits its customer's confirmation of its payment; no call made"
             }
@@ -404,6 +443,11 @@ impl Outcome {
                  for the order is a new attempt"
             }
             Self::EventIgnored { why, .. } => why,
+            Self::PaymentUnrecorded { .. } => {
+                "the provider says this payment succeeded for an order the table does not \
+                 know (its record swept, or never made by this consumer): check it at the \
+                 provider"
+            }
         };
         Some(Cow::Borrowed(fixed))
     }
@@ -467,6 +511,11 @@ impl Outcome {
                 payment_id,
                 attempt,
                 ..
+            }
+            | Self::PaymentProcessing {
+                payment_id,
+                attempt,
+                ..
             } => Details {
                 payment: Some(payment_id),
                 attempt: Some(*attempt),
@@ -483,7 +532,9 @@ impl Outcome {
                 receipt: Some(payment_id),
                 ..Details::default()
             },
-            Self::Settled { payment_id, .. } | Self::EventIgnored { payment_id, .. } => Details {
+            Self::Settled { payment_id, .. }
+            | Self::EventIgnored { payment_id, .. }
+            | Self::PaymentUnrecorded { payment_id } => Details {
                 payment: Some(payment_id),
                 ..Details::default()
             },

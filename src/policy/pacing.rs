@@ -9,6 +9,12 @@
 //! limiter's burst hides an excess until it is spent). An optional fleet budget
 //! caps the rate (its share of `PAYMENT_RATE_BUDGET`).
 //!
+//! No call waits for a refusal nobody made: without a budget, a pacer hands out every
+//! slot at once until the provider first refuses a call for its rate, and paces from
+//! then on (a fresh environment on a quiet day sends at once; one that met the limit
+//! keeps what it learnt). With a budget the pace holds from the first call, since the
+//! budget is the fleet's known share.
+//!
 //! Pure: the time comes in as an argument; the driver sleeps. One pacer per execution
 //! environment, built at cold start beside the breakers, shared by every invocation.
 
@@ -64,6 +70,9 @@ struct State {
     next_slot_ms: f64,
     /// Until the first rate limit, the rate grows quickly.
     slow_start: bool,
+    /// No budget and no refusal yet: every slot is free at once (the rate is still
+    /// tracked, so the first cut starts from it).
+    unpaced: bool,
     last_decrease: Option<Time>,
     /// Since when `accepted` counts: the last cut, or the first slot taken.
     counting_since: Option<Time>,
@@ -92,6 +101,7 @@ impl Pacer {
                 rate,
                 next_slot_ms: f64::MIN,
                 slow_start,
+                unpaced: share.is_none(),
                 last_decrease: None,
                 counting_since: None,
                 accepted: 0,
@@ -132,6 +142,9 @@ impl Pacer {
         }
         self.with(|s| {
             s.counting_since.get_or_insert(now);
+            if s.unpaced {
+                return Ok(());
+            }
             let now_ms = now.as_ms() as f64;
             let spacing = 1000.0 / s.rate;
             if s.next_slot_ms > now_ms {
@@ -182,6 +195,7 @@ impl Pacer {
             s.counting_since = Some(now);
             s.accepted = 0;
             s.slow_start = false;
+            s.unpaced = false;
             let cut = s.rate * DECREASE;
             let deepest = s.rate * DEEPEST_CUT;
             s.rate = accepted
@@ -232,6 +246,22 @@ mod tests {
         // Ten seconds of quiet: one call at once, the next at half the spacing at most.
         assert_eq!(pacer.try_take(at(10_000)), Ok(()));
         assert_eq!(pacer.try_take(at(10_000)), Err(Duration::from_millis(125)));
+    }
+
+    #[test]
+    fn without_a_budget_no_call_waits_until_the_provider_refuses_one_then_the_pace_holds() {
+        let pacer = Pacer::new(None);
+        // A fresh environment: a burst of calls at one instant, none waits.
+        assert!((0..200).all(|_| pacer.try_take(at(0)).is_ok()));
+        (0..200).for_each(|_| pacer.on_success());
+        assert!((0..200).all(|_| pacer.try_take(at(10)).is_ok()));
+        // The first refusal: from now on the calls are spaced by the (cut) rate.
+        pacer.on_rate_limited(at(20));
+        let spacing = Duration::from_secs_f64(1.0 / pacer.rate());
+        assert!(pacer.try_take(at(20)).is_err());
+        let next = at(20) + spacing + Duration::from_millis(1);
+        assert_eq!(pacer.try_take(next), Ok(()));
+        assert!(pacer.try_take(next).is_err(), "paced after the refusal");
     }
 
     #[test]

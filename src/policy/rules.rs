@@ -38,6 +38,17 @@ pub struct Rules {
     /// cancels it first; a refused cancel means look again), never on a failed
     /// attempt, which the customer may still follow with a confirmation.
     pub wait_ends_only_when_cancelled: bool,
+    /// An event only names a payment: the provider's answer, fetched by id, decides,
+    /// never what the event's body says (anyone allowed to send to the queue can
+    /// write one).
+    pub event_is_a_hint: bool,
+    /// The provider never deletes a payment: one it does not know (404) is a wrong
+    /// setting, and ends nothing.
+    pub missing_is_a_fault: bool,
+    /// A payment the provider says succeeded, which the record does not await, is
+    /// recorded (when provably the order's) or dead-lettered, never acknowledged as
+    /// nothing.
+    pub money_taken_is_recorded: bool,
 }
 
 impl Rules {
@@ -53,6 +64,9 @@ impl Rules {
         awaiting_holds_the_order: true,
         settle_names_its_payment: true,
         wait_ends_only_when_cancelled: true,
+        event_is_a_hint: true,
+        missing_is_a_fault: true,
+        money_taken_is_recorded: true,
     };
 }
 

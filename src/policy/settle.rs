@@ -1,38 +1,44 @@
-//! How an order that awaits its customer settles (ARCHITECTURE.md, "An order that
-//! awaits its customer"), pure: what a provider event about a payment means for the
-//! record it names, what the scheduled settler does with the payment it finds by id,
-//! and how a refused settle is read. The consumer (`drivers/settle.rs`, events in the
-//! batch), the settler (the same module, on a schedule) and the model checker
-//! (`examples/model.rs`) all decide here; the write itself is the table's `Settle`
-//! (`policy/table.rs`), conditioned on the payment the record names.
+//! The settlement of a payment (ARCHITECTURE.md, "Settling a payment"), as a pure
+//! machine beside the record's (`policy/machine/`) and `resolve`'s: read the record,
+//! fetch the payment from the provider by id, cancel it, move the wait's end, report
+//! the end, write. Its decisions take the provider's answer, never what an event's
+//! body says, since anyone allowed to send to the orders queue can write one. The
+//! consumer (an event in the batch), the scheduled settler and the model checker
+//! (`examples/model.rs`) all drive this one machine (`drivers/settle.rs`); the writes
+//! are the table's `Settle` and `Adopt` (`policy/table.rs`), each conditioned on the
+//! record, so a repeated event or a second settler changes nothing.
 
-use crate::contracts::store::Settled;
+use crate::contracts::payment::{Cancel, ListedPayment, PaymentError};
+use crate::contracts::queue::QueueError;
+use crate::contracts::store::{
+    AdoptRequest, SettleRequest, Settled, StoreError, Write, WriteOutcome,
+};
 use crate::domain::clock::Time;
-use crate::domain::{Record, State};
-use crate::policy::outcome::{Outcome, ReconcileCause};
+use crate::domain::order::Order;
+use crate::domain::{Fingerprint, Key, Record, State};
+use crate::policy::machine::NoAnswer;
+use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use crate::policy::rules::Rules;
 
-/// What became of a payment, as an event or a lookup by id tells it.
+/// What became of a payment, as the provider (or, for the mutant that trusts it, an
+/// event's body) tells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PaymentNow {
     /// `succeeded`: final; the order is paid with it.
     Succeeded,
     /// `canceled`: final; it can never succeed.
     Canceled,
-    /// A confirmation attempt failed (`payment_intent.payment_failed`, or
-    /// `requires_payment_method`): the customer may still confirm it, with this card
-    /// or another, until it is cancelled.
+    /// A confirmation attempt failed (`requires_payment_method`): the customer may
+    /// still confirm it, with this card or another, until it is cancelled.
     AttemptFailed,
     /// Still waiting for the customer (`requires_action`, `requires_confirmation`…).
     Open,
-    /// `processing`: it settles by itself, either way.
+    /// `processing`: it settles by itself, either way; it cannot be cancelled.
     Processing,
-    /// The provider has no such payment: nothing under it can succeed.
-    Missing,
 }
 
 impl PaymentNow {
-    /// A PaymentIntent's `status` as the provider states it.
+    /// A PaymentIntent's `status` as the provider states it: the one place it is read.
     pub fn of_status(status: &str) -> Self {
         match status {
             "succeeded" => Self::Succeeded,
@@ -42,307 +48,542 @@ impl PaymentNow {
             _ => Self::Open,
         }
     }
+
+    /// What an event's type claims of its payment (only the mutant that trusts events
+    /// reads it), else the status its body carries.
+    pub fn claimed(kind: &str, status: &str) -> Self {
+        match kind {
+            "payment_intent.succeeded" => Self::Succeeded,
+            "payment_intent.canceled" => Self::Canceled,
+            "payment_intent.payment_failed" => Self::AttemptFailed,
+            _ => Self::of_status(status),
+        }
+    }
 }
 
-/// What to do about an awaited payment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Decision {
-    /// Write `Settle` with this ending.
-    Settle(Settled),
-    /// Cancel the payment first (its wait is over); then look again.
+/// The provider's answer about one payment, fetched by id: what settling reads of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Found {
+    pub status: PaymentNow,
+    /// `metadata[order_id]`: the order this consumer made it for.
+    pub order_id: Option<String>,
+    /// The fingerprint of the order the payment describes (its order id, amount,
+    /// currency, customer and payment method), when it names all of them.
+    pub fingerprint: Option<Fingerprint>,
+}
+
+impl Found {
+    /// What settling reads of a payment the provider holds: its status, its order, and
+    /// the fingerprint of the order its fields describe.
+    pub fn of(payment: &ListedPayment) -> Self {
+        let fingerprint = match (
+            &payment.order_id,
+            &payment.customer,
+            &payment.payment_method,
+        ) {
+            (Some(order_id), Some(customer), Some(method)) => Order::new(
+                order_id,
+                payment.amount,
+                &payment.currency,
+                customer,
+                method,
+            )
+            .ok()
+            .map(|order| Fingerprint::of(&order)),
+            _ => None,
+        };
+        Self {
+            status: PaymentNow::of_status(&payment.status),
+            order_id: payment.order_id.clone(),
+            fingerprint,
+        }
+    }
+}
+
+/// What starts a settlement.
+#[derive(Clone, Debug)]
+pub enum Trigger {
+    /// A provider event about `payment_id` (a hint: what its body says of the payment
+    /// is only read by the mutant that trusts it). The record is read first.
+    Event {
+        payment_id: String,
+        claimed: PaymentNow,
+    },
+    /// The settler, with an awaiting record read from the index.
+    Due(Box<Record>),
+}
+
+/// What the settlement asks for next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SettleStep {
+    /// Read the record (strongly consistent): [`SettleInput::Read`].
+    Read,
+    /// Fetch the payment from the provider by id: [`SettleInput::Fetched`].
+    Fetch,
+    /// Cancel the payment, whose wait is over: [`SettleInput::Cancelled`].
     Cancel,
-    /// Nothing yet: the wait goes on.
-    Wait,
+    /// Write [`Settlement::write`]: [`SettleInput::Written`].
+    Write,
+    /// Tell the shop that the order ended without a payment: [`SettleInput::Reported`].
+    Report,
+    Done(Outcome),
 }
 
-/// What the settler does with an awaiting record whose payment it found `now`:
-/// succeeded → done; cancelled or gone → ended; past the end of the wait → cancel it
-/// first (only a payment that can no longer succeed ends a wait); otherwise wait.
-pub fn on_lookup(
-    found: PaymentNow,
-    wait_until: Time,
+/// The answer to the last step.
+#[derive(Debug)]
+pub enum SettleInput {
+    Read(Result<Option<Record>, NoAnswer<StoreError>>),
+    /// `Ok(None)`: the provider has no such payment (404 `resource_missing`).
+    Fetched(Result<Option<Found>, NoAnswer<PaymentError>>),
+    Cancelled(Result<Cancel, NoAnswer<PaymentError>>),
+    Written(Result<WriteOutcome, NoAnswer<StoreError>>),
+    Reported(Result<(), NoAnswer<QueueError>>),
+}
+
+/// The write a settlement makes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Writing {
+    Settle(Settled),
+    Adopt(Fingerprint),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Phase {
+    Reading,
+    Fetching,
+    Cancelling,
+    Reporting,
+    Writing(Writing),
+    Done,
+}
+
+/// A refused write is judged again against the record that refused it, at most this
+/// many times (each refusal means the record changed under the settlement).
+const MOST_REFUSALS: u8 = 2;
+
+/// One settlement of one payment of one order. Pure: the record read, the provider's
+/// answers and each write's outcome come in; the next step comes out.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Settlement {
+    key: Key,
+    payment_id: String,
+    /// What the event claims (the settler claims nothing).
+    claimed: Option<PaymentNow>,
+    record: Option<Record>,
+    found: Option<Found>,
     now: Time,
-    paid: Settled,
+    /// `expires` of a record completed now.
+    paid_until: Time,
     rules: Rules,
-) -> Decision {
-    match found {
-        PaymentNow::Succeeded => Decision::Settle(paid),
-        PaymentNow::Canceled | PaymentNow::Missing => Decision::Settle(Settled::Ended),
-        PaymentNow::Processing => Decision::Wait,
-        PaymentNow::Open | PaymentNow::AttemptFailed if now.as_secs() >= wait_until.as_secs() => {
-            if rules.wait_ends_only_when_cancelled {
-                Decision::Cancel
-            } else {
-                // The mutant: the wait ends with its payment still open.
-                Decision::Settle(Settled::Ended)
+    phase: Phase,
+    /// A refused cancel: the payment was fetched again (once).
+    looked_again: bool,
+    refusals: u8,
+}
+
+impl Settlement {
+    /// A settlement of `key`'s order started at `now`; a record it completes is kept
+    /// until `paid_until`.
+    pub fn new(
+        key: Key,
+        trigger: Trigger,
+        now: Time,
+        paid_until: Time,
+        rules: Rules,
+    ) -> (Self, SettleStep) {
+        let (payment_id, claimed, record) = match trigger {
+            Trigger::Event {
+                payment_id,
+                claimed,
+            } => (payment_id, Some(claimed), None),
+            Trigger::Due(record) => (
+                record.payment.clone().unwrap_or_default(),
+                None,
+                Some(*record),
+            ),
+        };
+        let mut settlement = Self {
+            key,
+            payment_id,
+            claimed,
+            record,
+            found: None,
+            now,
+            paid_until,
+            rules,
+            phase: Phase::Done,
+            looked_again: false,
+            refusals: 0,
+        };
+        let step = if settlement.claimed.is_some() {
+            settlement.phase = Phase::Reading;
+            SettleStep::Read
+        } else {
+            settlement.fetch()
+        };
+        (settlement, step)
+    }
+
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The provider's answer, already fetched (a thin event's order was read from it):
+    /// after the read, the settlement decides on it without fetching again.
+    pub fn prefetched(&mut self, found: Found) {
+        self.found = Some(found);
+    }
+
+    pub fn payment_id(&self) -> &str {
+        &self.payment_id
+    }
+
+    /// The request of a [`SettleStep::Write`].
+    pub fn write(&self) -> Option<Write<'_>> {
+        match &self.phase {
+            Phase::Writing(Writing::Settle(settled)) => Some(Write::Settle(SettleRequest {
+                pk: &self.key,
+                payment_id: &self.payment_id,
+                settled: *settled,
+            })),
+            Phase::Writing(Writing::Adopt(fingerprint)) => Some(Write::Adopt(AdoptRequest {
+                pk: &self.key,
+                payment_id: &self.payment_id,
+                fingerprint,
+                now: self.now,
+                expires: self.paid_until,
+            })),
+            _ => None,
+        }
+    }
+
+    /// Feeds the answer to the last step; returns the next one.
+    pub fn on(&mut self, input: SettleInput) -> SettleStep {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, input) {
+            (Phase::Reading, SettleInput::Read(Ok(record))) => {
+                self.record = record;
+                let done_with_it = self.record.as_ref().is_some_and(|r| {
+                    r.state == State::Done && r.receipt.as_deref() == Some(&self.payment_id)
+                });
+                if done_with_it {
+                    // Already the receipt: no call.
+                    return self.ignored("the order is already done with this payment");
+                }
+                if self.rules.event_is_a_hint {
+                    match self.found.take() {
+                        Some(found) => {
+                            self.phase = Phase::Fetching;
+                            self.on(SettleInput::Fetched(Ok(Some(found))))
+                        }
+                        None => self.fetch(),
+                    }
+                } else {
+                    // The mutant: the event's body is believed.
+                    self.found = self.claimed.map(|status| Found {
+                        status,
+                        order_id: Some(self.key.order_id().to_owned()),
+                        fingerprint: self.record.as_ref().and_then(|r| r.fingerprint.clone()),
+                    });
+                    self.decide()
+                }
+            }
+            (Phase::Fetching, SettleInput::Fetched(Ok(Some(found)))) => {
+                if found.order_id.as_deref() != Some(self.key.order_id()) {
+                    return self.ignored("the provider says the payment is not this order's");
+                }
+                self.found = Some(found);
+                self.decide()
+            }
+            (Phase::Fetching, SettleInput::Fetched(Ok(None))) => {
+                if self.rules.missing_is_a_fault {
+                    SettleStep::Done(missing(&self.payment_id))
+                } else {
+                    // The mutant: "gone" read as cancelled.
+                    self.found = Some(Found {
+                        status: PaymentNow::Canceled,
+                        order_id: Some(self.key.order_id().to_owned()),
+                        fingerprint: None,
+                    });
+                    self.decide()
+                }
+            }
+            (Phase::Cancelling, SettleInput::Cancelled(Ok(Cancel::Cancelled))) => {
+                if let Some(found) = &mut self.found {
+                    found.status = PaymentNow::Canceled;
+                }
+                self.decide()
+            }
+            (Phase::Cancelling, SettleInput::Cancelled(Ok(Cancel::NotCancellable))) => {
+                // It may have succeeded meanwhile: look again, once.
+                self.looked_again = true;
+                self.fetch()
+            }
+            (Phase::Reporting, SettleInput::Reported(Ok(()))) => {
+                self.phase = Phase::Writing(Writing::Settle(Settled::Ended));
+                SettleStep::Write
+            }
+            (Phase::Writing(writing), SettleInput::Written(Ok(WriteOutcome::Applied(record)))) => {
+                self.record = Some(record);
+                match writing {
+                    // The wait's end moved to now: report, then end it.
+                    Writing::Settle(Settled::Ending { .. }) => {
+                        self.phase = Phase::Reporting;
+                        SettleStep::Report
+                    }
+                    Writing::Settle(Settled::Ended) => SettleStep::Done(Outcome::Settled {
+                        payment_id: self.payment_id.clone(),
+                        paid: false,
+                    }),
+                    Writing::Settle(Settled::Paid { .. }) | Writing::Adopt(_) => {
+                        SettleStep::Done(Outcome::Settled {
+                            payment_id: self.payment_id.clone(),
+                            paid: true,
+                        })
+                    }
+                }
+            }
+            (Phase::Writing(_), SettleInput::Written(Ok(WriteOutcome::Refused(record)))) => {
+                // The record changed under the settlement: judged again by what it is.
+                self.record = record;
+                self.refusals += 1;
+                if self.refusals > MOST_REFUSALS {
+                    return SettleStep::Done(Outcome::InProgress { until: None });
+                }
+                self.decide()
+            }
+            (
+                Phase::Reading | Phase::Writing(_),
+                SettleInput::Read(Err(e)) | SettleInput::Written(Err(e)),
+            ) => SettleStep::Done(store_failed(e)),
+            (Phase::Fetching, SettleInput::Fetched(Err(e))) => SettleStep::Done(fetch_failed(e)),
+            (Phase::Cancelling, SettleInput::Cancelled(Err(e))) => SettleStep::Done(match e {
+                NoAnswer::NoTime => deadline(Call::Cancel),
+                NoAnswer::TimedOut => Outcome::retryable(RetryCause::CancelTimedOut, None),
+                NoAnswer::Failed(e) => Outcome::retryable(RetryCause::Cancel(Shared::new(e)), None),
+            }),
+            (Phase::Reporting, SettleInput::Reported(Err(e))) => {
+                // The record still awaits, its end at now: the retry reports again.
+                let e = match e {
+                    NoAnswer::NoTime => return SettleStep::Done(deadline(Call::Settle)),
+                    NoAnswer::TimedOut => QueueError::TimedOut,
+                    NoAnswer::Failed(e) => e,
+                };
+                SettleStep::Done(Outcome::retryable(RetryCause::Report(Shared::new(e)), None))
+            }
+            (phase, input) => SettleStep::Done(Outcome::retryable(
+                RetryCause::OutOfPhase {
+                    phase: phase.name(),
+                    answer: input.name(),
+                },
+                None,
+            )),
+        }
+    }
+
+    fn fetch(&mut self) -> SettleStep {
+        self.phase = Phase::Fetching;
+        SettleStep::Fetch
+    }
+
+    fn ignored(&mut self, why: &'static str) -> SettleStep {
+        self.phase = Phase::Done;
+        SettleStep::Done(Outcome::EventIgnored {
+            payment_id: self.payment_id.clone(),
+            why,
+        })
+    }
+
+    fn settle(&mut self, settled: Settled) -> SettleStep {
+        self.phase = Phase::Writing(Writing::Settle(settled));
+        SettleStep::Write
+    }
+
+    /// What the provider's answer means for the record as it stands.
+    fn decide(&mut self) -> SettleStep {
+        let Some(found) = self.found.clone() else {
+            return self.ignored("the provider's answer is missing");
+        };
+        let record = self.record.clone();
+        let awaits_it = record.as_ref().is_some_and(|r| {
+            r.state == State::Awaiting
+                && (!self.rules.settle_names_its_payment
+                    || r.payment.as_deref() == Some(&self.payment_id))
+        });
+        match found.status {
+            PaymentNow::Succeeded if awaits_it => self.settle(Settled::Paid {
+                expires: self.paid_until,
+            }),
+            PaymentNow::Succeeded => self.money_taken(record.as_ref(), &found),
+            PaymentNow::Canceled if awaits_it => self.end(record.as_ref()),
+            PaymentNow::Canceled => self.ignored("the order does not await this payment"),
+            // Open, or its attempt failed: the customer may still confirm it. Past the
+            // wait's end the settler cancels it first; nothing else ends a wait.
+            PaymentNow::Open | PaymentNow::AttemptFailed
+                if awaits_it && !self.looked_again && self.past_end(record.as_ref()) =>
+            {
+                if self.rules.wait_ends_only_when_cancelled {
+                    self.phase = Phase::Cancelling;
+                    SettleStep::Cancel
+                } else {
+                    // The mutant: the wait ends with its payment still open.
+                    self.end(record.as_ref())
+                }
+            }
+            PaymentNow::AttemptFailed if awaits_it && !self.rules.wait_ends_only_when_cancelled => {
+                // The mutant: a failed attempt ends the wait.
+                self.end(record.as_ref())
+            }
+            PaymentNow::Open | PaymentNow::AttemptFailed | PaymentNow::Processing => {
+                self.ignored("not final: the payment may still succeed, and the order waits for it")
             }
         }
-        PaymentNow::AttemptFailed if !rules.wait_ends_only_when_cancelled => {
-            // The mutant: a failed attempt ends the wait.
-            Decision::Settle(Settled::Ended)
-        }
-        PaymentNow::Open | PaymentNow::AttemptFailed => Decision::Wait,
     }
-}
 
-/// What a provider event about an awaited payment means: success and cancellation
-/// are final and settle the record; a failed attempt is not (the customer may still
-/// confirm it, and Stripe sends one for the very answer that starts the wait), so the
-/// wait goes on and the settler ends it by cancelling.
-pub fn on_event(now: PaymentNow, paid: Settled, rules: Rules) -> Decision {
-    match now {
-        PaymentNow::Succeeded => Decision::Settle(paid),
-        PaymentNow::Canceled => Decision::Settle(Settled::Ended),
-        PaymentNow::AttemptFailed if !rules.wait_ends_only_when_cancelled => {
-            Decision::Settle(Settled::Ended)
-        }
-        _ => Decision::Wait,
+    /// Whether the settler runs past the record's end of the wait (an event never
+    /// cancels: only the settler, which claims nothing, ends a wait by its clock).
+    fn past_end(&self, record: Option<&Record>) -> bool {
+        self.claimed.is_none()
+            && record
+                .and_then(|r| r.wait_until)
+                .is_some_and(|end| self.now.as_secs() >= end.as_secs())
     }
-}
 
-/// How a settle the table refused reads, by the record that refused it (`now` to
-/// tell a live lease): the order is being charged (come back when the lease ends: its
-/// record is about to await this payment), already done with this payment (a repeated
-/// event), paid with another while this one succeeded too (charged twice: a person
-/// refunds one), or not this payment's at all.
-pub fn refused(record: Option<&Record>, payment_id: &str, succeeded: bool, now: Time) -> Outcome {
-    let ignored = |why| Outcome::EventIgnored {
-        payment_id: payment_id.to_owned(),
-        why,
-    };
-    let Some(record) = record else {
-        return ignored("no record of the order the payment names");
-    };
-    match &record.state {
-        State::Done if record.receipt.as_deref() == Some(payment_id) => {
-            ignored("the order is already done with this payment")
+    /// The wait ends: its end moved to now first (when later), so a copy of the order
+    /// sent meanwhile is retried, not acknowledged; then reported; then written.
+    fn end(&mut self, record: Option<&Record>) -> SettleStep {
+        let ends_later = record
+            .and_then(|r| r.wait_until)
+            .is_some_and(|end| end.as_secs() > self.now.as_secs());
+        if ends_later {
+            self.settle(Settled::Ending { at: self.now })
+        } else {
+            self.phase = Phase::Reporting;
+            SettleStep::Report
         }
-        State::Done if succeeded => Outcome::NeedsReconciliation {
-            cause: ReconcileCause::LateConfirmation {
-                payment_id: payment_id.to_owned(),
-                receipt: record.receipt.clone().unwrap_or_default(),
+    }
+
+    /// A payment the provider says succeeded, which the record does not await: the
+    /// record completes with it when it is provably this order's and nothing else paid
+    /// the order; otherwise a person looks. Never acknowledged as nothing.
+    fn money_taken(&mut self, record: Option<&Record>, found: &Found) -> SettleStep {
+        let reconcile = |why: &'static str, payment_id: &str| {
+            SettleStep::Done(Outcome::NeedsReconciliation {
+                cause: ReconcileCause::UnprovenPayment {
+                    payment_id: payment_id.to_owned(),
+                    why,
+                },
+            })
+        };
+        let Some(record) = record else {
+            self.phase = Phase::Done;
+            return SettleStep::Done(Outcome::PaymentUnrecorded {
+                payment_id: self.payment_id.clone(),
+            });
+        };
+        if !self.rules.money_taken_is_recorded {
+            // The mutant: Stripe's own success acknowledged as nothing.
+            return self.ignored("the order does not await this payment");
+        }
+        match record.state {
+            State::Done => SettleStep::Done(Outcome::NeedsReconciliation {
+                cause: ReconcileCause::LateConfirmation {
+                    payment_id: self.payment_id.clone(),
+                    receipt: record.receipt.clone().unwrap_or_default(),
+                },
+            }),
+            State::InProgress if record.lease_until.is_none_or(|h| h >= self.now) => {
+                SettleStep::Done(Outcome::InProgress {
+                    until: record.lease_until,
+                })
+            }
+            State::Awaiting => reconcile(
+                "the order awaits another payment, which may succeed too",
+                &self.payment_id,
+            ),
+            State::Other(_) => SettleStep::Done(Outcome::NeedsReconciliation {
+                cause: ReconcileCause::UnknownState,
+            }),
+            State::Free | State::Failed | State::InProgress => match &found.fingerprint {
+                Some(fingerprint) if record.fingerprint.as_ref() == Some(fingerprint) => {
+                    self.phase = Phase::Writing(Writing::Adopt(fingerprint.clone()));
+                    SettleStep::Write
+                }
+                _ => reconcile(
+                    "its amount, currency, customer or payment method differ from the \
+                         recorded order's",
+                    &self.payment_id,
+                ),
             },
-        },
-        State::InProgress if record.lease_until.is_some_and(|until| until >= now) => {
-            Outcome::InProgress {
-                until: record.lease_until,
-            }
         }
-        State::Awaiting => ignored("the order awaits another payment"),
-        _ => ignored("the order does not await this payment"),
+    }
+}
+
+/// The provider has no payment `payment_id`. It never deletes one, so a setting is
+/// wrong: a fault that ends nothing, retried once it is fixed.
+pub fn missing(payment_id: &str) -> Outcome {
+    Outcome::retryable(
+        RetryCause::PaymentMissing {
+            payment_id: payment_id.to_owned(),
+        },
+        None,
+    )
+}
+
+/// A fetch of the payment that had no answer, or a failing one.
+pub fn fetch_failed(no_answer: NoAnswer<PaymentError>) -> Outcome {
+    match no_answer {
+        NoAnswer::NoTime => deadline(Call::Lookup),
+        NoAnswer::TimedOut => Outcome::retryable(RetryCause::LookupTimedOut, None),
+        NoAnswer::Failed(e) => Outcome::retryable(RetryCause::Lookup(Shared::new(e)), None),
+    }
+}
+
+fn deadline(before: Call) -> Outcome {
+    Outcome::Deadline {
+        before,
+        attempt: None,
+    }
+}
+
+fn store_failed(no_answer: NoAnswer<StoreError>) -> Outcome {
+    match no_answer {
+        NoAnswer::NoTime => deadline(Call::Settle),
+        NoAnswer::TimedOut => Outcome::retryable(RetryCause::StoreTimedOut(Call::Settle), None),
+        NoAnswer::Failed(source) => Outcome::retryable(
+            RetryCause::Store {
+                call: Call::Settle,
+                source: Shared::new(source),
+            },
+            None,
+        ),
+    }
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Reading => "reading",
+            Self::Fetching => "fetching",
+            Self::Cancelling => "cancelling",
+            Self::Reporting => "reporting",
+            Self::Writing(_) => "writing",
+            Self::Done => "done",
+        }
+    }
+}
+
+impl SettleInput {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Read(_) => "read",
+            Self::Fetched(_) => "fetched",
+            Self::Cancelled(_) => "cancelled",
+            Self::Written(_) => "written",
+            Self::Reported(_) => "reported",
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::Key;
-
-    const NOW: Time = Time::from_ms(1_800_000_000_000);
-    const PAID: Settled = Settled::Paid {
-        expires: Time::from_secs(1_900_000_000),
-    };
-
-    #[test]
-    fn a_status_reads_as_what_it_means_for_the_wait() {
-        let cases = [
-            ("succeeded", PaymentNow::Succeeded),
-            ("canceled", PaymentNow::Canceled),
-            ("processing", PaymentNow::Processing),
-            ("requires_payment_method", PaymentNow::AttemptFailed),
-            ("requires_action", PaymentNow::Open),
-            ("requires_confirmation", PaymentNow::Open),
-        ];
-        for (status, now) in cases {
-            assert_eq!(PaymentNow::of_status(status), now, "{status}");
-        }
-    }
-
-    #[test]
-    fn the_settler_completes_ends_cancels_or_waits_by_what_it_finds_and_the_clock() {
-        let before = NOW + std::time::Duration::from_secs(60);
-        let past = NOW - std::time::Duration::from_secs(1);
-        let cases = [
-            (PaymentNow::Succeeded, before, Decision::Settle(PAID)),
-            (PaymentNow::Succeeded, past, Decision::Settle(PAID)),
-            (
-                PaymentNow::Canceled,
-                before,
-                Decision::Settle(Settled::Ended),
-            ),
-            (
-                PaymentNow::Missing,
-                before,
-                Decision::Settle(Settled::Ended),
-            ),
-            (PaymentNow::Processing, past, Decision::Wait),
-            (PaymentNow::Open, before, Decision::Wait),
-            (PaymentNow::AttemptFailed, before, Decision::Wait),
-            (PaymentNow::Open, past, Decision::Cancel),
-            (PaymentNow::AttemptFailed, past, Decision::Cancel),
-        ];
-        for (found, wait_until, decision) in cases {
-            assert_eq!(
-                on_lookup(found, wait_until, NOW, PAID, Rules::ALL),
-                decision,
-                "{found:?} with the wait ending at {wait_until:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn only_a_final_event_settles_a_wait_and_a_failed_attempt_leaves_it_to_the_customer() {
-        let cases = [
-            (PaymentNow::Succeeded, Decision::Settle(PAID)),
-            (PaymentNow::Canceled, Decision::Settle(Settled::Ended)),
-            (PaymentNow::AttemptFailed, Decision::Wait),
-            (PaymentNow::Open, Decision::Wait),
-            (PaymentNow::Processing, Decision::Wait),
-        ];
-        for (now, decision) in cases {
-            assert_eq!(on_event(now, PAID, Rules::ALL), decision, "{now:?}");
-        }
-    }
-
-    /// The rules with one switched off, as a model mutant runs them.
-    fn without(switch_off: impl FnOnce(&mut Rules)) -> Rules {
-        let mut rules = Rules::ALL;
-        switch_off(&mut rules);
-        rules
-    }
-
-    fn awaiting(payment: &str) -> Record {
-        Record {
-            fingerprint: Some(crate::domain::Fingerprint::new("h")),
-            expires: Some(NOW - std::time::Duration::from_secs(1)),
-            payment: Some(payment.to_owned()),
-            wait_until: Some(Time::from_secs(NOW.as_secs() + 3600)),
-            ..Record::new(Key::for_order_id("o-1"), State::Awaiting)
-        }
-    }
-
-    #[test]
-    fn no_delivery_reserves_an_awaiting_order_even_past_its_retention_unless_the_rule_is_off() {
-        use crate::contracts::store::{ReserveRequest, Write};
-        use crate::domain::{Fingerprint, Owner};
-        use crate::policy::table::holds;
-        let (pk, fingerprint, owner) = (
-            Key::for_order_id("o-1"),
-            Fingerprint::new("h"),
-            Owner::new("me"),
-        );
-        let reserve = Write::Reserve(ReserveRequest {
-            pk: &pk,
-            fingerprint: &fingerprint,
-            owner: &owner,
-            now: NOW,
-            lease_until: NOW + std::time::Duration::from_secs(60),
-            expires: NOW + std::time::Duration::from_secs(3600),
-            max_declines: 3,
-        });
-        let record = awaiting("pi_1");
-        assert!(!holds(&reserve, Some(&record), Rules::ALL));
-        let mutant = without(|r| r.awaiting_holds_the_order = false);
-        assert!(holds(&reserve, Some(&record), mutant));
-    }
-
-    #[test]
-    fn only_the_payment_an_awaiting_record_names_settles_it_unless_the_rule_is_off() {
-        use crate::contracts::store::{SettleRequest, Write};
-        use crate::policy::table::holds;
-        let pk = Key::for_order_id("o-1");
-        let settle = |payment_id| {
-            Write::Settle(SettleRequest {
-                pk: &pk,
-                payment_id,
-                settled: Settled::Ended,
-            })
-        };
-        let record = awaiting("pi_2");
-        assert!(holds(&settle("pi_2"), Some(&record), Rules::ALL));
-        // An older attempt's payment (cancelled before the next key) is not the wait's.
-        assert!(!holds(&settle("pi_1"), Some(&record), Rules::ALL));
-        let mutant = without(|r| r.settle_names_its_payment = false);
-        assert!(holds(&settle("pi_1"), Some(&record), mutant));
-    }
-
-    #[test]
-    fn a_wait_ends_only_once_its_payment_is_cancelled_unless_the_rule_is_off() {
-        let past = NOW - std::time::Duration::from_secs(1);
-        let before = NOW + std::time::Duration::from_secs(60);
-        let mutant = without(|r| r.wait_ends_only_when_cancelled = false);
-        for found in [PaymentNow::Open, PaymentNow::AttemptFailed] {
-            assert_eq!(
-                on_lookup(found, past, NOW, PAID, Rules::ALL),
-                Decision::Cancel
-            );
-            assert_eq!(
-                on_lookup(found, past, NOW, PAID, mutant),
-                Decision::Settle(Settled::Ended),
-                "{found:?}"
-            );
-        }
-        assert_eq!(
-            on_lookup(PaymentNow::AttemptFailed, before, NOW, PAID, mutant),
-            Decision::Settle(Settled::Ended)
-        );
-        assert_eq!(
-            on_event(PaymentNow::AttemptFailed, PAID, Rules::ALL),
-            Decision::Wait
-        );
-        assert_eq!(
-            on_event(PaymentNow::AttemptFailed, PAID, mutant),
-            Decision::Settle(Settled::Ended)
-        );
-    }
-
-    fn record(state: State, receipt: Option<&str>, lease_until: Option<Time>) -> Record {
-        Record {
-            receipt: receipt.map(str::to_owned),
-            lease_until,
-            ..Record::new(Key::for_order_id("o-1"), state)
-        }
-    }
-
-    #[test]
-    fn a_refused_settle_is_read_by_the_record_that_refused_it() {
-        let live = Some(NOW + std::time::Duration::from_secs(30));
-        let ended = Some(NOW - std::time::Duration::from_secs(30));
-        let name = |o: Outcome| o.name();
-        assert_eq!(name(refused(None, "pi_1", true, NOW)), "event_ignored");
-        let done = record(State::Done, Some("pi_1"), None);
-        assert_eq!(
-            name(refused(Some(&done), "pi_1", true, NOW)),
-            "event_ignored"
-        );
-        let other = record(State::Done, Some("pi_0"), None);
-        assert_eq!(
-            refused(Some(&other), "pi_1", true, NOW),
-            Outcome::NeedsReconciliation {
-                cause: ReconcileCause::LateConfirmation {
-                    payment_id: "pi_1".into(),
-                    receipt: "pi_0".into()
-                }
-            }
-        );
-        assert_eq!(
-            name(refused(Some(&other), "pi_1", false, NOW)),
-            "event_ignored"
-        );
-        let charging = record(State::InProgress, None, live);
-        assert_eq!(
-            name(refused(Some(&charging), "pi_1", true, NOW)),
-            "in_progress"
-        );
-        let crashed = record(State::InProgress, None, ended);
-        assert_eq!(
-            name(refused(Some(&crashed), "pi_1", true, NOW)),
-            "event_ignored"
-        );
-        let waiting = record(State::Awaiting, None, None);
-        assert_eq!(
-            name(refused(Some(&waiting), "pi_1", true, NOW)),
-            "event_ignored"
-        );
-    }
-}
+mod tests;

@@ -52,6 +52,11 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             r.state == State::Awaiting
                 && (!rules.settle_names_its_payment || r.payment.as_deref() == Some(req.payment_id))
         }
+        Write::Adopt(req) => {
+            (matches!(r.state, State::Free | State::Failed)
+                || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now)))
+                && same_order(r, req.fingerprint)
+        }
     }
 }
 
@@ -76,21 +81,10 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.attempt = r.attempt.or(Some(1));
             r.sent = r.sent.or(Some(req.now));
         }
-        // The smallest done record: what a redelivery, `resolve` and the audit read of
-        // a done order (key, state, receipt, fingerprint, creation, retention); the
-        // attempt, its first send and the decline count only served to charge it.
         Write::Complete(req) | Write::CompleteAttempt(req) => {
-            r.state = State::Done;
-            r.receipt = Some(req.receipt.to_owned());
-            r.expires = Some(req.expires);
-            r.owner = None;
-            r.lease_until = None;
-            r.attempt = None;
-            r.sent = None;
-            r.declines = None;
-            r.payment = None;
-            r.wait_until = None;
+            done(&mut r, req.receipt, req.expires)
         }
+        Write::Adopt(req) => done(&mut r, req.payment_id, req.expires),
         Write::Release(req) => {
             r.state = State::Free;
             r.owner = None;
@@ -129,8 +123,9 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.expires = Some(req.expires);
         }
         Write::Settle(req) => match req.settled {
-            // Still awaiting: only the wait's end moves.
-            Settled::Ending { at } => r.wait_until = Some(at),
+            // Still awaiting: only the wait's end moves (whole seconds, the attribute's
+            // unit).
+            Settled::Ending { at } => r.wait_until = Some(Time::from_secs(at.as_secs())),
             Settled::Paid { expires } => {
                 r.state = State::Done;
                 r.receipt = Some(req.payment_id.to_owned());
@@ -151,6 +146,22 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
         },
     }
     r
+}
+
+/// The smallest done record: what a redelivery, `resolve` and the audit read of a
+/// done order (key, state, receipt, fingerprint, creation, retention); the attempt,
+/// its first send and the decline count only served to charge it.
+fn done(r: &mut Record, receipt: &str, expires: Time) {
+    r.state = State::Done;
+    r.receipt = Some(receipt.to_owned());
+    r.expires = Some(expires);
+    r.owner = None;
+    r.lease_until = None;
+    r.attempt = None;
+    r.sent = None;
+    r.declines = None;
+    r.payment = None;
+    r.wait_until = None;
 }
 
 /// How a reservation was judged.

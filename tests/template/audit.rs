@@ -59,14 +59,20 @@ pub fn audit_violations(t: &Value) -> Vec<String> {
         .flat_map(|m| m.values())
         .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
         .map(|r| &r["Properties"])
-        .any(|a| {
-            a["MetricName"] == "audit_findings"
+        .collect::<Vec<_>>();
+    for (metric, what) in [
+        ("audit_findings", "any audit finding"),
+        ("payment_missing", "a payment Stripe does not have"),
+    ] {
+        let on_it = alarmed.iter().any(|a| {
+            a["MetricName"] == metric
                 && a["Namespace"] == *namespace
                 && number(t, &a["Threshold"]) == Some(0)
                 && a["ComparisonOperator"] == "GreaterThanThreshold"
         });
-    if !alarmed {
-        out.push("no alarm on any audit finding (audit_findings > 0)".to_owned());
+        if !on_it {
+            out.push(format!("no alarm on {what} ({metric} > 0)"));
+        }
     }
     out
 }
@@ -107,7 +113,17 @@ pub fn an_audit_that_is_not_daily_reads_less_than_a_day_or_goes_unalarmed_is_cau
             "MetricName",
         ],
         "audit_stuck".into(),
-        "no alarm",
+        "no alarm on any audit finding",
+    );
+    caught(
+        &[
+            "Resources",
+            "PaymentMissingAlarm",
+            "Properties",
+            "Namespace",
+        ],
+        "another".into(),
+        "no alarm on a payment Stripe does not have",
     );
     caught(
         &at(&AUDIT_PROPS, &["CodeUri"]),

@@ -441,6 +441,16 @@ impl ChargePath for SimulatedProvider {
             .await
             .map_err(ledger_error)
     }
+
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
+        let id = id.to_owned();
+        let mut found = self
+            .conn
+            .call(move |conn| listed_blocking(conn, None, Some(&id)))
+            .await
+            .map_err(ledger_error)?;
+        Ok(found.pop())
+    }
 }
 
 #[async_trait]
@@ -467,16 +477,6 @@ impl PaymentListing for SimulatedProvider {
                 payment,
             })
             .collect())
-    }
-
-    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
-        let id = id.to_owned();
-        let mut found = self
-            .conn
-            .call(move |conn| listed_blocking(conn, None, Some(&id)))
-            .await
-            .map_err(ledger_error)?;
-        Ok(found.pop())
     }
 }
 

@@ -411,6 +411,23 @@ impl ChargePath for HttpProvider {
             other => Err(other),
         }
     }
+
+    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
+        // A receipt is whatever the table holds: one path segment, escaped.
+        let url = self.intent_url(id, &[])?;
+        let response = self.client.get(url).send().await.map_err(send_error)?;
+        if response.status() == StatusCode::NOT_FOUND {
+            // No such charge only when the provider says so; any other 404 is an
+            // address that reaches no endpoint, and "none" would be a false finding.
+            return match classify_failure(response).await {
+                PaymentError::Rejected { .. } => Ok(None),
+                other => Err(other),
+            };
+        }
+        let intent: Intent =
+            read_json(response, "a PaymentIntent that is not a PaymentIntent").await?;
+        Ok(Some(intent.listed()))
+    }
 }
 
 #[async_trait]
@@ -463,23 +480,6 @@ impl PaymentListing for HttpProvider {
                 "more payment_intent.succeeded events than the audit reads; narrow --since",
             )),
         }
-    }
-
-    async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError> {
-        // A receipt is whatever the table holds: one path segment, escaped.
-        let url = self.intent_url(id, &[])?;
-        let response = self.client.get(url).send().await.map_err(send_error)?;
-        if response.status() == StatusCode::NOT_FOUND {
-            // No such charge only when the provider says so; any other 404 is an
-            // address that reaches no endpoint, and "none" would be a false finding.
-            return match classify_failure(response).await {
-                PaymentError::Rejected { .. } => Ok(None),
-                other => Err(other),
-            };
-        }
-        let intent: Intent =
-            read_json(response, "a PaymentIntent that is not a PaymentIntent").await?;
-        Ok(Some(intent.listed()))
     }
 }
 

@@ -126,7 +126,7 @@ pub async fn audit(
     // Every record that awaits its customer, whenever it began: its payment may have
     // succeeded without the record saying so. One more than read, to know it is all.
     let far = Time::from_secs(i64::MAX / 1000);
-    let awaiting = store.awaiting(far, MAX_AWAITING + 1).await?;
+    let awaiting = store.awaiting(None, far, MAX_AWAITING + 1).await?;
     if awaiting.len() > MAX_AWAITING {
         return Err(ReadError::TooManyAwaiting(MAX_AWAITING));
     }

@@ -34,7 +34,6 @@ use crate::policy::batch::plan::{
     self, Entry, InOrder, Message, Response, Retries, Schedule, Valid,
 };
 use crate::policy::deadline::{self, CallKind};
-use crate::policy::outcome::Outcome;
 use crate::policy::retry::{self, Backoff, Jitter};
 
 /// How a batch is run (ARCHITECTURE.md, "The batch").
@@ -275,19 +274,11 @@ impl Consumer {
                         Valid::Order { order, identity } => {
                             charger.process(order, identity, deadline).await
                         }
-                        Valid::Event {
-                            event,
-                            key: Some(key),
-                        } => {
+                        Valid::Event { event, key } => {
                             charger
-                                .settle_event(event, key, self.reports.as_ref(), deadline)
+                                .settle_event(event, key.as_ref(), self.reports.as_ref(), deadline)
                                 .await
                         }
-                        // Ended at parse: it names no order.
-                        Valid::Event { event, key: None } => Outcome::EventIgnored {
-                            payment_id: event.payment_id.clone(),
-                            why: "the payment names no order",
-                        },
                     }
                 };
                 // Release builds keep `panic = "unwind"`, so a panic in one record is

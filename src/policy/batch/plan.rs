@@ -17,7 +17,6 @@ use crate::domain::event::PaymentEvent;
 use crate::domain::order::{Incoming, Order};
 use crate::domain::{Identity, Key};
 use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
-use crate::policy::outcome::Outcome;
 use crate::policy::outcome_kind::{Handling, Wait};
 use crate::policy::retry::{self, Backoff, Disposition, Jitter};
 
@@ -140,6 +139,16 @@ impl Entry<'_> {
             .map(Key::as_str)
     }
 
+    /// What the record is grouped by: its order's key, or, for an event that names no
+    /// order (a thin event: the payment's order is read from the provider), its
+    /// payment, so that copies of one event run one after another.
+    fn group_key(&self) -> Option<&str> {
+        self.key().or(match &self.order {
+            Ok(Valid::Event { event, key: None }) => Some(event.payment_id.as_str()),
+            _ => None,
+        })
+    }
+
     /// Why it failed, with the whole chain of the cause.
     pub fn reason(&self) -> Option<std::borrow::Cow<'static, str>> {
         match (&self.outcome, &self.order) {
@@ -184,12 +193,6 @@ pub fn parse<'a>(messages: &[Message<'a>]) -> Result<Vec<Entry<'a>>, BatchError>
                 receive_count: message.receive_count,
                 trace_id: message.trace_header.and_then(trace_root),
                 outcome: match &order {
-                    Ok(Valid::Event { event, key: None }) => {
-                        RecordOutcome::Processed(Outcome::EventIgnored {
-                            payment_id: event.payment_id.clone(),
-                            why: "the payment names no order",
-                        })
-                    }
                     Ok(_) => RecordOutcome::NoOutcome,
                     Err(_) => RecordOutcome::Invalid,
                 },
@@ -234,7 +237,7 @@ pub fn schedule(entries: &mut [Entry<'_>], scope: FifoScope) -> Schedule {
         let keyed = entries
             .iter()
             .enumerate()
-            .filter_map(|(i, e)| Some((i, e.key()?)));
+            .filter_map(|(i, e)| Some((i, e.group_key()?)));
         let groups = group_in_order(keyed);
         let customers = groups
             .iter()

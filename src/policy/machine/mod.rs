@@ -29,6 +29,16 @@ use std::time::Duration;
 use crate::contracts::payment::{PaymentError, Receipt};
 use crate::domain::clock::Time;
 
+/// Why a record awaits a payment it names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+enum Awaited {
+    /// The customer must authenticate it.
+    #[default]
+    Customer,
+    /// The provider is processing it (a bank debit): it settles by itself.
+    Processing,
+}
+
 /// Where the machine is: which answer it waits for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
@@ -101,7 +111,7 @@ pub struct Machine {
     /// The outcome once the payment is recorded.
     success: Option<Outcome>,
     /// The payment the customer is asked to confirm, once the bank asked.
-    awaited: Option<String>,
+    awaited: Option<(String, Awaited)>,
 }
 
 impl Machine {
@@ -162,7 +172,7 @@ impl Machine {
             WriteKind::Await => Write::Await(AwaitRequest {
                 pk: &self.lease.key,
                 owner: &self.lease.owner,
-                payment_id: self.awaited.as_deref().unwrap_or(""),
+                payment_id: self.awaited.as_ref().map_or("", |(id, _)| id.as_str()),
                 wait_until: self.wait_until(),
                 expires: Time::from_secs(
                     self.lease.expires.as_secs() + self.authentication_wait.as_secs() as i64,

@@ -2,7 +2,7 @@
 //! machine"): what a lookup of the order's payments means, by why it was made, and
 //! the cancel of an open payment before the order may move to a new key.
 
-use super::{Machine, NoAnswer, Phase, Step, WriteKind};
+use super::{Awaited, Machine, NoAnswer, Phase, Step, WriteKind};
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
 use crate::contracts::store::{ReleaseKind, StoreError, WriteOutcome};
 use crate::domain::clock::Time;
@@ -80,13 +80,11 @@ impl Machine {
                 };
                 self.complete(receipt, success)
             }
-            // A live payment may still succeed: a new key now could charge twice.
-            Lookup::Pending { payment_id, status } if self.rules.pending_is_live => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::NeedsReconciliation {
-                    cause: ReconcileCause::PendingAtProvider { payment_id, status },
-                },
-            ),
+            // A live payment may still succeed: a new key now could charge twice. It
+            // settles by itself, in days for a bank debit: the record awaits it.
+            Lookup::Pending { payment_id, .. } if self.rules.pending_is_live => {
+                self.await_payment(payment_id, Awaited::Processing)
+            }
             Lookup::Open {
                 payment_id,
                 awaits_customer,
@@ -169,7 +167,13 @@ impl Machine {
             };
             return self.release(ReleaseKind::KeepKey, outcome);
         };
-        self.awaited = Some(payment_id);
+        self.await_payment(payment_id, Awaited::Customer)
+    }
+
+    /// The record awaits `payment_id` (the `Await` write), for its customer or while
+    /// the provider processes it.
+    fn await_payment(&mut self, payment_id: String, why: Awaited) -> Step {
+        self.awaited = Some((payment_id, why));
         self.phase = Phase::Awaiting;
         Step::Write(WriteKind::Await)
     }
@@ -183,11 +187,22 @@ impl Machine {
     ) -> Step {
         let attempt = Some(self.lease.attempt);
         match answer {
-            Ok(WriteOutcome::Applied(_)) => Step::Done(Outcome::AuthenticationRequired {
-                payment_id: self.awaited.clone().unwrap_or_default(),
-                attempt: self.lease.attempt,
-                wait_until: self.wait_until(),
-            }),
+            Ok(WriteOutcome::Applied(_)) => {
+                let (payment_id, why) = self.awaited.clone().unwrap_or_default();
+                let (attempt, wait_until) = (self.lease.attempt, self.wait_until());
+                Step::Done(match why {
+                    Awaited::Customer => Outcome::AuthenticationRequired {
+                        payment_id,
+                        attempt,
+                        wait_until,
+                    },
+                    Awaited::Processing => Outcome::PaymentProcessing {
+                        payment_id,
+                        attempt,
+                        wait_until,
+                    },
+                })
+            }
             Ok(WriteOutcome::Refused(_)) => Step::Done(Outcome::retryable(
                 RetryCause::LeaseLostBeforeAwaiting,
                 attempt,

@@ -239,7 +239,7 @@ fn a_decline_cancels_the_payment_it_names_then_looks_for_others_before_the_next_
 }
 
 #[test]
-fn a_payment_in_flight_is_looked_up_and_stays_pending_with_its_key() {
+fn a_payment_in_flight_is_looked_up_and_awaited_with_its_key() {
     let processing = PaymentError::Pending {
         payment_id: "pi_sepa".into(),
         status: "processing".into(),
@@ -252,12 +252,12 @@ fn a_payment_in_flight_is_looked_up_and_stays_pending_with_its_key() {
         (RESERVE, won()),
         (charge("cobro#o-1#1"), failed(processing)),
         (Step::Lookup, Input::Looked(Ok(still))),
-        (release(ReleaseKind::KeepKey), written()),
+        (Step::Write(WriteKind::Await), written()),
     ]);
     assert!(
         matches!(
             &outcome,
-            Outcome::NeedsReconciliation { cause } if cause.is_pending()
+            Outcome::PaymentProcessing { payment_id, .. } if payment_id == "pi_sepa"
         ),
         "{outcome:?}"
     );
@@ -581,7 +581,7 @@ fn an_old_key_found_charged_completes_with_that_payment_and_sends_nothing() {
 }
 
 #[test]
-fn an_old_key_with_a_pending_payment_keeps_the_key_and_retries_to_settle() {
+fn an_old_key_with_a_pending_payment_keeps_the_key_and_awaits_it() {
     let outcome = run(vec![
         (RESERVE, old_key()),
         (
@@ -591,15 +591,10 @@ fn an_old_key_with_a_pending_payment_keeps_the_key_and_retries_to_settle() {
                 status: "processing".into(),
             })),
         ),
-        (release(ReleaseKind::KeepKey), written()),
+        (Step::Write(WriteKind::Await), written()),
     ]);
     assert!(
-        matches!(
-            &outcome,
-            Outcome::NeedsReconciliation {
-                cause: ReconcileCause::PendingAtProvider { .. }
-            }
-        ),
+        matches!(&outcome, Outcome::PaymentProcessing { .. }),
         "{outcome:?}"
     );
 }
