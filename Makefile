@@ -113,7 +113,7 @@ N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
 	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
 
-bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md} and <date>-traces.{json,md}
+bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone, BENCH_ONLY=settle for the settler's and the audit's reach); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md}, <date>-traces.{json,md} and <date>-settle.{json,md}
 	$(CARGO) build --locked --release --bin charge-once
 	$(CARGO) run --locked --release -p bench
 
@@ -174,7 +174,7 @@ SAM := $(TOOLS_PATH) SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 BUILT_TEMPLATE  := .aws-sam/build/template.yaml
 BUILT_BOOTSTRAP := .aws-sam/build/ChargeFunction/bootstrap
 
-sam-build: tools ## sam build for ARCH (arm64 default; here only ARCH=x86_64 builds): cargo-lambda, release -> .aws-sam/build/ChargeFunction/bootstrap
+sam-build: tools ## sam build for ARCH (arm64 default, or x86_64): cargo-lambda, release -> .aws-sam/build/ChargeFunction/bootstrap
 	$(SAM) build --parameter-overrides Architecture=$(ARCH)
 	@echo "built for $$(python3 scripts/built_architecture.py pin $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP))"
 

@@ -292,16 +292,14 @@ fn mutant(name: &str) -> Option<Params> {
             p.redrives = 0;
         }
         "expire-without-cancel" => {
-            // The wait, and the event of the very answer that started it (a failed
-            // attempt): one copy, no fault, crash or redrive. Depth 8: the checker
-            // keeps the last counterexample of its block of states, and a deeper
-            // search prints a longer one (a later delivery's wait ended so).
+            // The wait, its end passing, and a settler run that ends it with its
+            // payment still open: one copy, no fault, crash or redrive.
             p.rules.wait_ends_only_when_cancelled = false;
             p.msgs = &[Payload::Order];
             p.faults = 0;
             p.crashes = 0;
             p.redrives = 0;
-            p.depth = 8;
+            p.depth = 10;
         }
         "trust-the-event" | "missing-ends-the-wait" | "ignore-unrecorded-success" => {
             // The wait (or a lost answer), and one event or settler run: one copy, no
@@ -1181,8 +1179,16 @@ impl Model for ChargeModel {
                 actions.push(Action::Crash(c));
             }
         }
-        // Time passes while messages circulate; past that only once all settled.
-        if s.now < p.horizon && (s.now < p.circulation || s.settled()) {
+        // Time passes while messages circulate; past that only once all settled, and
+        // past the horizon only up to the end of a wait that is still open (the
+        // settler ends it then: every wait ends, whenever it began).
+        let wait_open = s.settled()
+            && s.table
+                .as_ref()
+                .filter(|r| r.state == RecordState::Awaiting)
+                .and_then(|r| r.wait_until)
+                .is_some_and(|end| end.as_secs() > now_s(s.now));
+        if (s.now < p.horizon && (s.now < p.circulation || s.settled())) || wait_open {
             actions.push(Action::Tick);
         }
         if let (Some(lag), Some(r)) = (p.sweep_lag, &s.table)

@@ -41,6 +41,11 @@
 //! receiver), init, CPU per record and the bill side by side, export off held against
 //! the previous committed run; `bench/results/<date>-traces.{md,json}`.
 //!
+//! The settler and the audit (`settle.rs`): how many waits one settler run settles and
+//! how many orders a day the audit's one run holds, beside a shop of a million orders
+//! a day; `bench/results/<date>-settle.{md,json}` (`BENCH_ONLY=settle` only,
+//! `BENCH_SETTLE_WAITS` waits, default 1000).
+//!
 //! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_ONLY=traces` only
 //! the traces' comparison (minutes), `BENCH_DRAIN_ORDERS` its
 //! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
@@ -59,6 +64,7 @@ mod drain;
 mod report;
 mod rig;
 mod scenarios;
+mod settle;
 mod statistics;
 mod traces;
 mod whole;
@@ -129,7 +135,18 @@ async fn main() {
             write_traces(&traces, &traces_command_line(true, rounds, records));
             return;
         }
-        Some(v) => panic!("BENCH_ONLY takes `drain` or `traces`, not {v:?}"),
+        Some("settle") => {
+            let waits = env_usize("BENCH_SETTLE_WAITS", 1000);
+            let reach = settle::Reach::run(waits).await;
+            eprintln!("bench: settle done ({:.0?})", started.elapsed());
+            let mut command = "make bench BENCH_ONLY=settle".to_owned();
+            if waits != 1000 {
+                command.push_str(&format!(" BENCH_SETTLE_WAITS={waits}"));
+            }
+            write_settle(&reach, &command);
+            return;
+        }
+        Some(v) => panic!("BENCH_ONLY takes `drain`, `traces` or `settle`, not {v:?}"),
         None => false,
     };
     let drain = drain::Drain::run(drain::Setup::from_env()).await;
@@ -192,6 +209,13 @@ async fn main() {
         Some(traces)
     };
 
+    // The settler's and the audit's reach (BENCH_SETTLE=0 leaves it out).
+    if !std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "0") {
+        let reach = settle::Reach::run(env_usize("BENCH_SETTLE_WAITS", 1000)).await;
+        eprintln!("bench: settle done ({:.0?})", started.elapsed());
+        write_settle(&reach, "make bench");
+    }
+
     let command = command_line(full, &only, rounds, records);
     let report = Report {
         command,
@@ -228,6 +252,31 @@ fn traces_command_line(only: bool, rounds: usize, records: usize) -> String {
         command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
     }
     command
+}
+
+/// Writes `bench/results/<date>-settle.{json,md}`: the settler's and the audit's reach.
+fn write_settle(reach: &settle::Reach, command: &str) {
+    let dir = root().join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let date = today();
+    let stem = format!("{date}-settle");
+    let markdown = format!(
+        "# `{command}`, {date}\n\n{}\n## Versions\n\n```json\n{}\n```\n",
+        reach.markdown(),
+        serde_json::to_string_pretty(&report::versions()).unwrap()
+    );
+    let mut json = reach.json();
+    json["date"] = date.clone().into();
+    json["command"] = command.into();
+    json["versions"] = report::versions();
+    println!("\n{markdown}");
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&json).unwrap() + "\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
+    eprintln!("bench: wrote bench/results/{stem}.{{json,md}}");
 }
 
 /// Writes `bench/results/<date>-traces.{json,md}`: the traces' comparison on its own.

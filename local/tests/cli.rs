@@ -861,3 +861,37 @@ fn a_customer_who_confirms_after_the_dlqs_fourteen_day_retention_would_have_pass
     assert_eq!(done["recibo"], waiting["pago"]);
     assert_eq!(charges(&db), [("ord-6001".to_owned(), 1)]);
 }
+
+#[test]
+fn resolve_of_an_order_that_awaits_its_customer_says_so_in_one_line_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("awaiting.sqlite3");
+    invoke(&db, "events/sqs-batch.json");
+    let waiting = record_of(&db, "ord-3006");
+    let payment = waiting["pago"].as_str().unwrap().to_owned();
+    let out = charge_once(
+        &db,
+        &[
+            "resolve",
+            "ord-3006",
+            "--amount",
+            "3300",
+            "--currency",
+            "EUR",
+            "--customer",
+            "cus_123",
+            "--payment-method",
+            "pm_card_authenticationRequired",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("awaits payment") && lines[0].contains(&payment),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("run resolve again"), "{stderr}");
+    assert_eq!(record_of(&db, "ord-3006"), waiting, "untouched");
+}

@@ -45,6 +45,20 @@ pub enum ResolveError {
     LegacyFormat,
     #[error("the record changed while resolving; run resolve again")]
     Changed,
+    /// The order awaits its payment (its customer's confirmation, or a payment the
+    /// provider processes): `resolve` never touches it, since that payment may still
+    /// succeed.
+    #[error(
+        "the order awaits payment {payment_id} until {} ms epoch (its customer's \
+         confirmation, or the provider's processing): resolve does not touch it, since \
+         that payment may still succeed; its event or the settler settles it. To give up \
+         on it, cancel the PaymentIntent at the provider",
+        until.map_or(0, Time::as_ms)
+    )]
+    Awaiting {
+        payment_id: String,
+        until: Option<Time>,
+    },
     #[error(
         "the provider holds payment {payment_id} for this order in status `{status}`: it may \
          still succeed, so no new key is allowed; run resolve again once it is final"
@@ -305,6 +319,10 @@ fn check(
     }
     match (&record.state, record.lease_until) {
         (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),
+        (State::Awaiting, _) => Err(ResolveError::Awaiting {
+            payment_id: record.payment.clone().unwrap_or_default(),
+            until: record.wait_until,
+        }),
         _ => Ok(()),
     }
 }
@@ -370,6 +388,28 @@ mod tests {
             resolver.on(ResolveInput::Read(Ok(Some(live)))),
             ResolveStep::Done(Err(ResolveError::LiveLease { until })) if until == Time::from_ms(150)
         ));
+    }
+
+    #[test]
+    fn an_order_that_awaits_its_payment_is_refused_before_any_write_naming_it() {
+        let mut resolver = start(Confirmed::default());
+        let waiting = Record {
+            payment: Some("pi_wait".into()),
+            wait_until: Some(Time::from_secs(5_000)),
+            ..record(State::Awaiting, None)
+        };
+        let step = resolver.on(ResolveInput::Read(Ok(Some(waiting))));
+        let ResolveStep::Done(Err(refused)) = step else {
+            panic!("{step:?}")
+        };
+        assert!(
+            matches!(&refused, ResolveError::Awaiting { payment_id, .. } if payment_id == "pi_wait"),
+            "{refused:?}"
+        );
+        assert!(
+            refused.to_string().contains("does not touch it"),
+            "{refused}"
+        );
     }
 
     #[test]

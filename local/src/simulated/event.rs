@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 /// The simulator's event destination: a partner event source is named
 /// `aws.partner/stripe.com/<destination id>`.
 pub const EVENT_SOURCE: &str = "aws.partner/stripe.com/ed_test_simulator";
-/// The Stripe API version the events are rendered in.
-const API_VERSION: &str = "2025-09-30.clover";
+/// The Stripe API version the events are rendered in: the one every request pins.
+const API_VERSION: &str = charge_once::adapters::payment_http::STRIPE_VERSION;
 /// The local run's account and region: those of the `events/` files.
 const ACCOUNT: &str = "123456789012";
 const REGION: &str = "eu-west-1";
