@@ -53,7 +53,8 @@
 //! the customer's authentication confirmed by them and completed, an order awaiting
 //! its customer, a wait settled from the payment's event and one by the settler, a
 //! wait past its end cancelled and ended, a confirmation after the wait's end that
-//! refuses the settler's cancel, a refused conflicting payload, and that
+//! refuses the settler's cancel, a refused conflicting payload, a corrected copy
+//! charged once the order ended without a payment, and that
 //! payload dead-lettered on its first delivery are each reached.
 //!
 //! Each mutant switches one rule of ARCHITECTURE.md, "The table" and "The state machine" off (or breaks one assumption) and
@@ -224,6 +225,10 @@ const MUTANTS: &[(&str, &str)] = &[
         "ignore-unrecorded-success",
         "a success the record does not await is acknowledged as nothing",
     ),
+    (
+        "correct-while-open",
+        "a corrected copy takes the record while a payment of the order may still succeed",
+    ),
 ];
 
 fn mutant(name: &str) -> Option<Params> {
@@ -313,6 +318,16 @@ fn mutant(name: &str) -> Option<Params> {
             p.crashes = 0;
             p.redrives = 0;
             p.depth = 10;
+        }
+        "correct-while-open" => {
+            // A charge whose answer is lost (its key sent), and the corrected copy
+            // taken under the next key: no crash or redrive.
+            p.rules.correct_only_when_closed = false;
+            p.msgs = &[Payload::Order, Payload::Other];
+            p.crashes = 0;
+            p.redrives = 0;
+            p.confirms = 0;
+            p.depth = 12;
         }
         "ack-before-dead-letter" => {
             // The conflicting payload is the poison message; nothing else is needed.
@@ -1482,6 +1497,15 @@ impl Model for ChargeModel {
                     s.msgs.iter().any(|m| {
                         m.state == MsgState::Dlq("conflict")
                             || m.state == MsgState::Acked("conflict")
+                    })
+                },
+            ),
+            Property::sometimes(
+                "reached: a corrected copy charged once the order ended without a payment",
+                |m: &ChargeModel, s: &State| {
+                    s.table.as_ref().is_some_and(|r| {
+                        r.state == RecordState::Done
+                            && r.fingerprint.as_ref() == Some(&m.other.fingerprint)
                     })
                 },
             ),

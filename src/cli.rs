@@ -120,7 +120,7 @@ impl Command {
 pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Invoke { event, sqs } => invoke(config, &event, sqs).await.map(|()| 0),
-        Command::Inspect { order_id } => inspect(config, &order_id).await.map(|()| 0),
+        Command::Inspect { order_id } => inspect(config, &order_id).await,
         Command::Audit { since, stuck_after } => Ok(audit(config, since, stuck_after).await),
         Command::Resolve {
             order_id,
@@ -242,8 +242,9 @@ async fn invoke(config: &Config, path: &Path, sqs: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `inspect` reads the record and calls no provider.
-async fn inspect(config: &Config, order_id: &str) -> anyhow::Result<()> {
+/// `inspect` reads the record and calls no provider. Exit 1 when the table holds no
+/// record of the order (a mistyped id, or a record past its retention).
+async fn inspect(config: &Config, order_id: &str) -> anyhow::Result<ExitStatus> {
     validate_id(order_id).context("order id")?;
     let needs = Needs {
         provider: false,
@@ -253,7 +254,10 @@ async fn inspect(config: &Config, order_id: &str) -> anyhow::Result<()> {
     let record = store.get(&Key::for_order_id(order_id)).await?;
     let out = json!({ "record": record.as_ref().map(record_json) });
     println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(())
+    Ok(charge_once::commands::unknown_order(
+        order_id,
+        record.is_none(),
+    ))
 }
 
 async fn resolve(config: &Config, order: &Order, confirmed: Confirmed) -> anyhow::Result<()> {

@@ -68,3 +68,12 @@ pub fn resolution_json(order_id: &str, done: &Resolution) -> Value {
         }
     }
 }
+
+/// Says on stderr that the table holds no record of `order_id`, when it does not
+/// (`inspect`: a mistyped id, or a record past its retention); the exit status, 1 then.
+pub fn unknown_order(order_id: &str, unknown: bool) -> i32 {
+    if unknown {
+        eprintln!("no record of order {order_id} in the table");
+    }
+    i32::from(unknown)
+}

@@ -1077,8 +1077,8 @@ async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_
 }
 
 #[tokio::test]
-async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_and_keeps_the_key()
-{
+async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_and_moves_to_the_next_key()
+ {
     let logs = Captured::default();
     let _guard = logs.install();
     // The provider has no such customer: 404 `resource_missing`, on every retry alike.
@@ -1093,8 +1093,13 @@ async fn a_charge_the_provider_rejects_for_good_fails_as_rejected_with_its_code_
     let h = Harness::new(provider()).await;
     let failed = invoke_order(&h, &order).await;
     assert_eq!(failed.len(), 1);
+    // Nothing under its key can succeed: the redrive after the fix, or a corrected
+    // copy, is a new attempt, whose key was never sent.
     let record = h.record(order.id()).await.unwrap();
-    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+    assert_eq!(
+        (record.state, record.attempt, record.sent),
+        (State::Free, Some(2), None)
+    );
 
     let text = logs.text();
     let line: serde_json::Value = text

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use charge_once::contracts::schema::{Value, attr};
 use charge_once::contracts::store::{
-    AdoptRequest, AwaitRequest, AwaitingCursor, CompleteRequest, IdempotencyStore, ReleaseKind,
-    ReleaseRequest, ReserveRequest, ResolveLeaseRequest, SettleRequest, Settled, StoreError, Write,
-    WriteOutcome,
+    AdoptRequest, AwaitRequest, AwaitingCursor, CompleteRequest, CorrectRequest, IdempotencyStore,
+    ReleaseKind, ReleaseRequest, ReserveRequest, ResolveLeaseRequest, SettleRequest, Settled,
+    StoreError, Write, WriteOutcome,
 };
 use charge_once::domain::clock::Time;
 use charge_once::domain::{Fingerprint, Key, Owner, Record, State};
@@ -240,7 +240,7 @@ async fn other_fingerprint_is_a_conflict(t: Fixture) {
     won(t.store.as_ref(), &req(&pk, H1, "a", T)).await;
     assert!(matches!(
         judged(t.store.as_ref(), &req(&pk, H2, "b", T + ms(1))).await,
-        Reservation::Conflict { stored_fingerprint: Some(h) } if &*h == H1
+        Reservation::Conflict { stored_fingerprint: Some(h), .. } if &*h == H1
     ));
     // Also when the first one is done, released, or its lease expired.
     applied(
@@ -523,7 +523,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
 /// index's query, the SQLite SELECT) returns exactly the model's records that await
 /// their customer with a wait ending before the bound, soonest first.
 async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
-    const STEPS: i64 = 300;
+    const STEPS: i64 = 400;
     use charge_once::policy::rules::Rules;
     use charge_once::policy::table::{apply, holds};
     use rand::{Rng, SeedableRng};
@@ -605,10 +605,15 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             1 => Settled::Ended,
             _ => Settled::Ending { at: now },
         };
+        let ended = model
+            .as_ref()
+            .is_some_and(|r| matches!(r.state, State::Free | State::Failed));
         let pick = if awaited.is_some() && rng.random_bool(0.4) {
             9
+        } else if ended && rng.random_bool(0.3) {
+            rng.random_range(10..12)
         } else {
-            rng.random_range(0..11)
+            rng.random_range(0..12)
         };
         let write = match pick {
             7 | 8 => Write::Await(AwaitRequest {
@@ -622,6 +627,20 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 pk,
                 payment_id,
                 settled,
+            }),
+            // A corrected payload: mostly the one the record does not hold.
+            11 => Write::Correct(CorrectRequest {
+                pk,
+                fingerprint: if model
+                    .as_ref()
+                    .and_then(|r| r.fingerprint.as_ref())
+                    .is_some_and(|f| f == fp(H1))
+                    && rng.random_bool(0.8)
+                {
+                    fp(H2)
+                } else {
+                    fingerprint
+                },
             }),
             10 => Write::Adopt(AdoptRequest {
                 pk,
@@ -656,6 +675,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             Write::Await(_) => "await",
             Write::Settle(_) => "settle",
             Write::Adopt(_) => "adopt",
+            Write::Correct(_) => "correct",
             _ => "other",
         };
         let counts = by_kind.entry(name).or_default();
@@ -686,7 +706,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         "{applied_count} / {refused_count}"
     );
     // Each new write both won and lost, and the listing found records to list.
-    for kind in ["await", "settle", "adopt"] {
+    for kind in ["await", "settle", "adopt", "correct"] {
         let (won, lost) = by_kind.get(kind).copied().unwrap_or_default();
         assert!(
             won > 3 && lost > 3,

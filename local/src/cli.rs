@@ -188,7 +188,7 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     )?;
     match cli.command {
         Command::Invoke { event, db } => invoke(config, &event, &db.db).await.map(|()| 0),
-        Command::Inspect { order_id, db } => inspect(&order_id, &db.db).await.map(|()| 0),
+        Command::Inspect { order_id, db } => inspect(&order_id, &db.db).await,
         Command::Confirm {
             order_id,
             no_event,
@@ -347,7 +347,8 @@ async fn settle(config: &Config, later: Duration, db: &Path) -> anyhow::Result<E
     Ok(i32::from(run.failed > 0))
 }
 
-async fn inspect(order_id: &str, db: &Path) -> anyhow::Result<()> {
+/// Exit 1 when the file holds no record of the order.
+async fn inspect(order_id: &str, db: &Path) -> anyhow::Result<ExitStatus> {
     validate_id(order_id).context("order id")?;
     let store = wiring::store(db, OpenMode::Existing)?;
     let simulator = wiring::simulator(db, OpenMode::Existing)?;
@@ -357,7 +358,10 @@ async fn inspect(order_id: &str, db: &Path) -> anyhow::Result<()> {
         "ledger": simulator.ledger(order_id)?,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
-    Ok(())
+    Ok(charge_once::commands::unknown_order(
+        order_id,
+        record.is_none(),
+    ))
 }
 
 /// Exit 0, 1 or 2 (see [`Command::Audit`]); every error is a 2.

@@ -90,6 +90,11 @@ const NEXT_ATTEMPT: &str = "UPDATE idempotency
     SET intento = intento + 1, enviado = :now_ms
     WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
+const CORRECT: &str = "UPDATE idempotency
+    SET huella = :fingerprint, intento = COALESCE(intento, 0) + 1, enviado = NULL, rechazos = NULL
+    WHERE pk = :pk AND (estado = :free OR estado = :failed) AND enviado IS NULL
+      AND huella <> :fingerprint
+    RETURNING *";
 const ADOPT: &str = "UPDATE idempotency
     SET estado = :done, recibo = :receipt, expira = :expires, titular = NULL, en_curso_hasta = NULL,
         intento = NULL, enviado = NULL, rechazos = NULL, pago = NULL, espera_hasta = NULL
@@ -340,6 +345,7 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":expires", int(req.expires.as_secs())),
             ],
         ),
+        Write::Correct(req) => (CORRECT, vec![(":fingerprint", text(req.fingerprint))]),
         Write::Adopt(req) => (
             ADOPT,
             vec![

@@ -267,12 +267,16 @@ fn declines_stop_at_the_limit_until_resolve_retry_declined_resets_them() {
 }
 
 #[test]
-fn inspect_of_an_unknown_order_prints_a_null_record() {
+fn inspect_of_an_unknown_order_prints_a_null_record_says_so_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("run.sqlite3");
     invoke(&db, "events/sqs-single.json");
     let out = charge_once(&db, &["inspect", "ord-none"]);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "no record of order ord-none in the table"
+    );
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(shown["record"].is_null());
     assert_eq!(shown["ledger"], Value::Array(vec![]));

@@ -81,6 +81,11 @@ const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_
 const AWAIT_UPDATE: &str = "SET #state = :awaiting, #payment = :payment, \
      #wait_until = :wait_until, #expires = :expires REMOVE #owner, #lease_until";
 const SETTLE_ENDING_UPDATE: &str = "SET #wait_until = :at";
+/// A corrected payload takes a record that ended without a payment (`policy/table.rs`).
+const CORRECT_UPDATE: &str = "SET #fingerprint = :fingerprint, \
+     #attempt = if_not_exists(#attempt, :zero) + :one REMOVE #sent, #declines";
+const CORRECT_CONDITION: &str = "(#state = :free OR #state = :failed) \
+     AND attribute_not_exists(#sent) AND #fingerprint <> :fingerprint";
 /// A succeeded payment the record does not await: the same done record as a complete.
 const ADOPT_CONDITION: &str = "(#state = :free OR #state = :failed \
      OR (#state = :in_progress AND #lease_until < :now_ms)) AND #fingerprint = :fingerprint";
@@ -250,6 +255,9 @@ impl DynamoStore {
                     .expression_attribute_values(":at", n(at.as_secs())),
             }
             .expression_attribute_values(":payment", s(req.payment_id)),
+            Write::Correct(req) => self
+                .update(req.pk, CORRECT_UPDATE, CORRECT_CONDITION)
+                .expression_attribute_values(":fingerprint", s(req.fingerprint)),
             Write::Adopt(req) => self
                 .update(req.pk, COMPLETE_UPDATE, ADOPT_CONDITION)
                 .expression_attribute_values(":receipt", s(req.payment_id))
@@ -484,6 +492,8 @@ mod tests {
             SETTLE_ENDED_UPDATE,
             SETTLE_ENDING_UPDATE,
             ADOPT_CONDITION,
+            CORRECT_UPDATE,
+            CORRECT_CONDITION,
             AWAITING_KEY,
         ];
         for expression in expressions {

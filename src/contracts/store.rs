@@ -156,6 +156,17 @@ pub struct AdoptRequest<'a> {
     pub expires: Time,
 }
 
+/// The order's payload corrected (another amount, currency, customer or card): the
+/// record takes `fingerprint`, the next attempt's key and no declines, on `state IN
+/// (Free, Failed) AND sent absent AND fingerprint <> mine`: only an order that ended
+/// without any payment that can still succeed (every earlier key's payment cancelled,
+/// the current key never sent) takes another payload. A reserve follows.
+#[derive(Clone, Debug)]
+pub struct CorrectRequest<'a> {
+    pub pk: &'a Key,
+    pub fingerprint: &'a Fingerprint,
+}
+
 /// A place in the awaiting index, which is read in the order of the wait's end, then
 /// the key: a read after it starts with the next record. Where a settler run stopped,
 /// so the next run goes on from there (every wait is reached, however many there are).
@@ -222,6 +233,8 @@ pub enum Write<'a> {
     Settle(SettleRequest<'a>),
     /// By whoever learns of a succeeded payment the record does not await.
     Adopt(AdoptRequest<'a>),
+    /// A corrected copy of an order that ended without a payment.
+    Correct(CorrectRequest<'a>),
 }
 
 impl<'a> Write<'a> {
@@ -236,6 +249,7 @@ impl<'a> Write<'a> {
             Self::Await(r) => r.pk,
             Self::Settle(r) => r.pk,
             Self::Adopt(r) => r.pk,
+            Self::Correct(r) => r.pk,
         }
     }
 
@@ -251,6 +265,7 @@ impl<'a> Write<'a> {
             Self::Await(_) => "await",
             Self::Settle(_) => "settle",
             Self::Adopt(_) => "adopt",
+            Self::Correct(_) => "correct",
         }
     }
 }

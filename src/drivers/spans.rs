@@ -334,6 +334,7 @@ fn write_name(kind: WriteKind) -> &'static str {
         WriteKind::Release(_) => "release",
         WriteKind::NextAttempt => "next_attempt",
         WriteKind::Await => "await",
+        WriteKind::Correct => "correct",
     }
 }
 

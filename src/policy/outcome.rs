@@ -423,7 +423,10 @@ impl Outcome {
                 "the provider's breaker is open (transient failures in a row): not \
                  reserved, retried with the backoff"
             }
-            Self::Conflict => "same order id with a different payload; not charged",
+            Self::Conflict => {
+                "same order id with a different payload while a payment of the recorded order \
+                 may still succeed; not charged"
+            }
             Self::AuthenticationRequired { .. } => {
                 "the customer's bank asks for authentication: the order awaits the customer's \
                  confirmation of this payment on the shop's page; its event or the settler \

@@ -10,7 +10,9 @@
 //! every key to, so its certain "not found" stands.
 
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
-use crate::contracts::store::{ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome};
+use crate::contracts::store::{
+    CorrectRequest, ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome,
+};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Key, Owner, Record, State};
@@ -35,7 +37,11 @@ pub enum ResolveError {
     NoRecord,
     #[error("a live lease is held until {} ms epoch: wait for it to end", until.as_ms())]
     LiveLease { until: Time },
-    #[error("the order given does not match the recorded fingerprint (a conflicting payload?)")]
+    #[error(
+        "the order given does not match the recorded fingerprint, and a payment of the \
+         recorded order may still succeed (its key was sent, or it is paid, leased or \
+         awaited): a corrected order is taken only once the order ended without a payment"
+    )]
     FingerprintMismatch,
     #[error(
         "the record was written by the legacy consumer, which gave the provider no key, so \
@@ -111,6 +117,8 @@ pub enum ResolveStep {
 /// The writes `resolve` makes, each under its own lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResolveWrite {
+    /// The corrected order takes a record that ended without a payment.
+    Correct,
     Lease,
     Complete,
     Release(ReleaseKind),
@@ -128,6 +136,8 @@ pub enum ResolveInput {
 #[derive(Debug)]
 enum Phase {
     Reading,
+    /// The corrected order taking the record; then the lease.
+    Correcting,
     Leasing,
     Looking,
     /// Cancelling an open payment; then looking again (once).
@@ -189,6 +199,10 @@ impl Resolver {
     /// The request of a write step.
     pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
         match kind {
+            ResolveWrite::Correct => Write::Correct(CorrectRequest {
+                pk: &self.lease.key,
+                fingerprint: &self.lease.fingerprint,
+            }),
             ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
                 pk: &self.lease.key,
                 fingerprint: &self.lease.fingerprint,
@@ -209,6 +223,13 @@ impl Resolver {
                 ResolveStep::Done(Err(ResolveError::Store(e)))
             }
             (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
+            (Phase::Correcting, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
+                self.phase = Phase::Leasing;
+                ResolveStep::Write(ResolveWrite::Lease)
+            }
+            (Phase::Correcting, ResolveInput::Written(Ok(WriteOutcome::Refused(_)))) => {
+                ResolveStep::Done(Err(ResolveError::FingerprintMismatch))
+            }
             (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.lease.granted(&record);
                 self.phase = Phase::Looking;
@@ -257,6 +278,15 @@ impl Resolver {
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
         let same = same_order(&record, &self.lease.fingerprint);
+        // The order given is a corrected one: it takes the record if no payment of the
+        // recorded order can still succeed (the write's condition decides).
+        if !same
+            && record.fingerprint.is_some()
+            && matches!(record.state, State::Free | State::Failed)
+        {
+            self.phase = Phase::Correcting;
+            return ResolveStep::Write(ResolveWrite::Correct);
+        }
         if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
             return ResolveStep::Done(Err(refused));
         }
@@ -551,15 +581,32 @@ mod tests {
     }
 
     #[test]
-    fn another_payload_or_an_unchecked_legacy_record_is_refused_before_any_write() {
+    fn another_payload_or_an_unchecked_legacy_record_is_refused_before_any_lease() {
+        // Another payload: a corrected order, taken only if the table's condition says
+        // nothing of the recorded one can still succeed; refused otherwise.
         let mut resolver = start(Confirmed::default());
         let other = Record {
             fingerprint: Some(Fingerprint::new("another")),
             ..record(State::Free, None)
         };
         assert!(matches!(
-            resolver.on(ResolveInput::Read(Ok(Some(other)))),
+            resolver.on(ResolveInput::Read(Ok(Some(other.clone())))),
+            ResolveStep::Write(ResolveWrite::Correct)
+        ));
+        assert!(matches!(
+            resolver.on(ResolveInput::Written(Ok(WriteOutcome::Refused(Some(
+                other
+            ))))),
             ResolveStep::Done(Err(ResolveError::FingerprintMismatch))
+        ));
+        let mut corrected = start(Confirmed::default());
+        let done_other = Record {
+            fingerprint: Some(Fingerprint::new("another")),
+            ..record(State::Done, None)
+        };
+        assert!(matches!(
+            corrected.on(ResolveInput::Read(Ok(Some(done_other)))),
+            ResolveStep::Done(Ok(Resolution::AlreadyDone { .. }))
         ));
         let legacy = Record {
             fingerprint: None,

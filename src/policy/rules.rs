@@ -49,6 +49,10 @@ pub struct Rules {
     /// recorded (when provably the order's) or dead-lettered, never acknowledged as
     /// nothing.
     pub money_taken_is_recorded: bool,
+    /// A corrected copy (another payload) takes the record only once the order ended
+    /// without any payment that can still succeed: every earlier key's payment
+    /// cancelled and the current key never sent.
+    pub correct_only_when_closed: bool,
 }
 
 impl Rules {
@@ -67,6 +71,7 @@ impl Rules {
         event_is_a_hint: true,
         missing_is_a_fault: true,
         money_taken_is_recorded: true,
+        correct_only_when_closed: true,
     };
 }
 

@@ -52,6 +52,11 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             r.state == State::Awaiting
                 && (!rules.settle_names_its_payment || r.payment.as_deref() == Some(req.payment_id))
         }
+        Write::Correct(req) => {
+            matches!(r.state, State::Free | State::Failed)
+                && (!rules.correct_only_when_closed || r.sent.is_none())
+                && r.fingerprint.as_ref().is_some_and(|f| f != req.fingerprint)
+        }
         Write::Adopt(req) => {
             (matches!(r.state, State::Free | State::Failed)
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now)))
@@ -85,6 +90,12 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             done(&mut r, req.receipt, req.expires)
         }
         Write::Adopt(req) => done(&mut r, req.payment_id, req.expires),
+        Write::Correct(req) => {
+            r.fingerprint = Some(req.fingerprint.clone());
+            r.attempt = Some(r.attempt.unwrap_or(0) + 1);
+            r.sent = None;
+            r.declines = None;
+        }
         Write::Release(req) => {
             r.state = State::Free;
             r.owner = None;
@@ -171,9 +182,12 @@ pub enum Reservation {
     Won(Record),
     /// Already charged: ack with the stored receipt.
     Duplicate { receipt: Option<String> },
-    /// Same key, other payload: never charged.
+    /// Same key, other payload: never charged as it stands. `ended`: the record is
+    /// `Free` or `Failed`, so a corrected copy may take it if no payment of the order
+    /// can still succeed (the `Correct` write's condition decides).
     Conflict {
         stored_fingerprint: Option<Fingerprint>,
+        ended: bool,
     },
     /// Someone else holds a live lease.
     InProgress { until: Option<Time> },
@@ -211,6 +225,7 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
     }
     if !same_order(&old, req.fingerprint) && old.state != State::Failed {
         return Reservation::Conflict {
+            ended: matches!(old.state, State::Free | State::Failed),
             stored_fingerprint: old.fingerprint,
         };
     }
@@ -427,5 +442,55 @@ mod tests {
                 ..awaiting
             }
         );
+    }
+
+    #[test]
+    fn a_corrected_payload_takes_only_a_record_that_ended_with_no_key_sent_unless_the_rule_is_off()
+    {
+        use crate::contracts::store::CorrectRequest;
+        let (pk, fingerprint) = (Key::for_order_id("a"), Fingerprint::new("corrected"));
+        let correct = Write::Correct(CorrectRequest {
+            pk: &pk,
+            fingerprint: &fingerprint,
+        });
+        let ended = |state: State, sent: bool| Record {
+            sent: sent.then(|| Time::from_ms(1)),
+            declines: Some(3),
+            ..record(state, Some("h"), None)
+        };
+        let cases = [
+            (ended(State::Free, false), true),
+            (ended(State::Failed, false), true),
+            // Its key was sent: a payment under it may still succeed.
+            (ended(State::Free, true), false),
+            (ended(State::Done, false), false),
+            (ended(State::InProgress, false), false),
+            (ended(State::Awaiting, false), false),
+            // Already this payload: a plain reserve takes it.
+            (
+                Record {
+                    fingerprint: Some(fingerprint.clone()),
+                    ..ended(State::Free, false)
+                },
+                false,
+            ),
+        ];
+        for (stored, takes) in cases {
+            assert_eq!(
+                holds(&correct, Some(&stored), Rules::ALL),
+                takes,
+                "{stored:?}"
+            );
+        }
+        let taken = apply(&correct, Some(&ended(State::Free, false)));
+        assert_eq!(taken.fingerprint.as_ref(), Some(&fingerprint));
+        assert_eq!(
+            (taken.attempt, taken.sent, taken.declines),
+            (Some(2), None, None)
+        );
+        assert_eq!(taken.state, State::Free);
+        let mut mutant = Rules::ALL;
+        mutant.correct_only_when_closed = false;
+        assert!(holds(&correct, Some(&ended(State::Free, true)), mutant));
     }
 }

@@ -339,6 +339,7 @@ pub fn dashboard_violations(t: &Value, env: &Value) -> Vec<String> {
         "charge_retried",
         "queue_failures",
         "takeover",
+        "payment_missing",
     ];
     let charted = outcome_widget_metrics(body);
     for name in &charted {

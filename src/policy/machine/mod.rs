@@ -17,7 +17,7 @@ pub use payments::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
 
 use crate::contracts::store::{
-    AwaitRequest, ReleaseKind, ReserveRequest, StoreError, Write, WriteOutcome,
+    AwaitRequest, CorrectRequest, ReleaseKind, ReserveRequest, StoreError, Write, WriteOutcome,
 };
 use crate::domain::{Identity, Owner, Record, State};
 use crate::policy::lease::Lease;
@@ -53,6 +53,9 @@ enum Phase {
     Awaiting,
     /// Releasing; then the record ends with this outcome.
     Releasing(Outcome),
+    /// The record taking this delivery's corrected payload (`Correct`); a reserve
+    /// follows.
+    Correcting,
     Done(Outcome),
 }
 
@@ -68,6 +71,7 @@ impl Phase {
             Self::CompletingByAttempt => "completing by attempt",
             Self::Awaiting => "awaiting",
             Self::Releasing(_) => "releasing",
+            Self::Correcting => "correcting",
             Self::Done(_) => "done",
         }
     }
@@ -112,6 +116,8 @@ pub struct Machine {
     success: Option<Outcome>,
     /// The payment the customer is asked to confirm, once the bank asked.
     awaited: Option<(String, Awaited)>,
+    /// This delivery's corrected payload took the record (once a delivery).
+    corrected: bool,
 }
 
 impl Machine {
@@ -129,6 +135,7 @@ impl Machine {
             cancels: 0,
             success: None,
             awaited: None,
+            corrected: false,
         };
         (machine, Step::Write(WriteKind::Reserve))
     }
@@ -169,6 +176,10 @@ impl Machine {
                 owner: &self.lease.owner,
                 now,
             },
+            WriteKind::Correct => Write::Correct(CorrectRequest {
+                pk: &self.lease.key,
+                fingerprint: &self.lease.fingerprint,
+            }),
             WriteKind::Await => Write::Await(AwaitRequest {
                 pk: &self.lease.key,
                 owner: &self.lease.owner,
@@ -211,6 +222,7 @@ impl Machine {
             (Phase::Completing, Input::Written(answer)) => self.on_completed(answer, false),
             (Phase::CompletingByAttempt, Input::Written(answer)) => self.on_completed(answer, true),
             (Phase::Awaiting, Input::Written(answer)) => self.on_awaiting(answer),
+            (Phase::Correcting, Input::Written(answer)) => self.on_corrected(answer),
             // A failed or skipped release is never fatal: the lease ends at the
             // deadline anyway, and the record already fails.
             (Phase::Releasing(outcome), Input::Written(_)) => Step::Done(outcome),
@@ -243,6 +255,13 @@ impl Machine {
                 return self.charge_or_look();
             }
             Reservation::Duplicate { receipt } => Outcome::Duplicate { receipt },
+            // The order may have ended without a payment: a corrected copy takes it, if
+            // the table's condition says no payment of it can still succeed.
+            Reservation::Conflict { ended: true, .. } if !self.corrected => {
+                self.corrected = true;
+                self.phase = Phase::Correcting;
+                return Step::Write(WriteKind::Correct);
+            }
             Reservation::Conflict { .. } => Outcome::Conflict,
             Reservation::InProgress { until } => Outcome::InProgress { until },
             Reservation::DeclineLimit { declines } => Outcome::DeclineLimit { declines },
@@ -250,6 +269,19 @@ impl Machine {
             Reservation::Awaiting { payment_id } => Outcome::AwaitingCustomer { payment_id },
         };
         Step::Done(outcome)
+    }
+
+    /// The corrected payload took the record (its next key): reserve it. Refused: a
+    /// payment of the order may still succeed, so this payload is a conflict.
+    fn on_corrected(&mut self, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
+        match answer {
+            Ok(WriteOutcome::Applied(_)) => {
+                self.phase = Phase::Reserving;
+                Step::Write(WriteKind::Reserve)
+            }
+            Ok(WriteOutcome::Refused(_)) => Step::Done(Outcome::Conflict),
+            Err(no_answer) => Step::Done(store_no_answer(Call::Reserve, no_answer, None)),
+        }
     }
 
     /// The move to the next attempt's key, after reconciliation found nothing.
@@ -422,14 +454,19 @@ impl Machine {
                     cause: ReconcileCause::UnexpectedStatus { payment_id, status },
                 },
             ),
-            PaymentError::Rejected { status, code } => self.release(
-                ReleaseKind::KeepKey,
-                Outcome::Rejected {
+            // Refused for good: any payment the request left open is cancelled, then
+            // the order moves to the next key, so the redrive after the fix, or a
+            // corrected copy, is a new attempt (a replay of this key would be refused
+            // again).
+            PaymentError::Rejected { status, code } => {
+                let rejected = Outcome::Rejected {
                     status,
                     code,
                     attempt,
-                },
-            ),
+                };
+                self.phase = Phase::Looking(Looking::AfterRejection(rejected));
+                Step::Lookup
+            }
             PaymentError::Pending { payment_id, status } if self.rules.pending_is_live => self
                 .release(
                     ReleaseKind::KeepKey,

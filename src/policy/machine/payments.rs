@@ -25,6 +25,9 @@ pub(super) enum Looking {
     AfterServerError(u16),
     /// After an answer `processing`: has the payment settled since?
     InFlight,
+    /// After a rejection for good: any payment the request left open is cancelled
+    /// before the order moves to the next key.
+    AfterRejection(Outcome),
 }
 
 /// How many open payments one attempt cancels before it gives up for now: an order
@@ -126,6 +129,12 @@ impl Machine {
                 Step::Write(WriteKind::NextAttempt)
             }
             Looking::AfterDecline(declined) => self.release(ReleaseKind::Declined, declined),
+            Looking::AfterRejection(rejected) => self.release(
+                ReleaseKind::NextKey {
+                    reset_declines: false,
+                },
+                rejected,
+            ),
             Looking::AfterAuthentication(payment_id) => self.await_customer(payment_id),
             Looking::AfterServerError(status) => self.keep_key_after_server_error(status),
             // Its payment is gone (cancelled): nothing under this key can succeed.

@@ -27,6 +27,8 @@ pub enum WriteKind {
     NextAttempt,
     /// The record awaits the customer's confirmation of the payment the machine holds.
     Await,
+    /// The record takes this delivery's payload, corrected, as a new attempt.
+    Correct,
 }
 
 /// What the driver does next.

@@ -492,30 +492,98 @@ fn a_takeover_of_an_ended_lease_replays_the_same_key() {
 // ---- The charge's answers ----
 
 #[test]
-fn a_refusal_for_good_or_an_unexpected_status_releases_and_keeps_the_key() {
-    let cases = [
+fn an_unexpected_status_releases_and_keeps_the_key() {
+    let unexpected = PaymentError::UnexpectedStatus {
+        payment_id: "pi_x".into(),
+        status: "requires_capture".into(),
+    };
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), failed(unexpected)),
+        (release(ReleaseKind::KeepKey), written()),
+    ]);
+    assert_eq!(outcome.name(), "needs_reconciliation", "{outcome:?}");
+}
+
+#[test]
+fn a_refusal_for_good_cancels_what_it_left_open_then_moves_to_the_next_key() {
+    let rejected = || PaymentError::Rejected {
+        status: 400,
+        code: Some("parameter_invalid_integer".into()),
+    };
+    let open = Lookup::Open {
+        payment_id: "pi_left".into(),
+        status: "requires_payment_method".into(),
+        awaits_customer: false,
+    };
+    let next_key = release(ReleaseKind::NextKey {
+        reset_declines: false,
+    });
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), failed(rejected())),
+        (Step::Lookup, Input::Looked(Ok(open))),
         (
-            PaymentError::Rejected {
-                status: 404,
-                code: Some("resource_missing".into()),
+            Step::Cancel {
+                payment_id: "pi_left".into(),
             },
-            "rejected",
+            Input::Cancelled(Ok(Cancel::Cancelled)),
         ),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (next_key.clone(), written()),
+    ]);
+    assert_eq!(outcome.name(), "rejected", "{outcome:?}");
+    // Nothing left open: straight to the next key.
+    let outcome = run(vec![
+        (RESERVE, won()),
+        (charge("cobro#o-1#1"), failed(rejected())),
+        (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
+        (next_key, written()),
+    ]);
+    assert_eq!(outcome.name(), "rejected", "{outcome:?}");
+}
+
+/// The record as another payload of the order left it, `state`, its key `sent` or not.
+fn other_payload(state: State, sent: bool) -> Record {
+    Record {
+        fingerprint: Some(Fingerprint::new("another payload")),
+        attempt: Some(2),
+        sent: sent.then(|| Time::from_ms(NOW_MS - 60_000)),
+        ..Record::new(Identity::of(&order()).key, state)
+    }
+}
+
+#[test]
+fn a_corrected_copy_of_an_order_that_ended_without_a_payment_takes_it_as_a_new_attempt() {
+    const CORRECT: Step = Step::Write(WriteKind::Correct);
+    let outcome = run(vec![
+        (RESERVE, refused(other_payload(State::Free, false))),
+        (CORRECT, applied(other_payload(State::Free, false))),
+        (RESERVE, applied(reserved(3, Duration::ZERO))),
         (
-            PaymentError::UnexpectedStatus {
-                payment_id: "pi_x".into(),
-                status: "requires_capture".into(),
-            },
-            "needs_reconciliation",
+            charge("cobro#o-1#3"),
+            Input::Charged(Ok(Receipt::new("pi_3"))),
         ),
-    ];
-    for (answer, name) in cases {
-        let outcome = run(vec![
-            (RESERVE, won()),
-            (charge("cobro#o-1#1"), failed(answer)),
-            (release(ReleaseKind::KeepKey), written()),
-        ]);
-        assert_eq!(outcome.name(), name, "{outcome:?}");
+        (COMPLETE, written()),
+    ]);
+    assert!(
+        matches!(outcome, Outcome::Charged { attempt: 3, .. }),
+        "{outcome:?}"
+    );
+    // A payment of the order may still succeed (its key was sent): the table refuses
+    // the correction, and the copy is a conflict, once (no loop).
+    let outcome = run(vec![
+        (RESERVE, refused(other_payload(State::Free, true))),
+        (CORRECT, refused(other_payload(State::Free, true))),
+    ]);
+    assert_eq!(outcome, Outcome::Conflict);
+    // Done, or leased: a conflict at once, no correction tried.
+    for state in [State::Done, State::Awaiting] {
+        let outcome = run(vec![(
+            RESERVE,
+            refused(other_payload(state.clone(), false)),
+        )]);
+        assert_eq!(outcome.name(), "conflict", "{state:?}");
     }
 }
 
