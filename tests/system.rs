@@ -681,8 +681,17 @@ impl Run {
             .send()
             .await
             .unwrap();
-        let live: Vec<_> = scan
+        // Every order's record (the settler's cursor item is the table's too).
+        let orders: Vec<_> = scan
             .items()
+            .iter()
+            .filter(|item| {
+                item.get("pk")
+                    .and_then(|pk| pk.as_s().ok())
+                    .is_some_and(|pk| pk.starts_with(Key::PREFIX))
+            })
+            .collect();
+        let live: Vec<_> = orders
             .iter()
             .map(|item| record_from_item(item).unwrap())
             .filter(|record| record.state == State::InProgress)
@@ -694,8 +703,7 @@ impl Run {
         );
         for (id, payment) in &self.authenticated {
             let key = Key::for_order_id(id);
-            let record = scan
-                .items()
+            let record = orders
                 .iter()
                 .map(|item| record_from_item(item).unwrap())
                 .find(|record| record.pk == key)
