@@ -22,13 +22,16 @@ use std::time::{Duration, Instant};
 
 use charge_once::adapters::payment_http::HttpProvider;
 use charge_once::config::Secret;
+use charge_once::contracts::payment::PaymentListing as _;
 use charge_once::contracts::queue::Unreported;
 use charge_once::contracts::schema;
+use charge_once::contracts::store::IdempotencyStore as _;
 use charge_once::domain::clock::{Time, wall_ms};
 use charge_once::domain::{Fingerprint, Key, Record, State};
 use charge_once::drivers::audit::{Window, audit};
 use charge_once::drivers::settle::Settler;
 use charge_once::policy::pacing::Pacer;
+use futures::StreamExt as _;
 use harness::localstripe::{self, Card};
 use harness::servers::{Backend, localstripe_url};
 use serde_json::{Value, json};
@@ -58,6 +61,10 @@ pub struct Reach {
     pub settled_read: usize,
     pub audit_elapsed: Duration,
     pub audited: usize,
+    /// The audit's two parts on their own: the provider's listing of the window's
+    /// payments, and the table's reads of their records (32 at a time, as the audit).
+    pub listing_elapsed: Duration,
+    pub reads_elapsed: Duration,
 }
 
 impl Reach {
@@ -135,12 +142,32 @@ impl Reach {
         let audit_elapsed = started.elapsed();
         let audited = report.payments;
         assert!(audited >= waits, "the audit read {audited} of {waits}");
+        let started = Instant::now();
+        let listed = provider
+            .payments_since(now - Duration::from_secs(3600))
+            .await;
+        let listing_elapsed = started.elapsed();
+        assert!(listed.expect("the listing").len() >= waits);
+        let started = Instant::now();
+        let reads = intents.iter().map(|intent| {
+            let key = Key::for_order_id(intent["metadata"]["order_id"].as_str().unwrap());
+            let store = table.store.clone();
+            async move { store.get(&key).await.expect("a read") }
+        });
+        let read: Vec<_> = futures::stream::iter(reads)
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        let reads_elapsed = started.elapsed();
+        assert!(read.iter().all(Option::is_some));
         Self {
             waits,
             settle_elapsed,
             settled_read: run.read,
             audit_elapsed,
             audited,
+            listing_elapsed,
+            reads_elapsed,
         }
     }
 
@@ -164,6 +191,15 @@ impl Reach {
         self.audit_rate() * FUNCTION_TIMEOUT.as_secs_f64()
     }
 
+    /// Orders a second of each of the audit's parts.
+    fn listing_rate(&self) -> f64 {
+        self.audited as f64 / self.listing_elapsed.as_secs_f64()
+    }
+
+    fn reads_rate(&self) -> f64 {
+        self.waits as f64 / self.reads_elapsed.as_secs_f64()
+    }
+
     /// The shop's open waits at any time, and the runs it takes to go round them.
     fn shop(&self) -> (f64, f64) {
         let open = SHOP_ORDERS_A_DAY * SHOP_AWAITING_SHARE * SHOP_WAIT_DAYS;
@@ -181,6 +217,10 @@ impl Reach {
             "audit_s": self.audit_elapsed.as_secs_f64(),
             "audit_orders_per_s": self.audit_rate(),
             "audit_orders_per_day": self.audit_orders_a_day(),
+            "audit_listing_s": self.listing_elapsed.as_secs_f64(),
+            "audit_listing_per_s": self.listing_rate(),
+            "audit_reads_s": self.reads_elapsed.as_secs_f64(),
+            "audit_reads_per_s": self.reads_rate(),
             "shop": {
                 "orders_per_day": SHOP_ORDERS_A_DAY,
                 "awaiting_share": SHOP_AWAITING_SHARE,
@@ -207,7 +247,9 @@ impl Reach {
              | settler: waits fetched and judged | {waits} in {settle:.1} s | {srate:.0} | \
              {per_run:.0} (bound: {bound}) | {per_day:.0} ({runs_a_day:.0} runs) |\n\
              | audit: orders listed and read by key | {audited} in {audit:.1} s | {arate:.0} | \
-             {aday:.0} | {aday:.0} (one run) |\n\n\
+             {aday:.0} | {aday:.0} (one run) |\n\
+             | its listing alone (localstripe, pages of 100) | {audited} in {list:.1} s | {lrate:.0} | | |\n\
+             | its reads alone (moto, 32 at a time) | {waits} in {reads:.1} s | {rrate:.0} | | |\n\n\
              A shop of {orders:.0} orders a day with {share:.0} % awaiting for {days:.0} days \
              holds {open:.0} open waits: the settler goes round them in {runs:.1} runs \
              ({hours:.1} h at one run every 15 minutes); the audit's one run holds \
@@ -228,6 +270,10 @@ impl Reach {
             days = SHOP_WAIT_DAYS,
             hours = runs * 0.25,
             ratio = self.audit_orders_a_day() / SHOP_ORDERS_A_DAY,
+            list = self.listing_elapsed.as_secs_f64(),
+            lrate = self.listing_rate(),
+            reads = self.reads_elapsed.as_secs_f64(),
+            rrate = self.reads_rate(),
         )
     }
 }

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::contracts::payment::{PaymentError, PaymentListing};
@@ -111,6 +112,9 @@ impl Report {
 /// incident of its own).
 pub const MAX_AWAITING: usize = 100_000;
 
+/// Records the audit reads at once (its DynamoDB reads: far below any table's limit).
+const READS_AT_ONCE: usize = 32;
+
 /// Reads both sides and judges them.
 pub async fn audit(
     store: &dyn IdempotencyStore,
@@ -134,9 +138,15 @@ pub async fn audit(
         evidence.records.insert(record.pk.clone(), record);
     }
     // Each payment's order, by key: a payment of the window may belong to a record
-    // reserved long before it.
-    for key in evidence.unread_orders() {
-        if let Some(record) = store.get(&key).await? {
+    // reserved long before it. A day's orders are read many at a time: one after
+    // another, a read's round trip bounds the orders one run can hold.
+    let reads = evidence.unread_orders().into_iter().map(|key| async move {
+        let record = store.get(&key).await?;
+        Ok::<_, StoreError>((key, record))
+    });
+    let mut reads = futures::stream::iter(reads).buffer_unordered(READS_AT_ONCE);
+    while let Some(read) = reads.next().await {
+        if let (key, Some(record)) = read? {
             evidence.records.insert(key, record);
         }
     }
