@@ -21,9 +21,10 @@ use charge_once::domain::order::Order;
 use charge_once::domain::{Key, Owner, Record, State};
 use charge_once::drivers::charge::resolve;
 use charge_once::drivers::settle::Settler;
+use charge_once::policy::pacing::Pacer;
 use charge_once::policy::resolve::{Confirmed, Resolution, ResolveError};
 use harness::event_source::{Queues, event_of};
-use harness::eventbridge::stripe_events_to;
+use harness::eventbridge::{stripe_event, stripe_events_to};
 use harness::lease::Lease;
 use harness::localstripe::{self, Card, Payer};
 use harness::logs::Captured;
@@ -796,20 +797,8 @@ async fn a_processing_payment_that_succeeds_a_week_later_ends_done_with_no_dead_
     h.redeliver_later();
     assert!(h.invoke("sqs-single.json").await.is_empty());
     assert_eq!(h.provider.calls_for("ord-1001").len(), calls);
-    let now = h.clock.clock();
-    let now = move || now();
-    let settler = Settler {
-        store: h.table.store.as_ref(),
-        provider: h.provider.as_ref(),
-        reports: &Unreported,
-        now: &now,
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
-        limit: 100,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
-        per_run: usize::MAX,
-    };
+    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
+    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
     // A week on, past the end of the wait, still processing: it may still succeed,
     // so nothing ends (and nothing can cancel a processing payment).
     h.clock.advance(Duration::from_secs(7 * 24 * 3600 + 60));
@@ -996,18 +985,26 @@ async fn a_declined_payment_is_cancelled_before_the_next_key_so_no_later_confirm
     h.provider.assert_no_order_charged_twice();
 }
 
-/// A Stripe event about `payment` as the template's rule delivers it from the partner
-/// event bus to the orders queue.
-fn stripe_event(kind: &str, payment: &str, status: &str, order_id: &str) -> String {
-    serde_json::json!({
-        "version": "0", "id": uuid::Uuid::new_v4().to_string(), "detail-type": kind,
-        "source": "aws.partner/stripe.com/ed_test_1", "account": "123456789012",
-        "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": [],
-        "detail": {"id": "evt_1", "object": "event", "type": kind, "data": {"object": {
-            "id": payment, "object": "payment_intent", "status": status,
-            "metadata": {"order_id": order_id}}}},
-    })
-    .to_string()
+/// The settler on `table`, `provider` and `clock`, paced by `pacer`, reporting to
+/// nobody, with a minute to run.
+fn settler<'a>(
+    table: &'a harness::servers::Table,
+    provider: &'a dyn charge_once::contracts::payment::ChargePath,
+    clock: &'a charge_once::drivers::charge::Clock,
+    pacer: &'a Pacer,
+) -> Settler<'a> {
+    Settler {
+        store: table.store.as_ref(),
+        provider,
+        reports: &Unreported,
+        now: clock.as_ref(),
+        retention: Duration::from_secs(400 * 24 * 3600),
+        call_timeout: Duration::from_secs(10),
+        limit: 100,
+        until: std::time::Instant::now() + Duration::from_secs(60),
+        pacer,
+        per_run: usize::MAX,
+    }
 }
 
 #[tokio::test]
@@ -1516,20 +1513,8 @@ async fn a_customer_who_confirms_after_the_fourteen_days_a_dead_letter_is_kept_s
     // Fifteen days on: an SQS queue keeps a message 14 days at most, so a dead letter
     // of either order would be gone; only the table holds them.
     h.clock.advance(Duration::from_secs(15 * 24 * 3600));
-    let now = h.clock.clock();
-    let now = move || now();
-    let settler = Settler {
-        store: h.table.store.as_ref(),
-        provider: h.provider.as_ref(),
-        reports: &Unreported,
-        now: &now,
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
-        limit: 100,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
-        per_run: usize::MAX,
-    };
+    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
+    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
     let before = settler.run().await.unwrap();
     assert_eq!(
         (before.read, before.waiting, before.ended),
@@ -1675,20 +1660,8 @@ async fn a_payment_the_provider_does_not_know_ends_no_wait_and_the_run_names_the
         ..Record::new(Key::for_order_id(&id), State::Awaiting)
     };
     h.table.put_item(schema::attributes(&awaiting)).await;
-    let now = h.clock.clock();
-    let now = move || now();
-    let settler = Settler {
-        store: h.table.store.as_ref(),
-        provider: h.provider.as_ref(),
-        reports: &Unreported,
-        now: &now,
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
-        limit: 100,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
-        per_run: usize::MAX,
-    };
+    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
+    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
     let run = settler.run().await.unwrap();
     assert_eq!(
         (run.missing, run.ended, run.completed),
@@ -1739,20 +1712,11 @@ async fn the_settler_reaches_a_wait_behind_more_than_one_runs_worth_of_open_wait
     }
     let last = h.record("pg-5").await.unwrap().payment.unwrap();
     assert!(h.provider.confirm(&last), "its customer confirms");
-    let now = h.clock.clock();
-    let now = move || now();
-    let pacer = charge_once::policy::pacing::Pacer::new(None);
+    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
     let settler = Settler {
-        store: h.table.store.as_ref(),
-        provider: h.provider.as_ref(),
-        reports: &Unreported,
-        now: &now,
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
         limit: 2,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer: &pacer,
         per_run: 2,
+        ..settler(&h.table, h.provider.as_ref(), &clock, &pacer)
     };
     for _ in 0..2 {
         let run = settler.run().await.unwrap();

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use harness::eventbridge::stripe_event;
 use harness::localstripe::{self, Card, Payer};
 use harness::rig::batch_of;
 use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
@@ -16,20 +17,6 @@ use harness::servers::{Backend, Table, localstripe_url};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_charge-once");
-
-/// A body as the template's rule delivers Stripe's event: the EventBridge envelope of
-/// a partner source, the Event in `detail`, the PaymentIntent in `data.object`.
-fn stripe_event(kind: &str, payment: &str, status: &str, order_id: &str) -> String {
-    serde_json::json!({
-        "version": "0", "id": uuid::Uuid::new_v4().to_string(), "detail-type": kind,
-        "source": "aws.partner/stripe.com/ed_forged", "account": "123456789012",
-        "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": [],
-        "detail": {"id": "evt_forged", "object": "event", "type": kind, "data": {"object": {
-            "id": payment, "object": "payment_intent", "status": status,
-            "metadata": {"order_id": order_id}}}},
-    })
-    .to_string()
-}
 
 struct Binary {
     runtime: RuntimeApi,

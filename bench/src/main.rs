@@ -256,41 +256,25 @@ fn traces_command_line(only: bool, rounds: usize, records: usize) -> String {
 
 /// Writes `bench/results/<date>-settle.{json,md}`: the settler's and the audit's reach.
 fn write_settle(reach: &settle::Reach, command: &str) {
-    let dir = root().join("bench/results");
-    std::fs::create_dir_all(&dir).unwrap();
-    let date = today();
-    let stem = format!("{date}-settle");
-    let markdown = format!(
-        "# `{command}`, {date}\n\n{}\n## Versions\n\n```json\n{}\n```\n",
-        reach.markdown(),
-        serde_json::to_string_pretty(&report::versions()).unwrap()
-    );
-    let mut json = reach.json();
-    json["date"] = date.clone().into();
-    json["command"] = command.into();
-    json["versions"] = report::versions();
-    println!("\n{markdown}");
-    std::fs::write(
-        dir.join(format!("{stem}.json")),
-        serde_json::to_string_pretty(&json).unwrap() + "\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join(format!("{stem}.md")), markdown).unwrap();
-    eprintln!("bench: wrote bench/results/{stem}.{{json,md}}");
+    write_part("settle", &reach.markdown(), reach.json(), command);
 }
 
 /// Writes `bench/results/<date>-traces.{json,md}`: the traces' comparison on its own.
 fn write_traces(traces: &traces::Traces, command: &str) {
+    write_part("traces", &traces.markdown(), traces.json(), command);
+}
+
+/// Writes `bench/results/<date>-<part>.{json,md}`: one part of the bench on its own,
+/// with the command and the versions.
+fn write_part(part: &str, markdown: &str, mut json: serde_json::Value, command: &str) {
     let dir = root().join("bench/results");
     std::fs::create_dir_all(&dir).unwrap();
     let date = today();
-    let stem = format!("{date}-traces");
+    let stem = format!("{date}-{part}");
     let markdown = format!(
-        "# `{command}`, {date}\n\n{}\n## Versions\n\n```json\n{}\n```\n",
-        traces.markdown(),
+        "# `{command}`, {date}\n\n{markdown}\n## Versions\n\n```json\n{}\n```\n",
         serde_json::to_string_pretty(&report::versions()).unwrap()
     );
-    let mut json = traces.json();
     json["date"] = date.clone().into();
     json["command"] = command.into();
     json["versions"] = report::versions();

@@ -122,3 +122,20 @@ pub async fn stripe_events_of(
     })
     .await
 }
+
+/// The body of a Stripe event about `payment` as the template's rule delivers it from
+/// the partner event bus to the orders queue: the EventBridge envelope of a partner
+/// source, the Event in `detail`, the PaymentIntent (its id, status and order) in
+/// `data.object`. What Stripe sends, or what anyone allowed to send to the queue can
+/// forge: the consumer believes none of the payment's fields.
+pub fn stripe_event(kind: &str, payment: &str, status: &str, order_id: &str) -> String {
+    serde_json::json!({
+        "version": "0", "id": uuid::Uuid::new_v4().to_string(), "detail-type": kind,
+        "source": "aws.partner/stripe.com/ed_test_1", "account": "123456789012",
+        "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {"id": "evt_1", "object": "event", "type": kind, "data": {"object": {
+            "id": payment, "object": "payment_intent", "status": status,
+            "metadata": {"order_id": order_id}}}},
+    })
+    .to_string()
+}
