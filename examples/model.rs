@@ -657,6 +657,7 @@ impl ChargeModel {
             max_declines: u32::from(p.max_receive),
             key_ttl: span(p.key_ttl),
             authentication_wait: span(p.wait),
+            processing_wait: span(p.wait),
             rules: p.rules,
         });
         s.consumers.push(Consumer {

@@ -772,9 +772,9 @@ async fn a_pending_charge_at_the_provider_is_never_charged_again_under_a_new_key
 
 /// A bank debit settles in days: the record awaits its `processing` payment (no DLQ
 /// after the queue's receives), and the settler completes the order once it succeeded,
-/// a week later.
+/// two weeks later.
 #[tokio::test]
-async fn a_processing_payment_that_succeeds_a_week_later_ends_done_with_no_dead_letter() {
+async fn a_processing_payment_that_succeeds_after_two_weeks_ends_done_with_no_dead_letter() {
     let logs = Captured::default();
     let _guard = logs.install();
     let h = harness().await;
@@ -799,9 +799,10 @@ async fn a_processing_payment_that_succeeds_a_week_later_ends_done_with_no_dead_
     assert_eq!(h.provider.calls_for("ord-1001").len(), calls);
     let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
     let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
-    // A week on, past the end of the wait, still processing: it may still succeed,
-    // so nothing ends (and nothing can cancel a processing payment).
-    h.clock.advance(Duration::from_secs(7 * 24 * 3600 + 60));
+    // Fifteen days on, past the end of its wait (two weeks at least for a payment
+    // the provider processes), still processing: it may still succeed, so nothing ends
+    // (and nothing can cancel a processing payment).
+    h.clock.advance(Duration::from_secs(15 * 24 * 3600));
     let run = settler.run().await.unwrap();
     assert_eq!((run.read, run.waiting, run.ended), (1, 1, 0), "{run:?}");
     assert!(h.provider.cancels().is_empty());

@@ -85,7 +85,8 @@ const SETTLE_ENDING_UPDATE: &str = "SET #wait_until = :at";
 const CORRECT_UPDATE: &str = "SET #fingerprint = :fingerprint, \
      #attempt = if_not_exists(#attempt, :zero) + :one REMOVE #sent, #declines";
 const CORRECT_CONDITION: &str = "(#state = :free OR #state = :failed) \
-     AND attribute_not_exists(#sent) AND #fingerprint <> :fingerprint";
+     AND attribute_not_exists(#sent) AND attribute_exists(#fingerprint) \
+     AND #fingerprint <> :fingerprint";
 /// A succeeded payment the record does not await: the same done record as a complete.
 const ADOPT_CONDITION: &str = "(#state = :free OR #state = :failed \
      OR (#state = :in_progress AND #lease_until < :now_ms)) AND #fingerprint = :fingerprint";

@@ -175,6 +175,10 @@ impl Charger<'_> {
             max_declines: self.settings.max_declines,
             key_ttl: self.settings.provider_key_ttl,
             authentication_wait: self.settings.authentication_wait,
+            processing_wait: self
+                .settings
+                .authentication_wait
+                .max(crate::policy::machine::PROCESSING_WAIT),
             rules: Rules::ALL,
         });
         loop {
@@ -553,7 +557,7 @@ fn tell_breaker<T, E>(
 /// A provider failure that says the provider is down, not an answer about this charge
 /// (a decline, a rejection, a reused key, a 409 on a key in use) nor backpressure (a
 /// rate limit or a lock: paced, never a failure).
-fn provider_is_down(error: &PaymentError) -> bool {
+pub(crate) fn provider_is_down(error: &PaymentError) -> bool {
     matches!(
         error,
         PaymentError::Retryable {

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, warn};
 
-use crate::contracts::payment::{Cancel, ChargePath, PaymentError};
+use crate::contracts::payment::{Cancel, ChargePath, PaymentError, Throttle};
 use crate::contracts::queue::{EndedWait, QueueError, Reports};
 use crate::contracts::store::{AwaitingCursor, IdempotencyStore, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
 use crate::domain::{Key, Record};
-use crate::drivers::charge::{Calls, Charger};
+use crate::drivers::charge::{Calls, Charger, provider_is_down};
 use crate::drivers::metrics::PAYMENT_MISSING;
 use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::deadline::CallKind;
@@ -352,14 +352,13 @@ impl DueCalls<'_, '_> {
     }
 }
 
-/// Whether `place` comes at or before `start` in the index's order (the end of the
-/// wait, then the key): a run that went round from `start` reaches it again.
+/// Whether a run that went round from `start` has not yet passed it: `place`'s wait
+/// ends no later than `start`'s. Records whose waits end in the same second may come
+/// in any order in the index, so those are all read again (settling is idempotent)
+/// rather than any skipped.
 fn up_to(place: Option<&AwaitingCursor>, start: Option<&AwaitingCursor>) -> bool {
     match (place, start) {
-        (Some(place), Some(start)) => {
-            (place.wait_until.as_secs(), place.pk.as_str())
-                <= (start.wait_until.as_secs(), start.pk.as_str())
-        }
+        (Some(place), Some(start)) => place.wait_until.as_secs() <= start.wait_until.as_secs(),
         _ => false,
     }
 }
@@ -391,13 +390,19 @@ impl DueCalls<'_, '_> {
             return Err(NoAnswer::NoTime);
         }
         let answer = self.bounded(call).await;
+        // As the consumer's calls tell it (`drivers/charge.rs`, `paced_call`): a rate
+        // limit cuts the pace; a locked object, a provider that is down or no answer
+        // says nothing of its rate.
         let pacer = self.settler.pacer;
         match &answer {
-            Err(NoAnswer::Failed(e)) if e.throttle().is_some() => {
-                pacer.on_rate_limited((self.settler.now)());
-            }
-            Err(NoAnswer::TimedOut) => {}
-            _ => pacer.on_success(),
+            Err(NoAnswer::Failed(e)) => match e.throttle() {
+                Some(Throttle::RateLimited(_)) => pacer.on_rate_limited((self.settler.now)()),
+                Some(Throttle::Lock) => {}
+                None if provider_is_down(e) => {}
+                None => pacer.on_success(),
+            },
+            Err(NoAnswer::TimedOut | NoAnswer::NoTime) => {}
+            Ok(_) => pacer.on_success(),
         }
         answer
     }

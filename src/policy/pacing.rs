@@ -141,8 +141,14 @@ impl Pacer {
             return Ok(());
         }
         self.with(|s| {
-            s.counting_since.get_or_insert(now);
+            let since = *s.counting_since.get_or_insert(now);
             if s.unpaced {
+                // The accepted rate counts over a recent window only, so that the first
+                // cut starts from what the provider accepted just before it.
+                if since.until(now) > ACCEPTED_WINDOW_END {
+                    s.counting_since = Some(now);
+                    s.accepted = 0;
+                }
                 return Ok(());
             }
             let now_ms = now.as_ms() as f64;

@@ -486,6 +486,10 @@ impl Settlement {
             return self.ignored("the order does not await this payment");
         }
         match record.state {
+            // Recorded meanwhile (another delivery, the event or the settler): settled.
+            State::Done if record.receipt.as_deref() == Some(&self.payment_id) => {
+                self.ignored("the order is already done with this payment")
+            }
             State::Done => SettleStep::Done(Outcome::NeedsReconciliation {
                 cause: ReconcileCause::LateConfirmation {
                     payment_id: self.payment_id.clone(),

@@ -29,6 +29,10 @@ use std::time::Duration;
 use crate::contracts::payment::{PaymentError, Receipt};
 use crate::domain::clock::Time;
 
+/// The shortest wait for a payment the provider processes: SEPA and Bacs debits settle
+/// within two weeks.
+pub const PROCESSING_WAIT: Duration = Duration::from_secs(14 * 24 * 3600);
+
 /// Why a record awaits a payment it names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 enum Awaited {
@@ -94,6 +98,9 @@ pub struct Start {
     pub key_ttl: Duration,
     /// How long an order awaits its customer's authentication (`AUTHENTICATION_WAIT`).
     pub authentication_wait: Duration,
+    /// How long an order awaits a payment the provider processes (the drivers: the
+    /// longer of `AUTHENTICATION_WAIT` and [`PROCESSING_WAIT`]).
+    pub processing_wait: Duration,
     pub rules: Rules,
 }
 
@@ -107,6 +114,7 @@ pub struct Machine {
     max_declines: u32,
     key_ttl: Duration,
     authentication_wait: Duration,
+    processing_wait: Duration,
     rules: Rules,
     phase: Phase,
     must_reconcile: bool,
@@ -129,6 +137,7 @@ impl Machine {
             max_declines: start.max_declines,
             key_ttl: start.key_ttl,
             authentication_wait: start.authentication_wait,
+            processing_wait: start.processing_wait,
             rules: start.rules,
             phase: Phase::Reserving,
             must_reconcile: false,
@@ -186,7 +195,7 @@ impl Machine {
                 payment_id: self.awaited.as_ref().map_or("", |(id, _)| id.as_str()),
                 wait_until: self.wait_until(),
                 expires: Time::from_secs(
-                    self.lease.expires.as_secs() + self.authentication_wait.as_secs() as i64,
+                    self.lease.expires.as_secs() + self.wait().as_secs() as i64,
                 ),
             }),
         }
@@ -194,7 +203,17 @@ impl Machine {
 
     /// When the wait for the customer ends: from the record's start, in whole seconds.
     fn wait_until(&self) -> Time {
-        Time::from_secs((self.started_at + self.authentication_wait).as_secs())
+        Time::from_secs((self.started_at + self.wait()).as_secs())
+    }
+
+    /// How long the record awaits its payment: `AUTHENTICATION_WAIT` for a customer;
+    /// for a payment the provider processes, its own wait (bank debits settle in days,
+    /// and copies of the order are retried once the wait has passed).
+    fn wait(&self) -> Duration {
+        match self.awaited {
+            Some((_, Awaited::Processing)) => self.processing_wait,
+            _ => self.authentication_wait,
+        }
     }
 
     /// Feeds the answer to the last step; returns the next one.

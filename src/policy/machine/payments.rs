@@ -59,6 +59,13 @@ impl Machine {
         let attempt = Some(self.lease.attempt);
         let found = match answer {
             Ok(found) => found,
+            // After a rejection, a lookup refused for good (the same unknown customer):
+            // no payment of the order can exist.
+            Err(NoAnswer::Failed(PaymentError::Rejected { .. }))
+                if matches!(why, Looking::AfterRejection(_)) =>
+            {
+                return self.nothing_open(why);
+            }
             Err(NoAnswer::NoTime) => {
                 return Step::Done(Outcome::Deadline {
                     before: Call::Lookup,

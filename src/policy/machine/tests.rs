@@ -44,6 +44,7 @@ fn start() -> (Machine, Step) {
         max_declines: 3,
         key_ttl: TTL,
         authentication_wait: WAIT,
+        processing_wait: WAIT,
         rules: Rules::ALL,
     })
 }

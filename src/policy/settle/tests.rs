@@ -222,6 +222,62 @@ fn an_event_whose_payment_is_already_the_receipt_costs_no_call() {
     assert_eq!(run.steps, ["read"]);
 }
 
+/// A settlement whose write was refused because the record was completed with the
+/// same payment meanwhile (the event and the settler, or a redelivery and an event,
+/// at once) is settled, never "charged twice".
+#[test]
+fn a_write_refused_by_a_record_done_with_the_same_payment_is_settled_not_a_double_charge() {
+    let done = Record {
+        receipt: Some(PI.to_owned()),
+        ..record(State::Done)
+    };
+    // The settler read the awaiting record from the index; meanwhile the event wrote.
+    let (mut machine, step) = Settlement::new(
+        key(),
+        Trigger::Due(Box::new(awaiting(3600))),
+        NOW,
+        PAID_UNTIL,
+        Rules::ALL,
+    );
+    assert_eq!(step, SettleStep::Fetch);
+    assert_eq!(
+        machine.on(SettleInput::Fetched(Ok(found(PaymentNow::Succeeded)))),
+        SettleStep::Write
+    );
+    let step = machine.on(SettleInput::Written(Ok(WriteOutcome::Refused(Some(
+        done.clone(),
+    )))));
+    let SettleStep::Done(outcome) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(outcome.name(), "event_ignored", "{outcome:?}");
+    // A released record whose redelivery completed it with this payment meanwhile.
+    let run = run(
+        Some(record(State::Free)),
+        event(PaymentNow::Succeeded),
+        provider(Some(PaymentNow::Succeeded)),
+        Rules::ALL,
+    );
+    assert_eq!(run.outcome.name(), "reconciled");
+    let (mut machine, _) = Settlement::new(
+        key(),
+        event(PaymentNow::Succeeded),
+        NOW,
+        PAID_UNTIL,
+        Rules::ALL,
+    );
+    machine.on(SettleInput::Read(Ok(Some(record(State::Free)))));
+    assert_eq!(
+        machine.on(SettleInput::Fetched(Ok(found(PaymentNow::Succeeded)))),
+        SettleStep::Write
+    );
+    let step = machine.on(SettleInput::Written(Ok(WriteOutcome::Refused(Some(done)))));
+    assert!(
+        matches!(&step, SettleStep::Done(o) if o.name() == "event_ignored"),
+        "{step:?}"
+    );
+}
+
 #[test]
 fn an_event_for_a_payment_of_another_order_changes_nothing() {
     let mut other = provider(Some(PaymentNow::Succeeded));
