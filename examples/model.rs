@@ -1235,7 +1235,14 @@ impl Model for ChargeModel {
                 if record.receipt.as_deref() == Some(format!("ch{i}").as_str()) {
                     continue;
                 }
-                for event in [SUCCEEDED, CANCELED, PAYMENT_FAILED] {
+                // The claim is read only by the rule that believes events
+                // (`policy/settle.rs`): with it on, one claim stands for all three.
+                let claims: &[u8] = if self.p.rules.event_is_a_hint {
+                    &[SUCCEEDED]
+                } else {
+                    &[SUCCEEDED, CANCELED, PAYMENT_FAILED]
+                };
+                for &event in claims {
                     for fault in SETTLE_FAULTS {
                         let mut next = s.clone();
                         self.event(&mut next, i, event, fault);
