@@ -136,9 +136,8 @@ impl EventCalls<'_, '_> {
         });
         answer
     }
-}
 
-impl EventCalls<'_, '_> {
+    /// What a call reached, for the breakers' probes.
     fn reached(&self, reached: Calls) {
         // Two flags: a poisoned lock still holds them.
         let mut calls = self
@@ -350,20 +349,7 @@ impl DueCalls<'_, '_> {
             Err(_elapsed) => Err(NoAnswer::TimedOut),
         }
     }
-}
 
-/// Whether a run that went round from `start` has not yet passed it: `place`'s wait
-/// ends no later than `start`'s. Records whose waits end in the same second may come
-/// in any order in the index, so those are all read again (settling is idempotent)
-/// rather than any skipped.
-fn up_to(place: Option<&AwaitingCursor>, start: Option<&AwaitingCursor>) -> bool {
-    match (place, start) {
-        (Some(place), Some(start)) => place.wait_until.as_secs() <= start.wait_until.as_secs(),
-        _ => false,
-    }
-}
-
-impl DueCalls<'_, '_> {
     /// Waits for the pace's next slot while the run has time; `false` when it has none.
     async fn slot(&self) -> bool {
         // Bounded: each wait is at most one spacing of the pace, and the run's end.
@@ -554,5 +540,16 @@ impl Settler<'_> {
                 );
             }
         }
+    }
+}
+
+/// Whether a run that went round from `start` has not yet passed it: `place`'s wait
+/// ends no later than `start`'s. Records whose waits end in the same second may come
+/// in any order in the index, so those are all read again (settling is idempotent)
+/// rather than any skipped.
+fn up_to(place: Option<&AwaitingCursor>, start: Option<&AwaitingCursor>) -> bool {
+    match (place, start) {
+        (Some(place), Some(start)) => place.wait_until.as_secs() <= start.wait_until.as_secs(),
+        _ => false,
     }
 }
