@@ -73,7 +73,7 @@ lint-canary:
 	  echo "lint canary: LINT=1 denies clippy's warnings (a needless return is an error)"; \
 	else cat target/lint-canary.txt; echo "lint canary: clippy-driver failed for another reason"; exit 1; fi
 
-test: deps ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, queue, SigV4, template, metrics, operations, audit, system (300 orders with events; an outage; 50 orders settled without events; a drain against the rate limit), pinned crashes, the model checker and its mutants
+test: deps tools ## all tests: unit, property, store contract (moto, dynalite, SQLite), handler, HTTP provider, CLI, queue, SigV4, template, metrics, operations, audit, system (300 orders with events; an outage; 50 orders settled without events; a drain against the rate limit), pinned crashes, the model checker and its mutants
 	$(CARGO) test $(TEST_FLAGS) -- --skip three_hundred_orders --skip an_outage_of_the_provider --skip fifty_orders_without_any_event --skip a_backlog_drains
 	@# The system runs on their own, so their summary lines show in the output; one
 	@# after the other, so that the outage run's recovery time is its own and not moto
@@ -113,7 +113,7 @@ N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
 	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
 
-bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone, BENCH_ONLY=settle for the settler's and the audit's reach); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md}, <date>-traces.{json,md} and <date>-settle.{json,md}
+bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone, BENCH_ONLY=settle for the settler's and the audit's reach, BENCH_ONLY=quiet for a quiet day's latency per order); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md}, <date>-traces.{json,md}, <date>-settle.{json,md} and <date>-quiet.{json,md}
 	$(CARGO) build --locked --release --bin charge-once
 	$(CARGO) run --locked --release -p bench
 
@@ -203,17 +203,27 @@ invoke: tools ## send EVENT_LAMBDA (default events/sqs-single.json) to `make wat
 # parameters (with STACK and AWS_REGION): then nothing is asked, as a pipeline needs, and
 # standard input is closed so that nothing can be. The built template allows only its
 # own architecture, so a deploy from a file or PARAMS needs no Architecture.
+#
+# The region: a SAMCONFIG file's own `region` wins; else AWS_REGION, else
+# AWS_DEFAULT_REGION, passed as --region (the SAM CLI reads only AWS_DEFAULT_REGION and
+# its profile, and says "Unable to resolve a region" with AWS_REGION alone). A deploy
+# with no prompt and no region stops here with one line.
 SAMCONFIG ?=
 PARAMS    ?=
 STACK     ?= charge-once
-DEPLOY_UNATTENDED = --no-confirm-changeset --no-fail-on-empty-changeset \
+DEPLOY_REGION = $(or $(AWS_REGION),$(AWS_DEFAULT_REGION))
+SAMCONFIG_REGION = $(if $(SAMCONFIG),$(shell sed -n 's/^[[:space:]]*region[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' $(SAMCONFIG) 2>/dev/null | head -n 1))
+REGION_FLAG = $(if $(SAMCONFIG_REGION),,$(if $(DEPLOY_REGION),--region $(DEPLOY_REGION)))
+DEPLOY_UNATTENDED = --template-file $(BUILT_TEMPLATE) --no-confirm-changeset --no-fail-on-empty-changeset \
 	$(if $(SAMCONFIG),--config-file $(abspath $(SAMCONFIG)),--stack-name $(STACK) --capabilities CAPABILITY_IAM --resolve-s3) \
-	$(if $(PARAMS),--parameter-overrides $(PARAMS))
-deploy: tools ## deploy the last make build for its architecture (needs an AWS account): guided, or with SAMCONFIG=<file> or PARAMS="Key=Value ..." no prompt at all
+	$(REGION_FLAG) $(if $(PARAMS),--parameter-overrides $(PARAMS))
+deploy: tools ## deploy the last make build for its architecture (needs an AWS account): guided, or with SAMCONFIG=<file> or PARAMS="Key=Value ..." no prompt at all (region: the file's, else AWS_REGION or AWS_DEFAULT_REGION)
+	@$(if $(SAMCONFIG),test -r $(SAMCONFIG) || { echo "make deploy: SAMCONFIG=$(SAMCONFIG) is not a readable file"; exit 1; })
+	@$(if $(SAMCONFIG)$(PARAMS),$(if $(SAMCONFIG_REGION)$(DEPLOY_REGION),,echo "make deploy: no region: set AWS_REGION or AWS_DEFAULT_REGION (or region in the SAMCONFIG file)"; exit 1))
 	@arch=$$(python3 scripts/built_architecture.py check $(BUILT_TEMPLATE) $(BUILT_BOOTSTRAP) \
 	    $(if $(filter command line environment,$(origin ARCH)),$(ARCH))) && \
 	  echo "deploying the $$arch build" && \
-	  $(if $(SAMCONFIG)$(PARAMS),$(SAM) deploy $(DEPLOY_UNATTENDED) < /dev/null,$(SAM) deploy --guided --parameter-overrides Architecture=$$arch)
+	  $(if $(SAMCONFIG)$(PARAMS),$(SAM) deploy $(DEPLOY_UNATTENDED) < /dev/null,$(SAM) deploy --template-file $(BUILT_TEMPLATE) --guided $(REGION_FLAG) --parameter-overrides Architecture=$$arch)
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -4,9 +4,11 @@
 //! nothing reads, and a repository path in backticks that names no file or folder;
 //! the settings table must list exactly the variables `config.rs` reads (and the
 //! `OTEL_*` ones `traces.rs` reads), README's
-//! deploy prompts every template parameter in the order sam asks, and the mutant tables
-//! exactly the model's mutants. Each rule is also shown failing on a page broken on
-//! purpose.
+//! deploy prompts every template parameter in the order sam asks, the mutant tables
+//! exactly the model's mutants, the alarms table and every count of alarms the
+//! template's alarms, and every Stripe API version named the one the code pins. Each
+//! rule is also shown failing on a page broken on purpose. (That every command shown
+//! is one its CLI accepts: tests/documented_commands.rs.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -395,9 +397,21 @@ fn problems(pages: &[(PathBuf, String)], repo: &Repository) -> Vec<String> {
                 }
             }
         }
+        // A shell variable a block of the page sets (`DLQ=$(aws …)`) is the page's own.
+        let assigned: BTreeSet<String> = page
+            .code
+            .iter()
+            .flat_map(|code| code.lines())
+            .filter_map(|line| {
+                let line = line.trim_start();
+                let line = line.strip_prefix("export ").unwrap_or(line);
+                line.split_once('=').map(|(name, _)| name.to_owned())
+            })
+            .filter(|name| variables(name).contains(name))
+            .collect();
         for text in page.code.iter().chain(&page.prose) {
             for var in variables(text) {
-                if !repo.known.contains(&var) {
+                if !repo.known.contains(&var) && !assigned.contains(&var) {
                     found.push(format!("{shown}: `{var}`: no setting or code reads it"));
                 }
             }
@@ -821,4 +835,166 @@ fn the_mutant_tables_of_the_docs_list_exactly_the_models_mutants() {
         "const MUTANTS: &[(&str, &str)] = &[\n    (\"a-new-rule-off\", \"x\"),",
     );
     assert_eq!(model_mutants(&grown).len(), mutants.len() + 1);
+}
+
+/// The Stripe API versions (`2026-09-30.endive`: a date, a dot, a release's name) that
+/// `text` names and that are not `pinned`.
+fn other_versions(text: &str, pinned: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let shape = b"dddd-dd-dd.";
+    let mut found = Vec::new();
+    for start in 0..bytes.len().saturating_sub(shape.len()) {
+        let fits = shape.iter().enumerate().all(|(i, s)| match s {
+            b'd' => bytes[start + i].is_ascii_digit(),
+            other => bytes[start + i] == *other,
+        });
+        let preceded = start > 0 && bytes[start - 1].is_ascii_alphanumeric();
+        if !fits || preceded {
+            continue;
+        }
+        let name_end = bytes[start + shape.len()..]
+            .iter()
+            .position(|b| !b.is_ascii_lowercase())
+            .map_or(bytes.len(), |n| start + shape.len() + n);
+        // A release's name (`endive`), not a file's extension (`2026-12-01.md`).
+        if name_end >= start + shape.len() + 5 {
+            let version = &text[start..name_end];
+            if version != pinned {
+                found.push(version.to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// The files a user reads or runs that name a Stripe version: the docs, the template,
+/// the sample events, and the local run (its simulator's events).
+fn version_bearing_files() -> Vec<PathBuf> {
+    let mut files = pages();
+    files.push(root().join("template.yaml"));
+    for dir in ["events", "local/src"] {
+        let mut found = Vec::new();
+        let mut stack = vec![root().join(dir)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    found.push(path);
+                }
+            }
+        }
+        found.sort();
+        files.extend(found);
+    }
+    files
+}
+
+#[test]
+fn every_stripe_version_the_docs_and_samples_name_is_the_one_the_code_pins() {
+    let pinned = charge_once::adapters::payment_http::STRIPE_VERSION;
+    let mut stale = Vec::new();
+    for file in version_bearing_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for version in other_versions(&text, pinned) {
+            stale.push(format!("{}: {version}", file.display()));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "pinned {pinned}, yet:\n{}",
+        stale.join("\n")
+    );
+    // The kind it missed once: the simulator's events at an old version.
+    assert_eq!(
+        other_versions(
+            "\"api_version\": \"2025-09-30.clover\", and 2026-12-01.json",
+            pinned
+        ),
+        ["2025-09-30.clover"]
+    );
+    assert!(other_versions(&format!("`Stripe-Version: {pinned}`"), pinned).is_empty());
+}
+
+/// The template's alarms, by name.
+fn template_alarms() -> Vec<String> {
+    let template = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+    let mut names = Vec::new();
+    let mut last = "";
+    for line in template.lines() {
+        if let Some(name) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':'))
+            && !name.starts_with(' ')
+        {
+            last = name;
+        }
+        if line.trim() == "Type: AWS::CloudWatch::Alarm" {
+            names.push(last.to_owned());
+        }
+    }
+    names.sort();
+    names
+}
+
+/// Every count of alarms `text` states ("the six alarms", "two template alarms"), as
+/// (the number, the words).
+fn alarm_counts(text: &str) -> Vec<(usize, String)> {
+    const NUMBERS: [&str; 13] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve",
+    ];
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut counts = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        if !word.to_ascii_lowercase().starts_with("alarms") || i == 0 {
+            continue;
+        }
+        let before = if words[i - 1] == "template" && i >= 2 {
+            words[i - 2]
+        } else {
+            words[i - 1]
+        };
+        let lower = before.to_ascii_lowercase();
+        let number = NUMBERS
+            .iter()
+            .position(|n| *n == lower)
+            .or_else(|| lower.parse().ok());
+        if let Some(n) = number {
+            counts.push((n, words[i.saturating_sub(2)..=i].join(" ")));
+        }
+    }
+    counts
+}
+
+#[test]
+fn the_alarms_table_and_every_count_of_alarms_are_the_templates() {
+    let alarms = template_alarms();
+    assert!(alarms.len() >= 6, "{alarms:?}");
+    let operate = std::fs::read_to_string(root().join("docs/operate.md")).unwrap();
+    let mut listed: Vec<String> = table_names(&operate, "alarm")
+        .into_iter()
+        .map(|n| n.trim_matches('`').to_owned())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, alarms, "docs/operate.md's alarms table");
+    let mut wrong = Vec::new();
+    for (page, text) in the_docs().iter().chain(std::iter::once(&(
+        root().join("template.yaml"),
+        std::fs::read_to_string(root().join("template.yaml")).unwrap(),
+    ))) {
+        for (n, words) in alarm_counts(text) {
+            if n != alarms.len() {
+                wrong.push(format!("{}: \"{words}\"", page.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the template has {} alarms, yet:\n{}",
+        alarms.len(),
+        wrong.join("\n")
+    );
+    // The kinds it missed once.
+    assert_eq!(alarm_counts("the two template alarms")[0].0, 2);
+    assert_eq!(alarm_counts("SNS topic the four alarms notify")[0].0, 4);
 }

@@ -470,3 +470,149 @@ async fn the_runbooks_resolve_pasted_as_printed_after_a_lost_answer_charges_once
         "one payment in all"
     );
 }
+
+/// A stack as CloudFormation on moto creates it, with what the runbook's DLQ commands
+/// read of the real one: the DLQ's output and the consumer function (never invoked).
+const DLQ_STACK: &str = r#"
+Resources:
+  OrdersDeadLetterQueue:
+    Type: AWS::SQS::Queue
+  ChargeFunctionRole:
+    Type: AWS::IAM::Role
+    Properties:
+      AssumeRolePolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Effect: Allow
+            Principal: {Service: lambda.amazonaws.com}
+            Action: sts:AssumeRole
+  ChargeFunction:
+    Type: AWS::Lambda::Function
+    Properties:
+      Runtime: provided.al2023
+      Handler: bootstrap
+      Role: !GetAtt ChargeFunctionRole.Arn
+      Code:
+        ZipFile: "never run"
+Outputs:
+  OrdersDeadLetterQueueUrl:
+    Value: !Ref OrdersDeadLetterQueue
+"#;
+
+/// The runbook's blocks under "The DLQ's commands", in order.
+fn dlq_blocks() -> Vec<String> {
+    let page = harness::root().join("docs/operate.md");
+    harness::docs::shown(&page, &[])
+        .into_iter()
+        .filter(|s| !s.inline && s.section == "The DLQ's commands")
+        .map(|s| s.script)
+        .collect()
+}
+
+/// `script` with the value of its `NAME=` line replaced by `value`: what the reader
+/// fills in.
+fn filled(script: &str, name: &str, value: &str) -> String {
+    let prefix = format!("{name}=");
+    assert!(
+        script.lines().any(|l| l.starts_with(&prefix)),
+        "no {name}= in {script}"
+    );
+    script
+        .lines()
+        .map(|l| {
+            if l.starts_with(&prefix) {
+                format!("{name}='{value}'")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_runbooks_dlq_commands_read_find_and_delete_a_dead_letter_as_written_on_moto() {
+    let blocks = dlq_blocks();
+    assert_eq!(
+        blocks.len(),
+        5,
+        "the stack's names, read, find, delete, redrive"
+    );
+    let [names, read, find, delete, redrive] = &blocks[..] else {
+        unreachable!()
+    };
+    let shell = harness::docs::Shell::new();
+    let run = |script: &str| {
+        // Every step starts from the stack's names, as a new shell would.
+        let out = shell.run(&format!("{names}\n{script}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{script}\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let stack = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(stack.path(), DLQ_STACK).unwrap();
+    run(&format!(
+        "aws cloudformation create-stack --stack-name \"$STACK\" --template-body file://{}",
+        stack.path().display()
+    ));
+
+    // A dead letter as the function sends it, and the lines the function logged for
+    // its message and for another one.
+    let original = uuid::Uuid::new_v4().to_string();
+    let other = uuid::Uuid::new_v4().to_string();
+    let note = serde_json::json!({"outcome": "invalid", "reason": "field `amount` is missing",
+                                  "message_id": original, "receive_count": 1});
+    let attributes = serde_json::json!({"charge-once": {"DataType": "String",
+                                                        "StringValue": note.to_string()}});
+    let line = |id: &str| {
+        serde_json::json!({"level": "ERROR", "message": "record", "outcome": "invalid",
+                           "message_id": id})
+        .to_string()
+    };
+    let now_ms = Time::from_ms(charge_once::domain::clock::wall_ms()).as_ms();
+    let events = serde_json::json!([{"timestamp": now_ms, "message": line(&original)},
+                                    {"timestamp": now_ms + 1, "message": line(&other)}]);
+    let setup = tempfile::tempdir().unwrap();
+    std::fs::write(setup.path().join("attributes.json"), attributes.to_string()).unwrap();
+    std::fs::write(setup.path().join("events.json"), events.to_string()).unwrap();
+    let dir = setup.path().display();
+    run(&format!(
+        "aws sqs send-message --queue-url \"$DLQ\" --message-body '{{\"id\":\"ord-1\"}}' \
+           --message-attributes file://{dir}/attributes.json\n\
+         aws logs create-log-group --log-group-name \"$LOG_GROUP\"\n\
+         aws logs create-log-stream --log-group-name \"$LOG_GROUP\" --log-stream-name s\n\
+         aws logs put-log-events --log-group-name \"$LOG_GROUP\" --log-stream-name s \
+           --log-events file://{dir}/events.json"
+    ));
+
+    // Read: the message's id, its note, and the receipt handle to delete it with.
+    let printed = run(read);
+    let fields: Vec<&str> = printed.trim_end().split('\t').collect();
+    assert_eq!(fields.len(), 3, "id, note, receipt handle: {printed}");
+    let read_note: serde_json::Value = serde_json::from_str(fields[1]).unwrap();
+    assert_eq!(read_note, note);
+
+    // Find: the lines of the note's message id, and only those.
+    let printed = run(&filled(find, "MESSAGE_ID", &original));
+    assert!(printed.contains(&original), "{printed}");
+    assert!(!printed.contains(&other), "{printed}");
+
+    // Delete, with the read's receipt handle: the DLQ is empty, hidden messages too.
+    run(&filled(delete, "RECEIPT", fields[2]));
+    let counts = run(
+        "aws sqs get-queue-attributes --queue-url \"$DLQ\" --attribute-names \
+         ApproximateNumberOfMessages ApproximateNumberOfMessagesNotVisible \
+         --query 'Attributes.[ApproximateNumberOfMessages, ApproximateNumberOfMessagesNotVisible]' \
+         --output text",
+    );
+    assert_eq!(counts.split_whitespace().collect::<Vec<_>>(), ["0", "0"]);
+
+    // The redrive is SQS's move task, which moto does not have: its syntax is held by
+    // tests/documented_commands.rs.
+    assert!(redrive.contains("aws sqs start-message-move-task --source-arn \"$DLQ_ARN\""));
+    assert!(shell.refused().is_empty(), "{:?}", shell.refused());
+}

@@ -46,6 +46,11 @@
 //! a day; `bench/results/<date>-settle.{md,json}` (`BENCH_ONLY=settle` only,
 //! `BENCH_SETTLE_WAITS` waits, default 1000).
 //!
+//! A quiet day (`quiet.rs`): one order's latency in a fresh execution environment and
+//! a warm one, orders arriving well below the provider's limit, per contender, beside
+//! the provider's own answer time, and charge-once's pacing waits;
+//! `bench/results/<date>-quiet.{md,json}` (`BENCH_ONLY=quiet` only).
+//!
 //! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_ONLY=traces` only
 //! the traces' comparison (minutes), `BENCH_DRAIN_ORDERS` its
 //! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
@@ -61,6 +66,7 @@
 mod bill;
 mod chart;
 mod drain;
+mod quiet;
 mod report;
 mod rig;
 mod scenarios;
@@ -146,7 +152,17 @@ async fn main() {
             write_settle(&reach, &command);
             return;
         }
-        Some(v) => panic!("BENCH_ONLY takes `drain`, `traces` or `settle`, not {v:?}"),
+        Some("quiet") => {
+            let quiet = quiet::Quiet::run(rounds).await;
+            eprintln!("bench: quiet day done ({:.0?})", started.elapsed());
+            let mut command = "make bench BENCH_ONLY=quiet".to_owned();
+            if rounds != 5 {
+                command.push_str(&format!(" BENCH_ROUNDS={rounds}"));
+            }
+            write_part("quiet", &quiet.markdown(), quiet.json(), &command);
+            return;
+        }
+        Some(v) => panic!("BENCH_ONLY takes `drain`, `traces`, `settle` or `quiet`, not {v:?}"),
         None => false,
     };
     let drain = drain::Drain::run(drain::Setup::from_env()).await;

@@ -383,15 +383,26 @@ pub async fn payment_stub(latency: Duration) -> String {
 /// An SQS event carrying one order per id (same amount, currency and customer for
 /// every order, so a duplicate is a true duplicate).
 pub fn event(ids: &[String]) -> String {
-    let records: Vec<Value> = ids
+    let bodies: Vec<String> = ids
         .iter()
         .map(|id| {
-            let body = json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench",
-                       "payment_method": "pm_card_visa"});
+            json!({"id": id, "amount": 1000, "currency": "EUR", "customer": "cus_bench",
+                   "payment_method": "pm_card_visa"})
+            .to_string()
+        })
+        .collect();
+    event_of(&bodies)
+}
+
+/// An SQS event carrying one record per body.
+pub fn event_of(bodies: &[String]) -> String {
+    let records: Vec<Value> = bodies
+        .iter()
+        .map(|body| {
             json!({
                 "messageId": uuid::Uuid::new_v4().to_string(),
                 "receiptHandle": "rh",
-                "body": body.to_string(),
+                "body": body,
                 "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1764460800000"},
                 "messageAttributes": {},
                 "md5OfBody": "x",

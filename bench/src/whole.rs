@@ -93,6 +93,7 @@ pub struct Template {
     pub platform_lines: bool,
     pub queue_retention: Duration,
     pub dlq_retention: Duration,
+    /// Alarm metrics: what CloudWatch bills alarms by.
     pub alarms: usize,
     pub dashboards: usize,
     pub custom_metrics: Vec<String>,
@@ -135,7 +136,19 @@ impl Template {
             platform_lines: function["LoggingConfig"]["SystemLogLevel"] != "WARN",
             queue_retention: seconds("OrdersQueue"),
             dlq_retention: seconds("OrdersDeadLetterQueue"),
-            alarms: of_type("AWS::CloudWatch::Alarm"),
+            // CloudWatch bills an alarm per metric it reads: a metric-math alarm
+            // (the DLQ's arrivals) counts each of its metrics.
+            alarms: resources
+                .values()
+                .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+                .map(|r| match r["Properties"]["Metrics"].as_sequence() {
+                    Some(queries) => queries
+                        .iter()
+                        .filter(|q| !q["MetricStat"].is_null())
+                        .count(),
+                    None => 1,
+                })
+                .sum(),
             dashboards: of_type("AWS::CloudWatch::Dashboard"),
             custom_metrics: custom_metrics(&t),
             audit: !t["Resources"]["AuditFunction"].is_null(),
@@ -939,7 +952,7 @@ impl Whole {
                 t.custom_metrics.len() as f64 * p.metric_month,
             ),
             (
-                "alarms (standard resolution)".to_owned(),
+                "alarm metrics (standard resolution)".to_owned(),
                 t.alarms,
                 t.alarms as f64 * p.alarm_month,
             ),

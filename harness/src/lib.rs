@@ -19,12 +19,14 @@
 //! | [`producer`] | the system test's producers and the PaymentIntents to check against |
 //! | [`logs`] | captured log lines |
 //! | [`otlp`] | an OTLP/HTTP receiver of traces |
+//! | [`docs`] | the shell commands the docs show, and a shell that runs them on moto |
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a harness fails loudly by design
 
 pub mod audit;
 pub mod capacity;
 pub mod clock;
+pub mod docs;
 pub mod event_source;
 pub mod eventbridge;
 pub mod lease;

@@ -154,6 +154,23 @@ pub async fn payer(card: Card) -> Payer {
     Payer { customer, card }
 }
 
+/// A PaymentIntent created and confirmed off-session for `payer`, with the body an
+/// order's charge has (`charge_form`), sent straight to the layer: the provider's own
+/// answer, without a consumer in front of it (the bench's quiet day times it).
+pub async fn charge_directly(payer: &Payer, amount: u64, order_id: &str) -> Value {
+    let order = charge_once::domain::order::Order::new(
+        order_id,
+        amount,
+        "EUR",
+        &payer.customer,
+        &payer.card,
+    )
+    .expect("a valid order");
+    let form = charge_once::adapters::payment_http::charge_form(&order);
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    post("/v1/payment_intents", &form).await
+}
+
 /// One PaymentIntent, as localstripe holds it now.
 pub async fn payment_intent(id: &str) -> Value {
     get(&format!("/v1/payment_intents/{id}"), &[]).await

@@ -199,8 +199,8 @@ pub fn after_the_sam_transform_the_audit_role_reads_and_writes_only_the_settle()
     let t = template();
     let cfn = transformed_template();
     assert_eq!(audit_role_violations(cfn), Vec::<String>::new());
-    // The schedules became EventBridge Scheduler schedules that invoke the function:
-    // the audit's and the settler's.
+    // The schedules became EventBridge Scheduler schedules that invoke the function's
+    // alias: the audit's and the settler's.
     let schedules: Vec<&serde_json::Value> = cfn["Resources"]
         .as_object()
         .unwrap()
@@ -211,7 +211,8 @@ pub fn after_the_sam_transform_the_audit_role_reads_and_writes_only_the_settle()
     for schedule in schedules {
         assert_eq!(
             schedule["Properties"]["Target"]["Arn"],
-            serde_json::json!({"Fn::GetAtt": [AUDIT, "Arn"]})
+            serde_json::json!({"Ref": format!("{AUDIT}Aliaslive")}),
+            "a schedule invokes the function's alias (operate.rs)"
         );
     }
 

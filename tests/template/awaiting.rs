@@ -306,7 +306,7 @@ fn the_settler_runs_every_quarter_hour_on_the_scheduled_function() {
     assert_eq!(props["ScheduleExpression"], "rate(15 minutes)");
     assert_eq!(
         props["Target"]["Arn"],
-        json!({"Fn::GetAtt": [crate::audit::AUDIT, "Arn"]})
+        json!({"Ref": format!("{}Aliaslive", crate::audit::AUDIT)})
     );
     let input: Value =
         serde_json::from_str(props["Target"]["Input"].as_str().unwrap()).expect("JSON input");

@@ -130,3 +130,129 @@ fn a_bootstrap_that_is_not_a_lambda_binary_is_refused() {
     let out = script(&[Path::new("pin"), &template, &bootstrap], &[]);
     one_line_failure(&out, "which Lambda does not run");
 }
+
+/// A built template and bootstrap in `dir`, as `make build` leaves them (x86_64).
+fn built_in(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (template, bootstrap) = (dir.join("template.yaml"), dir.join("bootstrap"));
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml"),
+        &template,
+    )
+    .unwrap();
+    elf(&bootstrap, 0x3e);
+    let out = script(&[Path::new("pin"), &template, &bootstrap], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (template, bootstrap)
+}
+
+/// `make deploy` with `args`, as a pipeline with no AWS credentials runs it: no `AWS_*`
+/// variable but `env`, the AWS configuration files pointed at none (no `~/.aws`),
+/// nothing asked. What it printed, and its exit status.
+fn deploy(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (String, Option<i32>) {
+    let (template, bootstrap) = built_in(dir);
+    let none = dir.join("none");
+    let mut command = Command::new("make");
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("AWS_")) {
+        command.env_remove(name);
+    }
+    let out = command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--no-print-directory", "deploy"])
+        .arg(format!("BUILT_TEMPLATE={}", template.display()))
+        .arg(format!("BUILT_BOOTSTRAP={}", bootstrap.display()))
+        .args(args)
+        .env("AWS_CONFIG_FILE", &none)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &none)
+        // No instance metadata to ask for credentials on a machine that has none.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("SAM_CLI_TELEMETRY", "0")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (printed, out.status.code())
+}
+
+const SECRET: &str =
+    "PARAMS=PaymentApiKeySecretArn=arn:aws:secretsmanager:eu-west-1:123456789012:secret:x";
+
+/// It got past the SAM CLI's region resolution and stopped at the credentials it was
+/// not given.
+fn stopped_at_credentials(printed: &str, code: Option<i32>) {
+    assert_ne!(code, Some(0), "{printed}");
+    assert!(
+        !printed.contains("Unable to resolve a region"),
+        "the region was not resolved: {printed}"
+    );
+    assert!(
+        printed.contains("Unable to locate credentials"),
+        "it did not stop at the credentials: {printed}"
+    );
+}
+
+#[test]
+fn a_deploy_with_aws_region_alone_passes_the_sam_clis_region_resolution() {
+    for variable in ["AWS_REGION", "AWS_DEFAULT_REGION"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (printed, code) = deploy(dir.path(), &[SECRET.to_owned()], &[(variable, "eu-west-1")]);
+        stopped_at_credentials(&printed, code);
+    }
+    // The configuration file the docs lead with, as written, region included.
+    let dir = tempfile::tempdir().unwrap();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/samconfig.example.toml");
+    let (printed, code) = deploy(dir.path(), &[format!("SAMCONFIG={config}")], &[]);
+    stopped_at_credentials(&printed, code);
+}
+
+#[test]
+fn a_deploy_without_a_prompt_or_a_region_stops_with_one_line_naming_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (printed, code) = deploy(dir.path(), &[SECRET.to_owned()], &[]);
+    assert_eq!(
+        code,
+        Some(2),
+        "make's status for a failed recipe: {printed}"
+    );
+    let lines: Vec<&str> = printed
+        .lines()
+        .filter(|l| !l.starts_with("make: ***"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "make deploy: no region: set AWS_REGION or AWS_DEFAULT_REGION (or region in the SAMCONFIG file)"
+        ],
+        "{printed}"
+    );
+    // A configuration file without a region says the same.
+    let config = dir.path().join("samconfig.toml");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/samconfig.example.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &config,
+        example
+            .lines()
+            .filter(|l| !l.starts_with("region"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    let (printed, _) = deploy(
+        dir.path(),
+        &[format!("SAMCONFIG={}", config.display())],
+        &[],
+    );
+    assert!(printed.contains("make deploy: no region"), "{printed}");
+}

@@ -127,22 +127,7 @@ pub fn violations(t: &Value) -> Vec<String> {
                 "IDEMPOTENCY_RETENTION {other:?} must exceed both queues' retention"
             )),
         }
-        let alarmed = t["Resources"].as_mapping().is_some_and(|m| {
-            m.values().any(|r| {
-                r["Type"] == "AWS::CloudWatch::Alarm"
-                    && r["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
-                    && r["Properties"]["Dimensions"]
-                        .as_sequence()
-                        .is_some_and(|d| {
-                            d.iter().any(|d| {
-                                is_tag(&d["Value"], "GetAtt", &format!("{dlq_name}.QueueName"))
-                            })
-                        })
-            })
-        });
-        if !alarmed {
-            out.push("no alarm on the DLQ's depth".to_owned());
-        }
+        out.extend(crate::operate::dead_letter_alarm_violations(t, &dlq_name));
     }
 
     let table = get(res("IdempotencyTable"), &["Properties"]);
@@ -614,20 +599,6 @@ fn a_batch_too_large_for_the_deadline_is_caught() {
         &at(&FN_PROPS, &["Environment", "Variables", "PAYMENT_TIMEOUT"]),
         Value::from("25s"),
         "BatchSize",
-    );
-}
-
-#[test]
-fn a_missing_dlq_alarm_is_caught() {
-    let mut t = template();
-    t["Resources"]
-        .as_mapping_mut()
-        .unwrap()
-        .remove("DeadLetterQueueDepthAlarm");
-    assert!(
-        violations(&t)
-            .iter()
-            .any(|v| v.contains("no alarm on the DLQ"))
     );
 }
 
