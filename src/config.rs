@@ -6,6 +6,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use crate::adapters::payment_http::StoredCredentialUsage;
 pub use crate::policy::batch::plan::FifoScope;
 use crate::policy::deadline;
 use crate::policy::retry::MAX_VISIBILITY;
@@ -72,6 +73,8 @@ pub struct Config {
     pub payment_api_key_secret_arn: Option<String>,
     pub payment_api_key: Option<Secret>,
     pub payment_timeout: Duration,
+    /// What an off-session charge says of itself (`STORED_CREDENTIAL_USAGE`).
+    pub stored_credential_usage: StoredCredentialUsage,
     pub provider_key_ttl: Duration,
     /// How long the provider keeps idempotency keys (Stripe: 24 h).
     pub provider_key_lifetime: Duration,
@@ -238,6 +241,16 @@ impl Config {
             payment_api_key_secret_arn: env.text("PAYMENT_API_KEY_SECRET_ARN"),
             payment_api_key: env.text("PAYMENT_API_KEY").map(Secret::new),
             payment_timeout,
+            stored_credential_usage: env.choice(
+                "STORED_CREDENTIAL_USAGE",
+                &[
+                    ("unscheduled", StoredCredentialUsage::Unscheduled),
+                    ("recurring", StoredCredentialUsage::Recurring),
+                    ("installment", StoredCredentialUsage::Installment),
+                ],
+                "must be unscheduled (an order charged when it comes), recurring (a \
+                 subscription's charge) or installment (a part of one purchase)",
+            )?,
             provider_key_ttl,
             provider_key_lifetime,
             max_declines,
@@ -547,6 +560,24 @@ mod tests {
     }
 
     #[test]
+    fn an_off_session_charge_is_unscheduled_unless_the_shop_says_recurring_or_installment() {
+        let unset = config(&[]).unwrap();
+        assert_eq!(
+            unset.stored_credential_usage,
+            StoredCredentialUsage::Unscheduled
+        );
+        for (value, usage) in [
+            ("recurring", StoredCredentialUsage::Recurring),
+            ("installment", StoredCredentialUsage::Installment),
+            ("unscheduled", StoredCredentialUsage::Unscheduled),
+        ] {
+            let c = config(&[("STORED_CREDENTIAL_USAGE", value)]).unwrap();
+            assert_eq!(c.stored_credential_usage, usage);
+            assert_eq!(usage.as_str(), value);
+        }
+    }
+
+    #[test]
     fn deadline_margin_defaults_to_payment_timeout_plus_two_seconds() {
         let c = config(&[("PAYMENT_TIMEOUT", "3s")]).unwrap();
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
@@ -583,6 +614,7 @@ mod tests {
             ("PAYMENT_RATE_BUDGET", "25"),
             ("EVENT_SOURCE_MAX_CONCURRENCY", "1"),
             ("EVENT_SOURCE_MAX_CONCURRENCY", "1001"),
+            ("STORED_CREDENTIAL_USAGE", "subscription"),
         ] {
             let err = config(&[(var, value)]).expect_err(var).to_string();
             assert!(err.starts_with(var), "{err}");

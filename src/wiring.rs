@@ -148,12 +148,10 @@ pub async fn http_provider(
 ) -> Result<Arc<HttpProvider>, WiringError> {
     let url = config.require_payment_api_url()?;
     let key = api_key::load(config, sdk).await?;
-    Ok(Arc::new(HttpProvider::new(
-        url,
-        &key,
-        config.payment_timeout,
-        tls,
-    )?))
+    Ok(Arc::new(
+        HttpProvider::new(url, &key, config.payment_timeout, tls)?
+            .with_stored_credential_usage(config.stored_credential_usage),
+    ))
 }
 
 /// The consumer over a store and a provider, with the configuration's settings.

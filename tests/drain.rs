@@ -39,7 +39,7 @@ async fn create(payer: &Payer, key: String) -> (u16, Option<String>, Option<Stri
         .post(format!("{}/v1/payment_intents", localstripe_url()))
         .bearer_auth(localstripe::TEST_KEY)
         .header("Idempotency-Key", key.as_str())
-        .form(&charge_form(&order))
+        .form(&charge_form(&order, Default::default()))
         .send()
         .await
         .unwrap();

@@ -127,6 +127,10 @@ async fn a_payment_and_its_replay_are_one_payment_intent_made_under_the_pinned_v
         "no redirect-based method can be chosen off-session"
     );
     assert_eq!(
+        intent["payment_method_options"]["card"]["stored_credential_usage"], "unscheduled",
+        "a merchant-initiated charge on a saved card says so"
+    );
+    assert_eq!(
         localstripe::versions_sent_under(&key).await,
         [STRIPE_VERSION, STRIPE_VERSION],
         "both requests carried the pinned version"
@@ -720,6 +724,25 @@ async fn a_402_whose_decline_code_asks_for_authentication_awaits_the_customer() 
         ),
         "{result:?}"
     );
+}
+
+#[tokio::test]
+async fn a_3ds_partners_error_is_the_providers_trouble_retried_with_the_key_never_a_decline() {
+    // 2026-10-28.endive's code for a 3-D Secure partner that failed Stripe.
+    let body = r#"{"error":{"type":"card_error","code":"three_d_secure_authentication_upstream_error","message":"An error with the authentication partner prevented the request."}}"#;
+    for status in ["402 Payment Required", "400 Bad Request"] {
+        let result = charged_against(json_answer(status, "", body)).await;
+        assert!(
+            matches!(
+                &result,
+                Err(PaymentError::Retryable {
+                    kind: FailureKind::AuthenticationUpstream,
+                    ..
+                })
+            ),
+            "{status}: {result:?}"
+        );
+    }
 }
 
 #[tokio::test]

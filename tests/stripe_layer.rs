@@ -690,12 +690,16 @@ fn order_of(payer: &Payer, amount: u64) -> Order {
     .unwrap()
 }
 
-/// The form as `charge_form` made it before it excluded redirects: what Stripe refuses
-/// on an account whose Dashboard enables redirect-based methods.
+/// The form as `charge_form` made it before it excluded redirects (and before it said
+/// what a charge on a saved card is): what Stripe refuses on an account whose
+/// Dashboard enables redirect-based methods.
 fn old_form(order: &Order) -> Vec<(&'static str, String)> {
-    charge_form(order)
+    charge_form(order, Default::default())
         .into_iter()
-        .filter(|(name, _)| !name.starts_with("automatic_payment_methods"))
+        .filter(|(name, _)| {
+            !name.starts_with("automatic_payment_methods")
+                && !name.starts_with("payment_method_options")
+        })
         .collect()
 }
 
@@ -749,7 +753,7 @@ async fn the_old_request_is_refused_for_its_missing_return_url_and_nothing_is_ke
     );
     // Nothing is stored under the key: the corrected request under it is a new one
     // (a stored answer would refuse other parameters with `idempotency_error`).
-    let corrected = post(charge_form(&order).to_vec()).await;
+    let corrected = post(charge_form(&order, Default::default()).to_vec()).await;
     assert_eq!(
         (corrected.status, corrected.replayed),
         (200, false),
@@ -762,7 +766,7 @@ async fn the_old_request_is_refused_for_its_missing_return_url_and_nothing_is_ke
         .post(
             localstripe_url(),
             "/v1/payment_intents",
-            &pairs(&charge_form(&other)),
+            &pairs(&charge_form(&other, Default::default())),
         )
         .await;
     assert_eq!((fresh.status, fresh.replayed), (200, false), "{fresh:?}");
@@ -808,7 +812,7 @@ async fn a_confirm_is_taken_with_any_of_the_three_ways_out_and_endive_refuses_pa
         (
             "no redirects",
             Some(STRIPE_VERSION),
-            charge_form(&order).to_vec(),
+            charge_form(&order, Default::default()).to_vec(),
             200,
             None,
         ),
@@ -850,6 +854,63 @@ async fn a_confirm_is_taken_with_any_of_the_three_ways_out_and_endive_refuses_pa
     );
 }
 
+#[tokio::test]
+async fn a_create_naming_what_its_version_does_not_declare_is_refused_as_stripe_refuses_it() {
+    let payer = localstripe::payer(Card::Visa).await;
+    let post = |version: &'static str, form: Vec<(&'static str, String)>| async move {
+        let call = Call {
+            stripe_version: Some(version.to_owned()),
+            ..Call::key(&unique("declared"))
+        };
+        call.post(localstripe_url(), "/v1/payment_intents", &pairs(&form))
+            .await
+    };
+    let usage = "payment_method_options[card][stored_credential_usage]";
+    // The pinned version declares the card-on-file usage, and the object shows it.
+    let form = charge_form(&order_of(&payer, 1810), Default::default()).to_vec();
+    let taken = post(STRIPE_VERSION, form).await;
+    assert_eq!(taken.status, 200, "{taken:?}");
+    assert_eq!(
+        taken.body["payment_method_options"]["card"]["stored_credential_usage"],
+        "unscheduled"
+    );
+    // The version pinned before it did not (it was in a preview only): the body of
+    // today under the version of then is refused, and nothing is made.
+    let form = charge_form(&order_of(&payer, 1820), Default::default()).to_vec();
+    let before = post("2026-09-30.endive", form).await;
+    assert_eq!(
+        (before.status, before.error("code"), before.error("param")),
+        (
+            400,
+            Some("parameter_unknown".to_owned()),
+            Some(usage.to_owned())
+        ),
+        "{before:?}"
+    );
+    // A value Stripe does not know, and a parameter no version declares.
+    let mut form = charge_form(&order_of(&payer, 1830), Default::default()).to_vec();
+    form[8].1 = "subscription".to_owned();
+    let wrong = post(STRIPE_VERSION, form).await;
+    assert_eq!(
+        (wrong.status, wrong.error("param")),
+        (400, Some(usage.to_owned())),
+        "{wrong:?}"
+    );
+    let mut form = charge_form(&order_of(&payer, 1840), Default::default()).to_vec();
+    form.push(("payment_method_option[card][moto]", "true".to_owned()));
+    let typo = post(STRIPE_VERSION, form).await;
+    assert_eq!(
+        (typo.status, typo.error("code")),
+        (400, Some("parameter_unknown".to_owned())),
+        "{typo:?}"
+    );
+    assert_eq!(
+        localstripe::succeeded_of(&payer.customer).await.len(),
+        1,
+        "only the declared request made a payment"
+    );
+}
+
 // ---- the stored 500, for the state machine's tests --------------------------------
 
 /// A charge under `key`: status, `Idempotent-Replayed`, error type.
@@ -858,7 +919,7 @@ async fn charged_under(key: &str, order: &Order) -> (u16, bool, Option<String>) 
         .post(
             localstripe_url(),
             "/v1/payment_intents",
-            &pairs(&charge_form(order)),
+            &pairs(&charge_form(order, Default::default())),
         )
         .await;
     (reply.status, reply.replayed, reply.error("type"))

@@ -8,8 +8,8 @@ localstripe (PyPI) serves PaymentIntents, PaymentMethods and Stripe's test cards
 * its `GET /v1/payment_intents` refuses `customer` and `created` (`created[gte]` and
   the other bounds): both filters are added to its list, before the page is cut, as
   localstripe's own charge list has them;
-* its PaymentIntents refuse `description` and `automatic_payment_methods`: the layer
-  keeps both on the object as sent (`enabled` read as a boolean, as Stripe answers it),
+* its PaymentIntents refuse `description` and `automatic_payment_methods`, and drop
+  `payment_method_options`: the layer keeps all three on the object as sent (`enabled` read as a boolean, as Stripe answers it),
   and takes a confirm's `return_url` (kept nowhere: localstripe follows no redirect);
 * its 404 for an object it does not hold names no code: the layer adds Stripe's
   `resource_missing` (a path that reaches no endpoint keeps its plain 404);
@@ -58,7 +58,16 @@ Stripe's rules, always on (Stripe always applies them):
 * Under `Stripe-Version` 2026-09-30.endive or later, any `payment_method_types` on a
   PaymentIntent request is refused: 400, `payment_method_types_no_longer_supported`
   (endive removed the parameter; the message is the layer's).
-* Both refusals are validation, which reaches no endpoint: nothing is stored under the
+* A create (`POST /v1/payment_intents`) naming a parameter Stripe does not declare
+  for the request's version is refused with Stripe's 400 `parameter_unknown`
+  ("Received unknown parameter: …"): the create's parameters and the card's options
+  (`CREATE_PARAMETERS`, `CARD_OPTIONS`, from Stripe's API reference), of which
+  `payment_method_options[card][stored_credential_usage]` is declared from
+  2026-10-28.endive on (before, only in a preview version), with the values
+  `unscheduled`, `recurring` and `installment` (another: 400).
+* A request without `Stripe-Version` is read at the account's default version, the
+  latest for an account made today (`ACCOUNT_VERSION`).
+* Every refusal above is validation, which reaches no endpoint: nothing is stored under the
   request's idempotency key (Stripe, docs.stripe.com/api/idempotent_requests: results
   are saved only once an endpoint begins). The same request under the same key is
   refused again by the rule, never replayed; a corrected one, under that key or
@@ -232,16 +241,19 @@ def add_list_filters() -> None:
 def add_description() -> None:
     """`description`, `automatic_payment_methods` and `return_url` on a PaymentIntent,
     which Stripe takes and localstripe refuses: the first two kept on the object as
-    sent, the last dropped (there is no page to return to)."""
+    sent, the last dropped (there is no page to return to); and `payment_method_options`,
+    which localstripe takes and drops, kept as sent."""
     init = PaymentIntent.__init__
 
     def init_with_description(self, description=None, automatic_payment_methods=None,
-                              return_url=None, **kwargs):
+                              return_url=None, payment_method_options=None, **kwargs):
         # Checked before localstripe's own init, which stores the object.
         automatic = automatic_payment_methods_of(automatic_payment_methods)
-        init(self, **kwargs)
+        init(self, payment_method_options=payment_method_options, **kwargs)
         self.description = description
         self.automatic_payment_methods = automatic
+        # localstripe takes the options and drops them; Stripe shows them as sent.
+        self.payment_method_options = payment_method_options or {}
 
     PaymentIntent.__init__ = init_with_description
 
@@ -303,6 +315,65 @@ RETURN_URL_REQUIRED = (
 # The first version that no longer takes `payment_method_types` (its date; the later
 # releases of the same name and the ones after keep the removal).
 ENDIVE = "2026-09-30"
+# The version of a request that names none: the account's default, which for an account
+# made today is the latest (docs.stripe.com/api/versioning).
+ACCOUNT_VERSION = "2026-10-28.endive"
+
+
+# The create's parameters Stripe declares (docs.stripe.com/api/payment_intents/create),
+# by their first name; and the card's options (`payment_method_options[card][...]`),
+# each with the first version that declares it ("" : every version here).
+CREATE_PARAMETERS = {
+    "amount", "currency", "application_fee_amount", "automatic_payment_methods",
+    "capture_method", "confirm", "confirmation_method", "confirmation_token", "customer",
+    "description", "error_on_requires_action", "excluded_payment_method_types", "expand",
+    "mandate", "mandate_data", "metadata", "off_session", "on_behalf_of", "payment_method",
+    "payment_method_configuration", "payment_method_data", "payment_method_options",
+    "payment_method_types", "radar_options", "receipt_email", "return_url",
+    "setup_future_usage", "shipping", "statement_descriptor", "statement_descriptor_suffix",
+    "transfer_data", "transfer_group", "use_stripe_sdk",
+}
+CARD_OPTIONS = {
+    "capture_method": "", "cvc_token": "", "installments": "", "mandate_options": "",
+    "moto": "", "network": "", "request_extended_authorization": "",
+    "request_incremental_authorization": "", "request_multicapture": "",
+    "request_overcapture": "", "request_three_d_secure": "",
+    "require_cvc_recollection": "", "setup_future_usage": "",
+    "statement_descriptor_suffix_kana": "", "statement_descriptor_suffix_kanji": "",
+    "three_d_secure": "",
+    # Card-on-file usage: in 2026-09-30.preview, declared by 2026-10-28.endive
+    # (docs.stripe.com/changelog/endive/2026-10-28/card-on-file-usage-indicators-support).
+    "setup_credential_usage": "2026-10-28", "stored_credential_usage": "2026-10-28",
+}
+STORED_CREDENTIAL_USAGES = ("unscheduled", "recurring", "installment")
+CARD = "payment_method_options[card]["
+
+
+def undeclared(params: dict, version: str) -> web.Response | None:
+    """Stripe's 400 `parameter_unknown` for a create parameter its version does not
+    declare, or its 400 for a card-on-file usage it does not know; None if every one is
+    declared."""
+    for sent in params:
+        first = sent.split("[", 1)[0]
+        option = sent[len(CARD):].split("]", 1)[0] if sent.startswith(CARD) else None
+        since = CARD_OPTIONS.get(option, None) if option is not None else ""
+        if first not in CREATE_PARAMETERS or since is None or version[:10] < since:
+            return stripe_error(400, {
+                "type": "invalid_request_error",
+                "code": "parameter_unknown",
+                "param": sent,
+                "message": f"Received unknown parameter: {sent}",
+            })
+        if option == "stored_credential_usage" and any(
+            v not in STORED_CREDENTIAL_USAGES for v in params[sent]
+        ):
+            return stripe_error(400, {
+                "type": "invalid_request_error",
+                "param": sent,
+                "message": f"Invalid {sent}: must be one of unscheduled, recurring, or "
+                           "installment",
+            })
+    return None
 
 
 def names(params: dict, name: str) -> bool:
@@ -315,7 +386,7 @@ def refusal(request: web.Request, params: dict) -> web.Response | None:
     or None."""
     if not request.path.startswith("/v1/payment_intents"):
         return None
-    version = request.headers.get("Stripe-Version", "")
+    version = request.headers.get("Stripe-Version", ACCOUNT_VERSION)
     if version[:10] >= ENDIVE and names(params, "payment_method_types"):
         return stripe_error(400, {
             "type": "invalid_request_error",
@@ -326,6 +397,10 @@ def refusal(request: web.Request, params: dict) -> web.Response | None:
                 "use dynamic payment methods (`automatic_payment_methods`)."
             ),
         })
+    if request.method == "POST" and request.path == "/v1/payment_intents":
+        unknown = undeclared(params, version)
+        if unknown is not None:
+            return unknown
     confirm = [v.lower() for v in params.get("confirm", [])]
     if request.path != "/v1/payment_intents" or confirm != ["true"]:
         return None

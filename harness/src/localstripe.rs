@@ -166,7 +166,7 @@ pub async fn charge_directly(payer: &Payer, amount: u64, order_id: &str) -> Valu
         &payer.card,
     )
     .expect("a valid order");
-    let form = charge_once::adapters::payment_http::charge_form(&order);
+    let form = charge_once::adapters::payment_http::charge_form(&order, Default::default());
     let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
     post("/v1/payment_intents", &form).await
 }

@@ -179,6 +179,10 @@ pub enum FailureKind {
     Redirect(u16),
     /// A 2xx (or error) body we cannot read.
     BadResponse,
+    /// Stripe's `three_d_secure_authentication_upstream_error` (2026-10-28.endive): a
+    /// 3-D Secure partner's error kept Stripe from completing the request. The
+    /// provider's trouble, never the card's: retried with the key, never a decline.
+    AuthenticationUpstream,
     /// A 404 that is not the provider's `resource_missing`: the address reached no
     /// endpoint of the provider, so every order would fail the same way. A setting to
     /// fix (PAYMENT_API_URL), never the order's fault.
@@ -252,6 +256,9 @@ impl std::fmt::Display for FailureKind {
                 "provider answered with a redirect (status {s}), which is not followed: check PAYMENT_API_URL"
             ),
             Self::BadResponse => f.write_str("provider response could not be read"),
+            Self::AuthenticationUpstream => f.write_str(
+                "provider's 3-D Secure partner failed (three_d_secure_authentication_upstream_error)",
+            ),
             Self::NoEndpoint => f.write_str(
                 "provider answered 404 without naming a missing object: no such endpoint, check PAYMENT_API_URL",
             ),

@@ -287,6 +287,7 @@ fn failure(kind: FailureKind) -> (&'static str, Option<u16>, bool) {
         FailureKind::Client(status) => ("client_error", Some(status), false),
         FailureKind::Redirect(status) => ("redirect", Some(status), false),
         FailureKind::BadResponse => ("bad_response", None, false),
+        FailureKind::AuthenticationUpstream => ("authentication_upstream", None, false),
         FailureKind::NoEndpoint => ("no_endpoint", Some(404), false),
     }
 }

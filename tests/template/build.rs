@@ -159,9 +159,16 @@ fn deploy(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (String, Option<
     for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("AWS_")) {
         command.env_remove(name);
     }
+    let sam = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/sam");
+    assert!(
+        sam.exists(),
+        "{} is missing: run `make tools` (make test does)",
+        sam.display()
+    );
     let out = command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["--no-print-directory", "deploy"])
+        // The SAM CLI is installed (above): the deploy installs nothing here.
+        .args(["--no-print-directory", "--old-file=tools", "deploy"])
         .arg(format!("BUILT_TEMPLATE={}", template.display()))
         .arg(format!("BUILT_BOOTSTRAP={}", bootstrap.display()))
         .args(args)

@@ -42,7 +42,9 @@ use crate::domain::order::Order;
 /// tests below are taken from its API reference). Part of what a stored key was
 /// first sent with: moving it while keys are in flight makes their replays
 /// `idempotency_error` (docs/deploy.md, "Payment provider").
-pub const STRIPE_VERSION: &str = "2026-09-30.endive";
+pub const STRIPE_VERSION: &str = "2026-10-28.endive";
+/// The error code 2026-10-28.endive added for a 3-D Secure partner's failure.
+const THREE_D_SECURE_UPSTREAM_ERROR: &str = "three_d_secure_authentication_upstream_error";
 /// The PaymentIntents endpoint.
 const PAYMENT_INTENTS: &str = "/v1/payment_intents";
 /// The Events endpoint (Stripe lists the last 30 days).
@@ -73,6 +75,32 @@ pub struct UnexpectedResponse(&'static str);
 pub struct HttpProvider {
     client: Client,
     base_url: String,
+    usage: StoredCredentialUsage,
+}
+
+/// What an off-session charge on a saved card says of itself to the card networks
+/// (`payment_method_options[card][stored_credential_usage]`, declared from
+/// 2026-10-28.endive): a merchant-initiated charge, `unscheduled` unless the shop's
+/// orders are `recurring` (a subscription) or `installment`s of one purchase
+/// (`STORED_CREDENTIAL_USAGE`). Part of the charge's body, so of what a key was first
+/// sent with: changing it strands the keys in flight as a version move does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoredCredentialUsage {
+    #[default]
+    Unscheduled,
+    Recurring,
+    Installment,
+}
+
+impl StoredCredentialUsage {
+    /// The value Stripe takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unscheduled => "unscheduled",
+            Self::Recurring => "recurring",
+            Self::Installment => "installment",
+        }
+    }
 }
 
 impl std::fmt::Debug for HttpProvider {
@@ -113,7 +141,13 @@ impl HttpProvider {
         Ok(Self {
             client,
             base_url: base_url.trim_end_matches('/').to_owned(),
+            usage: StoredCredentialUsage::default(),
         })
+    }
+
+    /// The provider with another stored-credential kind for its charges.
+    pub fn with_stored_credential_usage(self, usage: StoredCredentialUsage) -> Self {
+        Self { usage, ..self }
     }
 
     fn url(&self, path: &str) -> String {
@@ -205,8 +239,8 @@ enum Walk<T> {
 /// `payment_method_types` (which the pinned version no longer takes) a PaymentIntent
 /// accepts the Dashboard's methods, some of which redirect, and Stripe refuses to
 /// confirm it without a `return_url` unless redirects are excluded. Off-session, no
-/// redirect could be followed anyway.
-pub fn charge_form(order: &Order) -> [(&'static str, String); 10] {
+/// redirect could be followed anyway. `usage`: [`StoredCredentialUsage`].
+pub fn charge_form(order: &Order, usage: StoredCredentialUsage) -> [(&'static str, String); 11] {
     [
         ("amount", order.amount().to_string()),
         ("currency", order.currency().to_ascii_lowercase()),
@@ -218,6 +252,10 @@ pub fn charge_form(order: &Order) -> [(&'static str, String); 10] {
         (
             "automatic_payment_methods[allow_redirects]",
             "never".to_owned(),
+        ),
+        (
+            "payment_method_options[card][stored_credential_usage]",
+            usage.as_str().to_owned(),
         ),
         ("description", format!("order {}", order.id())),
         ("metadata[order_id]", order.id().to_owned()),
@@ -292,6 +330,11 @@ async fn classify_body(response: Response, limiter: Option<Limiter>) -> PaymentE
         Err(_) => ErrorBody::default(),
     };
     let detail = body.error;
+    // The 3-D Secure partner's error is the provider's, whatever 4xx carries it; a 5xx
+    // keeps its own meaning below (a stored one must be looked up).
+    if status.is_client_error() && detail.code.as_deref() == Some(THREE_D_SECURE_UPSTREAM_ERROR) {
+        return PaymentError::retryable(FailureKind::AuthenticationUpstream);
+    }
     match status.as_u16() {
         // Only the customer, back on the shop's page, can complete this payment.
         402 if detail.code.as_deref() == Some(AUTHENTICATION_REQUIRED)
@@ -363,7 +406,7 @@ impl ChargePath for HttpProvider {
             .client
             .post(self.url(PAYMENT_INTENTS))
             .header("Idempotency-Key", idempotency_key)
-            .form(&charge_form(order));
+            .form(&charge_form(order, self.usage));
         let response = request.send().await.map_err(send_error)?;
         // The provider has the request and answered; nothing of it is read yet.
         crate::crash_points::reached("charge-sent");
@@ -603,8 +646,9 @@ mod tests {
             .unwrap()
         };
         let (a, b) = (body(r#","ts":1"#), body(r#","ts":2,"note":"x""#));
-        assert_eq!(charge_form(&a), charge_form(&b));
-        let body = charge_form(&a);
+        let usage = StoredCredentialUsage::default();
+        assert_eq!(charge_form(&a, usage), charge_form(&b, usage));
+        let body = charge_form(&a, usage);
         let form: Vec<(&str, &str)> = body.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             form,
@@ -617,9 +661,21 @@ mod tests {
                 ("off_session", "true"),
                 ("automatic_payment_methods[enabled]", "true"),
                 ("automatic_payment_methods[allow_redirects]", "never"),
+                (
+                    "payment_method_options[card][stored_credential_usage]",
+                    "unscheduled"
+                ),
                 ("description", "order o-1"),
                 ("metadata[order_id]", "o-1"),
             ]
+        );
+        // The setting is the only other input.
+        let recurring = charge_form(&a, StoredCredentialUsage::Recurring);
+        assert_eq!(recurring[8].1, "recurring");
+        assert_eq!(
+            StoredCredentialUsage::Installment.as_str(),
+            "installment",
+            "Stripe's enum value"
         );
     }
 
