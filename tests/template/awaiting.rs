@@ -123,13 +123,24 @@ fn stripes_events_reach_the_orders_queue_only_when_their_source_is_named() {
         plain,
         &[("StripeEventSourceName", SOURCE), ("OrdersTopicArn", TOPIC)],
     );
-    let senders: Vec<Value> = queue_statements(&both)
+    let statements = queue_statements(&both);
+    let senders: Vec<Value> = statements
         .iter()
+        .filter(|s| s["Effect"] == "Allow")
         .map(|s| s["Principal"]["Service"].clone())
         .collect();
     assert_eq!(
         senders,
         [json!("sns.amazonaws.com"), json!("events.amazonaws.com")]
+    );
+    // And the topic's Deny of every other sender spares the rule.
+    let deny = statements
+        .iter()
+        .find(|s| s["Effect"] == "Deny")
+        .expect("the Deny of other senders");
+    assert_eq!(
+        deny["Condition"]["ArnNotEquals"]["aws:SourceArn"],
+        json!([{"Ref": "OrdersTopicArn"}, {"Fn::GetAtt": ["StripeEventsRule", "Arn"]}])
     );
 
     // The parameter takes a partner source of Stripe's, or nothing.

@@ -1,6 +1,8 @@
 //! The pattern card's fan-out (an SNS topic in front of the queue), deployable without
 //! hand-written IAM: with `OrdersTopicArn` set, the queue subscribes to the topic and
-//! the queue policy lets that topic alone send to it; without it, neither exists.
+//! the queue policy lets that topic alone send to it and refuses every other sender (an
+//! explicit Deny, but the Stripe event rule and `OrdersQueueSenderArns`); without it,
+//! neither exists.
 //! Checked after the SAM transform, as CloudFormation decides its conditions.
 
 use serde_json::{Value, json};
@@ -75,10 +77,38 @@ fn fanout_violations(cfn: &Value) -> Vec<String> {
         "Resource": {"Fn::GetAtt": ["OrdersQueue", "Arn"]},
         "Condition": {"ArnEquals": {"aws:SourceArn": {"Ref": "OrdersTopicArn"}}}
     });
+    // Every other sender is refused, but the principals OrdersQueueSenderArns names.
+    let deny = |senders: Option<&str>| {
+        let mut condition = json!({"ArnNotEquals": {"aws:SourceArn": [{"Ref": "OrdersTopicArn"}]}});
+        if senders.is_some() {
+            condition["ArnNotLike"] = json!({"aws:PrincipalArn": {"Ref": "OrdersQueueSenderArns"}});
+        }
+        json!({
+            "Sid": "NobodyElseSends",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "sqs:SendMessage",
+            "Resource": {"Fn::GetAtt": ["OrdersQueue", "Arn"]},
+            "Condition": condition
+        })
+    };
     let statements = queue_statements(&with);
-    if statements != [only] {
+    if statements != [only.clone(), deny(None)] {
         found.push(format!(
-            "the queue policy must let SNS send for OrdersTopicArn alone (aws:SourceArn), nothing else: {statements:?}"
+            "the queue policy must let SNS send for OrdersTopicArn alone (aws:SourceArn) and \
+             refuse every other sender: {statements:?}"
+        ));
+    }
+    let oncall = "arn:aws:iam::123456789012:role/oncall";
+    let with_senders = deployed(
+        cfn,
+        &[("OrdersTopicArn", TOPIC), ("OrdersQueueSenderArns", oncall)],
+    );
+    let statements = queue_statements(&with_senders);
+    if statements != [only, deny(Some(oncall))] {
+        found.push(format!(
+            "with OrdersQueueSenderArns the queue must refuse every sender but the topic and \
+             them: {statements:?}"
         ));
     }
     let statements = queue_statements(&without);
@@ -125,6 +155,18 @@ fn a_policy_open_to_any_topic_or_any_sender_is_caught() {
             "a statement with {field} broken was not caught"
         );
     }
+    // Without the Deny, any principal of the account allowed sqs:SendMessage sends.
+    let mut open = cfn.clone();
+    open["Resources"]["OrdersQueueTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|s| s["Fn::If"][1]["Sid"] != "NobodyElseSends");
+    assert!(
+        fanout_violations(&open)
+            .iter()
+            .any(|v| v.contains("refuse every other sender")),
+        "a policy without the Deny was not caught"
+    );
     let mut unconditional = cfn.clone();
     unconditional["Resources"]["OrdersTopicSubscription"]
         .as_object_mut()

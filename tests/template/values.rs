@@ -238,7 +238,7 @@ fn decide(
     v: &serde_json::Value,
     depth: u8,
 ) -> bool {
-    let value = |v: &serde_json::Value| -> String {
+    fn value(cfn: &serde_json::Value, parameters: &[(&str, &str)], v: &serde_json::Value) -> String {
         match v {
             serde_json::Value::Object(o) if o.contains_key("Ref") => {
                 let found = parameter(cfn, parameters, o["Ref"].as_str().unwrap());
@@ -246,10 +246,27 @@ fn decide(
                     .as_str()
                     .map_or_else(|| found.to_string(), str::to_owned)
             }
+            // `!Join [sep, !Ref AList]`: a CommaDelimitedList's items joined by `sep`.
+            serde_json::Value::Object(o) if o.contains_key("Fn::Join") => {
+                let join = &o["Fn::Join"];
+                let separator = join[0].as_str().unwrap_or_default();
+                match &join[1] {
+                    serde_json::Value::Array(items) => items
+                        .iter()
+                        .map(|i| value(cfn, parameters, i))
+                        .collect::<Vec<_>>()
+                        .join(separator),
+                    list => value(cfn, parameters, list)
+                        .split(',')
+                        .collect::<Vec<_>>()
+                        .join(separator),
+                }
+            }
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         }
-    };
+    }
+    let value = |v: &serde_json::Value| value(cfn, parameters, v);
     let (op, args) = v
         .as_object()
         .and_then(|o| o.iter().next())
