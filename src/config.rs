@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use crate::adapters::payment_http::StoredCredentialUsage;
+use crate::contracts::payment::StoredCredentialUsage;
 pub use crate::policy::batch::plan::FifoScope;
 use crate::policy::deadline;
 use crate::policy::retry::MAX_VISIBILITY;

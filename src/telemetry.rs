@@ -14,8 +14,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::drivers::metrics::{
-    CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PAYMENT_MISSING, PROVIDER_LOCKED,
-    PROVIDER_RATE_LIMITED, QUEUE_FAILURES, STORE_LATENCY, TAKEOVER,
+    CHARGE_RETRIED, DEAD_LETTERED, PACING_WAIT, PAYMENT_LATENCY, PAYMENT_MISSING,
+    PROVIDER_KEY_REFUSED, PROVIDER_LOCKED, PROVIDER_RATE_LIMITED, QUEUE_FAILURES, STORE_LATENCY,
+    TAKEOVER,
 };
 
 use crate::adapters::emf::{Emf, InstallError};
@@ -153,6 +154,11 @@ pub fn init_metrics(namespace: &str) -> Result<&'static Emf, InstallError> {
         PAYMENT_MISSING,
         metrics::Unit::Count,
         "payments a record names that the provider does not have"
+    );
+    metrics::describe_counter!(
+        PROVIDER_KEY_REFUSED,
+        metrics::Unit::Count,
+        "provider calls refused for the key or a permission it lacks"
     );
     metrics::describe_histogram!(
         PACING_WAIT,

@@ -997,6 +997,72 @@ class Limits:
             lock.release()
 
 
+# The permission a restricted key needs per request (Stripe's restricted keys,
+# docs.stripe.com/keys#limit-access): by the path's resource, `_read` for a GET and
+# `_write` for anything else; a `_write` permission also reads.
+RESOURCES = {
+    "payment_intents": "payment_intent",
+    "events": "event",
+    "charges": "charge",
+    "customers": "customer",
+    "payment_methods": "payment_method",
+}
+
+
+def permission_needed(method: str, path: str) -> str:
+    parts = path.strip("/").split("/")
+    resource = RESOURCES.get(parts[1] if len(parts) > 1 else "", parts[-1])
+    return f"rak_{resource}_{'read' if method == 'GET' else 'write'}"
+
+
+class RestrictedKeys:
+    """Stripe's restricted keys (`rk_…`), which localstripe does not know (it takes
+    `sk_` keys only). `POST /_layer/restricted_keys` with JSON `{"key": "rk_test_…",
+    "permissions": ["rak_payment_intent_write", …]}` makes a key; a request with it is
+    answered as Stripe answers a restricted key: an unknown one is a 401, one without
+    the permission the request needs is Stripe's 403, whose message names the missing
+    permission (and the key, masked but for its last four characters, as Stripe's
+    does); a permitted one reaches localstripe under a secret key of the same account.
+    Before the limiters and the idempotency layer: Stripe authenticates first."""
+
+    def __init__(self):
+        self.keys: dict[str, set[str]] = {}
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        if request.path == "/_layer/restricted_keys" and request.method == "POST":
+            sent = await request.json()
+            self.keys[sent["key"]] = set(sent["permissions"])
+            return web.Response(status=204)
+        header = request.headers.get("Authorization", "")
+        key = header[len("Bearer "):] if header.startswith("Bearer ") else ""
+        if not key.startswith("rk_") or not request.path.startswith("/v1/"):
+            return await handler(request)
+        permissions = self.keys.get(key)
+        if permissions is None:
+            return stripe_error(401, {
+                "type": "invalid_request_error",
+                "message": f"Invalid API Key provided: {key[:8]}{'*' * 20}{key[-4:]}",
+            })
+        needed = permission_needed(request.method, request.path)
+        granted = needed in permissions or (
+            needed.endswith("_read") and needed[:-5] + "_write" in permissions
+        )
+        if not granted:
+            return stripe_error(403, {
+                "type": "invalid_request_error",
+                "message": (
+                    f"The provided key '{key[:8]}{'*' * 20}{key[-4:]}' does not have the "
+                    "required permissions for this endpoint on account "
+                    f"'acct_localstripe'. Having the '{needed}' permission would allow "
+                    "this request to continue."
+                ),
+            })
+        headers = request.headers.copy()
+        headers["Authorization"] = "Bearer sk_" + key[len("rk_"):]
+        return await handler(request.clone(headers=headers))
+
+
 # Stripe's test PaymentMethod ids that `events/` names, as the cards localstripe knows
 # that behave the same off-session (docs.stripe.com/testing): 0341 declines on charge,
 # 3184 always asks for authentication.
@@ -1047,8 +1113,10 @@ async def serve(port: int, local: bool) -> None:
     if local:
         add_local_fixtures()
     app.middlewares.insert(0, Layer().middleware)
-    # Outermost: Stripe's limiters answer before the idempotency layer stores anything.
+    # Outermost: Stripe's limiters answer before the idempotency layer stores anything,
+    # and authenticates before its limiters.
     app.middlewares.insert(0, Limits().middleware)
+    app.middlewares.insert(0, RestrictedKeys().middleware)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

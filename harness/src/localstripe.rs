@@ -3,8 +3,8 @@
 //! the customer's on-session authentication, what the layer saw (the `Stripe-Version`
 //! per key, every request), PaymentIntents seeded in its store, the faults it can
 //! answer with, its rate limit and customer lock ([`set_limits`],
-//! [`limit_counters`]), and the EventBridge destination it puts Stripe's events on
-//! ([`arm_eventbridge`]).
+//! [`limit_counters`]), the EventBridge destination it puts Stripe's events on
+//! ([`arm_eventbridge`]), and restricted keys ([`restricted_key`]).
 
 use serde_json::Value;
 
@@ -169,6 +169,20 @@ pub async fn charge_directly(payer: &Payer, amount: u64, order_id: &str) -> Valu
     let form = charge_once::adapters::payment_http::charge_form(&order, Default::default());
     let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
     post("/v1/payment_intents", &form).await
+}
+
+/// A new restricted key (`rk_test_…`) with exactly `permissions` (`rak_…`), as the
+/// layer answers Stripe's restricted keys (`POST /_layer/restricted_keys`).
+pub async fn restricted_key(permissions: &[&str]) -> String {
+    let key = format!("rk_test_{}", uuid::Uuid::new_v4().simple());
+    let response = crate::http_client()
+        .post(url("/_layer/restricted_keys"))
+        .json(&serde_json::json!({"key": key, "permissions": permissions}))
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert!(response.status().is_success(), "{}", response.status());
+    key
 }
 
 /// One PaymentIntent, as localstripe holds it now.

@@ -172,7 +172,12 @@ pub enum FailureKind {
     /// Contention, not load: retried after a short pause.
     Lock,
     Conflict,
+    /// A 401: the provider does not know the key (revoked, mistyped, another mode).
     Unauthorized,
+    /// A 403: a restricted key without the permission this request needs, named when
+    /// the provider's message names a known one (`rak_…`). A setting to fix, never the
+    /// order's fault: the key is kept and no new attempt follows.
+    Forbidden(Option<&'static str>),
     Client(u16),
     /// A 3xx. The client follows no redirect: a charge sent again to another address
     /// (307/308 keep the method and body) is a charge nobody configured.
@@ -249,7 +254,16 @@ impl std::fmt::Display for FailureKind {
             }
             Self::Lock => f.write_str("provider lock timeout on the customer (status 429)"),
             Self::Conflict => f.write_str("provider conflict (status 409)"),
-            Self::Unauthorized => f.write_str("provider refused the API key (status 401)"),
+            Self::Unauthorized => f.write_str(
+                "provider refused the API key (status 401): check the secret's key and its mode",
+            ),
+            Self::Forbidden(Some(permission)) => write!(
+                f,
+                "provider refused the API key (status 403): the restricted key lacks the permission {permission}"
+            ),
+            Self::Forbidden(None) => f.write_str(
+                "provider refused the API key (status 403): the restricted key lacks a permission this request needs",
+            ),
             Self::Client(s) => write!(f, "provider refused the request (status {s})"),
             Self::Redirect(s) => write!(
                 f,
@@ -303,13 +317,27 @@ impl PaymentError {
         }
     }
 
-    /// The answer blames a setting (no endpoint at PAYMENT_API_URL), not the order:
-    /// retried, counted by the provider's breaker, logged at error level.
+    /// The answer blames a setting (no endpoint at PAYMENT_API_URL, a key the provider
+    /// refuses or one without a permission), not the order: retried, counted by the
+    /// provider's breaker, logged at error level.
     pub fn is_setting_fault(&self) -> bool {
         matches!(
             self,
             Self::Retryable {
-                kind: FailureKind::NoEndpoint,
+                kind: FailureKind::NoEndpoint
+                    | FailureKind::Unauthorized
+                    | FailureKind::Forbidden(_),
+                ..
+            }
+        )
+    }
+
+    /// The provider refused the key itself (401) or its permissions (403).
+    pub fn refuses_the_key(&self) -> bool {
+        matches!(
+            self,
+            Self::Retryable {
+                kind: FailureKind::Unauthorized | FailureKind::Forbidden(_),
                 ..
             }
         )
@@ -368,4 +396,29 @@ pub trait PaymentListing: ChargePath {
 pub struct Confirmation {
     pub at: Time,
     pub payment: ListedPayment,
+}
+
+/// What an off-session charge on a saved card says of itself to the card networks
+/// (`payment_method_options[card][stored_credential_usage]`, declared from
+/// 2026-10-28.endive): a merchant-initiated charge, `unscheduled` unless the shop's
+/// orders are `recurring` (a subscription) or `installment`s of one purchase
+/// (`STORED_CREDENTIAL_USAGE`). Part of the charge's body, so of what a key was first
+/// sent with: changing it strands the keys in flight as a version move does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoredCredentialUsage {
+    #[default]
+    Unscheduled,
+    Recurring,
+    Installment,
+}
+
+impl StoredCredentialUsage {
+    /// The value Stripe takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unscheduled => "unscheduled",
+            Self::Recurring => "recurring",
+            Self::Installment => "installment",
+        }
+    }
 }

@@ -33,8 +33,8 @@ use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Owner};
 use crate::drivers::metrics::{
-    CHARGE_RETRIED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_LOCKED, PROVIDER_RATE_LIMITED,
-    STORE_LATENCY, TAKEOVER,
+    CHARGE_RETRIED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_KEY_REFUSED, PROVIDER_LOCKED,
+    PROVIDER_RATE_LIMITED, STORE_LATENCY, TAKEOVER,
 };
 use crate::drivers::spans::{self, ProviderCall, Wait};
 use crate::policy::deadline::{Budget, CallKind};
@@ -280,6 +280,9 @@ impl Charger<'_> {
                 .instrument(span.clone())
                 .await;
             spans::provider_answered(&span, &answer);
+            if matches!(&answer, Err(NoAnswer::Failed(e)) if e.refuses_the_key()) {
+                metrics::counter!(PROVIDER_KEY_REFUSED).increment(1);
+            }
             calls.provider |= self.tell_provider_breaker(&answer);
             let (throttle, advised_not) = match &answer {
                 Ok(_) => (None, false),

@@ -33,3 +33,6 @@ pub const PACING_WAIT: &str = "pacing_wait_ms";
 /// A payment a record names that the provider does not have (404 `resource_missing`):
 /// the provider never deletes one, so the key's mode or account, or the URL, is wrong.
 pub const PAYMENT_MISSING: &str = "payment_missing";
+/// Provider calls refused for the key itself (401) or a permission it lacks (403): a
+/// setting, alarmed (`ProviderKeyRefusedAlarm`); the line of each names the permission.
+pub const PROVIDER_KEY_REFUSED: &str = "provider_key_refused";

@@ -18,7 +18,7 @@ use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
 use crate::domain::{Key, Record};
 use crate::drivers::charge::{Calls, Charger, provider_is_down};
-use crate::drivers::metrics::PAYMENT_MISSING;
+use crate::drivers::metrics::{PAYMENT_MISSING, PROVIDER_KEY_REFUSED};
 use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::deadline::CallKind;
 use crate::policy::machine::NoAnswer;
@@ -380,6 +380,9 @@ impl DueCalls<'_, '_> {
         // limit cuts the pace; a locked object, a provider that is down or no answer
         // says nothing of its rate.
         let pacer = self.settler.pacer;
+        if matches!(&answer, Err(NoAnswer::Failed(e)) if e.refuses_the_key()) {
+            metrics::counter!(PROVIDER_KEY_REFUSED).increment(1);
+        }
         match &answer {
             Err(NoAnswer::Failed(e)) => match e.throttle() {
                 Some(Throttle::RateLimited(_)) => pacer.on_rate_limited((self.settler.now)()),

@@ -63,6 +63,7 @@ pub fn audit_violations(t: &Value) -> Vec<String> {
     for (metric, what) in [
         ("audit_findings", "any audit finding"),
         ("payment_missing", "a payment Stripe does not have"),
+        ("provider_key_refused", "a key Stripe refuses"),
     ] {
         let on_it = alarmed.iter().any(|a| {
             a["MetricName"] == metric
@@ -126,6 +127,16 @@ pub fn an_audit_that_is_not_daily_reads_less_than_a_day_or_goes_unalarmed_is_cau
         "no alarm on a payment Stripe does not have",
     );
     caught(
+        &[
+            "Resources",
+            "ProviderKeyRefusedAlarm",
+            "Properties",
+            "MetricName",
+        ],
+        "provider_key".into(),
+        "no alarm on a key Stripe refuses",
+    );
+    caught(
         &at(&AUDIT_PROPS, &["CodeUri"]),
         "audit/".into(),
         "code and build",
@@ -153,7 +164,12 @@ pub fn audit_role_violations(cfn: &serde_json::Value) -> Vec<String> {
         charge_once::contracts::schema::AWAITING_INDEX
     )});
     let reports = serde_json::json!({"Fn::GetAtt": ["AuthenticationEndedQueue", "Arn"]});
-    let secret = serde_json::json!({"Ref": "PaymentApiKeySecretArn"});
+    // Its own key's secret when the stack has one, else the consumer's.
+    let secret = serde_json::json!({"Fn::If": [
+        "HasScheduledKey",
+        {"Ref": "ScheduledPaymentApiKeySecretArn"},
+        {"Ref": "PaymentApiKeySecretArn"}
+    ]});
     let mut actions = Vec::new();
     for statement in statements(role) {
         if statement["Effect"] != "Allow" || !statement["NotAction"].is_null() {
@@ -199,6 +215,28 @@ pub fn after_the_sam_transform_the_audit_role_reads_and_writes_only_the_settle()
     let t = template();
     let cfn = transformed_template();
     assert_eq!(audit_role_violations(cfn), Vec::<String>::new());
+    // The function reads the secret its role may read: its own key's, when given.
+    let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:scheduled";
+    for (parameters, expected) in [
+        (vec![], "PaymentApiKeySecretArn"),
+        (
+            vec![("ScheduledPaymentApiKeySecretArn", arn)],
+            "ScheduledPaymentApiKeySecretArn",
+        ),
+    ] {
+        let deployed = crate::values::deployed(cfn, &parameters);
+        let env = &deployed["Resources"][AUDIT]["Properties"]["Environment"]["Variables"];
+        assert_eq!(
+            env["PAYMENT_API_KEY_SECRET_ARN"],
+            serde_json::json!({"Ref": expected})
+        );
+        let role = &deployed["Resources"]["AuditFunctionRole"]["Properties"];
+        let reads: Vec<&serde_json::Value> = crate::values::statements(role)
+            .filter(|s| s["Action"] == "secretsmanager:GetSecretValue")
+            .map(|s| &s["Resource"])
+            .collect();
+        assert_eq!(reads, [&serde_json::json!({"Ref": expected})]);
+    }
     // The schedules became EventBridge Scheduler schedules that invoke the function's
     // alias: the audit's and the settler's.
     let schedules: Vec<&serde_json::Value> = cfn["Resources"]
@@ -343,8 +381,13 @@ pub fn the_audit_environment_parses_as_the_binary_would() {
         "AUTHENTICATION_ENDED_QUEUE_URL",
         "IDEMPOTENCY_TABLE",
         "PAYMENT_API_URL",
-        "PAYMENT_API_KEY_SECRET_ARN",
     ] {
         assert_eq!(vars[shared], consumer[shared], "{shared}");
     }
+    // Its key's secret is its own when the stack has one (the role's test holds both).
+    assert!(
+        matches!(&vars["PAYMENT_API_KEY_SECRET_ARN"], Value::Tagged(t) if t.tag == "If"),
+        "{:?}",
+        vars["PAYMENT_API_KEY_SECRET_ARN"]
+    );
 }

@@ -238,7 +238,11 @@ fn decide(
     v: &serde_json::Value,
     depth: u8,
 ) -> bool {
-    fn value(cfn: &serde_json::Value, parameters: &[(&str, &str)], v: &serde_json::Value) -> String {
+    fn value(
+        cfn: &serde_json::Value,
+        parameters: &[(&str, &str)],
+        v: &serde_json::Value,
+    ) -> String {
         match v {
             serde_json::Value::Object(o) if o.contains_key("Ref") => {
                 let found = parameter(cfn, parameters, o["Ref"].as_str().unwrap());

@@ -45,6 +45,10 @@ pub(super) struct Intent {
 pub(super) struct LastError {
     #[serde(default)]
     pub(super) code: Option<String>,
+    /// The issuer's reason when `code` is the generic `card_declined`: an off-session
+    /// charge whose bank wants authentication says so here, as the charge's 402 does.
+    #[serde(default)]
+    pub(super) decline_code: Option<String>,
     /// What kind of payment method failed (`card`, `sepa_debit`, …): the pinned version
     /// names it beside the error, so a lookup can say so without expanding the
     /// PaymentMethod.
@@ -76,13 +80,13 @@ pub(super) fn standing(status: Option<&str>) -> Standing {
 
 impl Intent {
     /// The customer is asked to authenticate it: only they can confirm it now.
+    /// Read as the charge path reads a 402: `code` or `decline_code`.
     pub(super) fn awaits_customer(&self) -> bool {
         self.status.as_deref() == Some(AWAITS_CUSTOMER)
-            || self
-                .last_payment_error
-                .as_ref()
-                .and_then(|e| e.code.as_deref())
-                == Some(AUTHENTICATION_REQUIRED)
+            || self.last_payment_error.as_ref().is_some_and(|e| {
+                e.code.as_deref() == Some(AUTHENTICATION_REQUIRED)
+                    || e.decline_code.as_deref() == Some(AUTHENTICATION_REQUIRED)
+            })
     }
 
     pub(super) fn status(&self) -> String {
@@ -160,6 +164,7 @@ pub(super) fn pick(intents: &[Intent], order: &Order) -> Lookup {
                 tracing::debug!(
                     payment_id = %open.id,
                     code = error.code.as_deref().unwrap_or(""),
+                    decline_code = error.decline_code.as_deref().unwrap_or(""),
                     payment_method_type = error.payment_method_type.as_deref().unwrap_or(""),
                     "the open payment's last attempt failed"
                 );

@@ -36,6 +36,8 @@ use crate::contracts::payment::{
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
+pub use crate::contracts::payment::StoredCredentialUsage;
+
 /// The API version every request is made under, whatever the account's default: an
 /// account upgrade in the Dashboard must not reshape the answers under a running
 /// function. The answers are read as this version shapes them (the fixtures of the
@@ -76,31 +78,6 @@ pub struct HttpProvider {
     client: Client,
     base_url: String,
     usage: StoredCredentialUsage,
-}
-
-/// What an off-session charge on a saved card says of itself to the card networks
-/// (`payment_method_options[card][stored_credential_usage]`, declared from
-/// 2026-10-28.endive): a merchant-initiated charge, `unscheduled` unless the shop's
-/// orders are `recurring` (a subscription) or `installment`s of one purchase
-/// (`STORED_CREDENTIAL_USAGE`). Part of the charge's body, so of what a key was first
-/// sent with: changing it strands the keys in flight as a version move does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StoredCredentialUsage {
-    #[default]
-    Unscheduled,
-    Recurring,
-    Installment,
-}
-
-impl StoredCredentialUsage {
-    /// The value Stripe takes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unscheduled => "unscheduled",
-            Self::Recurring => "recurring",
-            Self::Installment => "installment",
-        }
-    }
 }
 
 impl std::fmt::Debug for HttpProvider {
@@ -305,6 +282,25 @@ async fn classify_failure(response: Response) -> PaymentError {
     failure
 }
 
+/// The restricted-key permissions a charge-once key may need (docs/deploy.md, "Keys"):
+/// the one a 403's message names, when it is one of these.
+const PERMISSIONS: [&str; 6] = [
+    "rak_payment_intent_write",
+    "rak_payment_intent_read",
+    "rak_event_read",
+    "rak_charge_read",
+    "rak_customer_read",
+    "rak_payment_method_read",
+];
+
+/// The known permission `message` names (`… Having the 'rak_event_read' permission
+/// would allow this request to continue.`).
+fn permission_named(message: &str) -> Option<&'static str> {
+    PERMISSIONS
+        .into_iter()
+        .find(|p| message.contains(&format!("'{p}'")))
+}
+
 /// A `true`/`false` header, when sent.
 fn header_flag(response: &Response, name: &str) -> Option<bool> {
     let value = response.headers().get(name)?.as_bytes();
@@ -321,9 +317,20 @@ fn header_flag(response: &Response, name: &str) -> Option<bool> {
 async fn classify_body(response: Response, limiter: Option<Limiter>) -> PaymentError {
     let status = response.status();
     let replayed = header_flag(&response, "idempotent-replayed") == Some(true);
-    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+    if status == StatusCode::UNAUTHORIZED {
         // The body of an auth error echoes parts of the key: never read it.
         return PaymentError::retryable(FailureKind::Unauthorized);
+    }
+    if status == StatusCode::FORBIDDEN {
+        // Its message quotes part of the key too: only the permission it names is
+        // taken from it, and only one this code knows by name.
+        let permission = match response.bytes().await {
+            Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|b| b["error"]["message"].as_str().and_then(permission_named)),
+            Err(_) => None,
+        };
+        return PaymentError::retryable(FailureKind::Forbidden(permission));
     }
     let body: ErrorBody = match response.bytes().await {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
@@ -638,6 +645,26 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_reads_a_decline_that_asks_for_authentication_from_its_decline_code_too() {
+        // The issuer's reason under the generic code, as the charge's 402 carries it.
+        let with_error = |error: &str| {
+            let text = fixture("requires_payment_method", "null").replace(
+                r#""last_payment_error": null"#,
+                &format!(r#""last_payment_error": {error}"#),
+            );
+            serde_json::from_str::<Intent>(&text).unwrap()
+        };
+        let asks = with_error(
+            r#"{"code":"card_declined","decline_code":"authentication_required","type":"card_error"}"#,
+        );
+        assert!(asks.awaits_customer());
+        let refused = with_error(
+            r#"{"code":"card_declined","decline_code":"insufficient_funds","type":"card_error"}"#,
+        );
+        assert!(!refused.awaits_customer());
+    }
+
+    #[test]
     fn the_body_is_a_pure_function_of_the_fingerprinted_fields() {
         let body = |extra: &str| {
             Order::parse(&format!(
@@ -712,6 +739,7 @@ mod tests {
         let mut asked = one("requires_payment_method");
         asked.last_payment_error = Some(answers::LastError {
             code: Some("authentication_required".into()),
+            decline_code: None,
             payment_method_type: Some("card".into()),
         });
         assert!(matches!(
