@@ -381,10 +381,13 @@ async fn a_lookup_bounded_by_the_records_creation_reads_one_page_past_thousands_
     );
 }
 
-/// Charge, lookup, fetch by id and cancel: every request the provider makes carries the
-/// pinned version, whatever the account's default.
+/// Charge (a decline), lookup, fetch by id and cancel, and the audit's two listings:
+/// every request the provider makes carries the pinned version, whatever the account's
+/// default, and names only what Stripe declares for that version (the layer refuses
+/// anything else with Stripe's `parameter_unknown`, so each call below succeeding holds
+/// its request to that).
 #[tokio::test]
-async fn every_request_the_provider_makes_carries_the_pinned_version() {
+async fn every_request_the_provider_makes_carries_the_pinned_version_and_only_declared_names() {
     let p = provider();
     let payer = localstripe::payer(Card::DeclinesOnCharge).await;
     let order = order_of(&unique_id(), 1900, &payer);
@@ -404,6 +407,15 @@ async fn every_request_the_provider_makes_carries_the_pinned_version() {
     ));
     assert!(p.payment_by_id(&payment_id).await.unwrap().is_some());
     assert_eq!(p.cancel(&payment_id).await.unwrap(), Cancel::Cancelled);
+    let since = now() - Duration::from_secs(60);
+    assert!(
+        p.payments_since(since)
+            .await
+            .unwrap()
+            .iter()
+            .any(|l| l.id == payment_id)
+    );
+    p.confirmed_since(since).await.unwrap();
 
     let seen = localstripe::requests_seen(None).await;
     let intent_path = format!("/v1/payment_intents/{payment_id}");

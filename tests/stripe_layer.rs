@@ -909,6 +909,38 @@ async fn a_create_naming_what_its_version_does_not_declare_is_refused_as_stripe_
         1,
         "only the declared request made a payment"
     );
+    // A list, a retrieve or a cancel naming what Stripe does not declare, the same.
+    let id = taken.body["id"].as_str().unwrap().to_owned();
+    for (path, query) in [
+        (
+            "/v1/payment_intents".to_owned(),
+            ("customer_id", payer.customer.as_str()),
+        ),
+        (format!("/v1/payment_intents/{id}"), ("include", "charges")),
+        (
+            "/v1/events".to_owned(),
+            ("kind", "payment_intent.succeeded"),
+        ),
+    ] {
+        let reply = get(localstripe_url(), &path, &[query]).await;
+        assert_eq!(
+            (reply.status, reply.error("code")),
+            (400, Some("parameter_unknown".to_owned())),
+            "{path}: {reply:?}"
+        );
+    }
+    let cancel = endive(&unique("cancel"))
+        .post(
+            localstripe_url(),
+            &format!("/v1/payment_intents/{id}/cancel"),
+            &[("reason", "abandoned")],
+        )
+        .await;
+    assert_eq!(
+        cancel.error("code").as_deref(),
+        Some("parameter_unknown"),
+        "{cancel:?}"
+    );
 }
 
 // ---- the stored 500, for the state machine's tests --------------------------------

@@ -65,6 +65,8 @@ Stripe's rules, always on (Stripe always applies them):
   `payment_method_options[card][stored_credential_usage]` is declared from
   2026-10-28.endive on (before, only in a preview version), with the values
   `unscheduled`, `recurring` and `installment` (another: 400).
+* A list of PaymentIntents or of events, a retrieve or a cancel naming a parameter
+  Stripe does not declare for it (`DECLARED`) is refused the same way.
 * A request without `Stripe-Version` is read at the account's default version, the
   latest for an account made today (`ACCOUNT_VERSION`).
 * Every refusal above is validation, which reaches no endpoint: nothing is stored under the
@@ -376,6 +378,51 @@ def undeclared(params: dict, version: str) -> web.Response | None:
     return None
 
 
+# What Stripe declares for the other requests charge-once makes, by their first name:
+# the lists (docs.stripe.com/api/payment_intents/list, /api/events/list), the retrieve
+# and the cancel. Stripe refuses another name as it refuses one on a create.
+DECLARED = {
+    ("GET", "list"): {"customer", "created", "limit", "starting_after", "ending_before",
+                      "expand"},
+    ("GET", "retrieve"): {"client_secret", "expand"},
+    ("POST", "cancel"): {"cancellation_reason", "expand"},
+    ("GET", "events"): {"type", "types", "created", "limit", "starting_after",
+                        "ending_before", "delivery_success", "expand"},
+}
+
+
+def request_kind(method: str, path: str) -> tuple[str, str] | None:
+    parts = path.strip("/").split("/")
+    if parts == ["v1", "events"]:
+        return (method, "events")
+    if parts[:2] != ["v1", "payment_intents"]:
+        return None
+    if len(parts) == 2 and method == "GET":
+        return (method, "list")
+    if len(parts) == 3:
+        return (method, "retrieve")
+    if len(parts) == 4 and parts[3] == "cancel":
+        return (method, "cancel")
+    return None
+
+
+def undeclared_elsewhere(request: web.Request, params: dict) -> web.Response | None:
+    """Stripe's 400 `parameter_unknown` for a list, retrieve or cancel naming what it
+    does not declare, or None."""
+    declared = DECLARED.get(request_kind(request.method, request.path) or ("", ""))
+    if declared is None:
+        return None
+    for sent in params:
+        if sent.split("[", 1)[0] not in declared:
+            return stripe_error(400, {
+                "type": "invalid_request_error",
+                "code": "parameter_unknown",
+                "param": sent,
+                "message": f"Received unknown parameter: {sent}",
+            })
+    return None
+
+
 def names(params: dict, name: str) -> bool:
     """Whether `name` or any `name[...]` was sent."""
     return any(sent == name or sent.startswith(name + "[") for sent in params)
@@ -401,6 +448,9 @@ def refusal(request: web.Request, params: dict) -> web.Response | None:
         unknown = undeclared(params, version)
         if unknown is not None:
             return unknown
+    unknown = undeclared_elsewhere(request, params)
+    if unknown is not None:
+        return unknown
     confirm = [v.lower() for v in params.get("confirm", [])]
     if request.path != "/v1/payment_intents" or confirm != ["true"]:
         return None
@@ -787,7 +837,8 @@ class Layer:
         if hidden is not None:
             return no_such_payment_intent(hidden)
         if request.method != "POST":
-            return await answer(handler, request)
+            query = parameters(request.query_string, b"")
+            return undeclared_elsewhere(request, query) or await answer(handler, request)
         key = request.headers.get("Idempotency-Key")
         if key is not None:
             self.versions.setdefault(key, []).append(request.headers.get("Stripe-Version", ""))
