@@ -616,3 +616,45 @@ fn the_runbooks_dlq_commands_read_find_and_delete_a_dead_letter_as_written_on_mo
     assert!(redrive.contains("aws sqs start-message-move-task --source-arn \"$DLQ_ARN\""));
     assert!(shell.refused().is_empty(), "{:?}", shell.refused());
 }
+
+#[tokio::test]
+async fn resolve_stops_within_its_lease_with_one_clear_line_when_a_call_would_outlast_it() {
+    use charge_once::drivers::charge::resolve;
+    use charge_once::policy::resolve::{Confirmed, ResolveError};
+    use harness::provider::{Fault, TestProvider};
+
+    // An order whose charge timed out: resolve takes the lease and looks it up.
+    let h = Harness::new(TestProvider::new()).await;
+    h.provider.script("ord-1001", &[Fault::Timeout]);
+    assert_eq!(h.invoke("sqs-single.json").await.len(), 1);
+    h.redeliver_later();
+    // The provider's lookups now hang far past the lease (5 calls' worth).
+    let lease = PAYMENT_TIMEOUT * 5;
+    h.provider.delay_lookups(lease * 4);
+    let order = Order::new("ord-1001", 5000, "EUR", "cus_123", "pm_card_visa").unwrap();
+    let started = std::time::Instant::now();
+    let resolved = resolve(
+        h.table.store.as_ref(),
+        h.provider.as_ref(),
+        &h.settings,
+        &order,
+        Confirmed::default(),
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(took < lease, "stopped within the lease: {took:?}");
+    let Err(error @ ResolveError::LeaseEnding { step: "lookup", .. }) = resolved else {
+        panic!("{resolved:?}")
+    };
+    let line = error.to_string();
+    assert!(
+        line.starts_with("resolve stopped before its lookup")
+            && line.ends_with("run resolve again"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+    // Nothing moved: the key is the one sent, nothing charged since.
+    let record = h.record("ord-1001").await.unwrap();
+    assert_eq!(record.attempt, Some(1));
+    h.provider.assert_no_order_charged_twice();
+}

@@ -37,7 +37,7 @@ use crate::drivers::metrics::{
     PROVIDER_RATE_LIMITED, STORE_LATENCY, TAKEOVER,
 };
 use crate::drivers::spans::{self, ProviderCall, Wait};
-use crate::policy::deadline::{Budget, CallKind};
+use crate::policy::deadline::{Budget, CallKind, time_left};
 use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use crate::policy::outcome::Outcome;
 use crate::policy::pacing::{LOCK_PAUSE, MAX_THROTTLED_TRIES, Pacer};
@@ -470,27 +470,69 @@ pub async fn resolve(
         settings.expires(now),
         confirmed,
     );
-    loop {
+    // Every step must end before the lease does (less the deadline rule's safety): a
+    // call that would not is never started, and each one started is bounded by what
+    // is left, so nothing resolve writes can follow another owner's takeover. A step
+    // cut short leaves the record as the last write did: the lease ends by itself.
+    let budget = &settings.budget;
+    let bounded = |step: &'static str, kind: CallKind| -> Result<Duration, ResolveError> {
+        let now = settings.now();
+        budget
+            .call_timeout(kind, now, lease_until)
+            .ok_or_else(|| ResolveError::LeaseEnding {
+                step,
+                left_ms: millis(time_left(now, lease_until)),
+                needs_ms: millis(budget.least(kind)),
+            })
+    };
+    let timed_out = |step: &'static str| ResolveError::LeaseEnding {
+        step,
+        left_ms: 0,
+        needs_ms: millis(budget.least(CallKind::Provider)),
+    };
+    for _ in 0..MOST_RESOLVE_STEPS {
         step = match step {
             ResolveStep::Done(result) => return result,
             ResolveStep::Read => {
-                let read = store.get(resolver.key()).await;
+                let left = bounded("read", CallKind::Store)?;
+                let read = tokio::time::timeout(left, store.get(resolver.key()))
+                    .await
+                    .map_err(|_| timed_out("read"))?;
                 resolver.on(ResolveInput::Read(read))
             }
             ResolveStep::Write(kind) => {
-                let answer = store.write(&resolver.write(kind)).await;
+                let left = bounded("write", CallKind::Store)?;
+                let answer = tokio::time::timeout(left, store.write(&resolver.write(kind)))
+                    .await
+                    .map_err(|_| timed_out("write"))?;
                 resolver.on(ResolveInput::Written(answer))
             }
             ResolveStep::Lookup => {
-                let found = provider.find_payment(order, resolver.lookup_since()).await;
+                let left = bounded("lookup", CallKind::Provider)?;
+                let lookup = provider.find_payment(order, resolver.lookup_since());
+                let found = tokio::time::timeout(left, lookup)
+                    .await
+                    .map_err(|_| timed_out("lookup"))?;
                 resolver.on(ResolveInput::Looked(found))
             }
             ResolveStep::Cancel { payment_id } => {
-                let cancelled = provider.cancel(&payment_id).await;
+                let left = bounded("cancel", CallKind::Provider)?;
+                let cancelled = tokio::time::timeout(left, provider.cancel(&payment_id))
+                    .await
+                    .map_err(|_| timed_out("cancel"))?;
                 resolver.on(ResolveInput::Cancelled(cancelled))
             }
         };
     }
+    Err(timed_out("next step"))
+}
+
+/// Steps a resolve takes at most: a read, a lease, a lookup, a cancel, a lookup again
+/// and a write, with room; the machine ends long before.
+const MOST_RESOLVE_STEPS: usize = 64;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Feeds a write's answer to the machine, with a warning when the fence was lost.

@@ -108,6 +108,15 @@ impl Budget {
         (timeout >= least).then_some(timeout)
     }
 
+    /// The least time a call of `kind` needs to be started (see [`Self::call_timeout`]).
+    pub fn least(&self, kind: CallKind) -> Duration {
+        match kind {
+            CallKind::Provider => self.payment_timeout,
+            CallKind::Store => MIN_STORE_CALL,
+            CallKind::Queue => MIN_QUEUE_STEP,
+        }
+    }
+
     /// Whether a provider call may still follow a pause of `pause` (the in-invocation
     /// retry of a charge).
     pub fn fits_after(&self, pause: Duration, now: Time, deadline: Time) -> bool {

@@ -85,6 +85,16 @@ pub enum ResolveError {
         #[source]
         source: PaymentError,
     },
+    /// The next call would not end before resolve's own lease does: it stops there, so
+    /// that nothing it writes can follow another owner's takeover.
+    #[error(
+        "resolve stopped before its {step} (its lease ends in {left_ms} ms, and a call may          take {needs_ms} ms): nothing past that point was done; run resolve again"
+    )]
+    LeaseEnding {
+        step: &'static str,
+        left_ms: u64,
+        needs_ms: u64,
+    },
 }
 
 /// What a human confirmed before running `resolve`.
