@@ -265,3 +265,85 @@ async fn in_lambda_a_missing_dead_letter_queue_stops_the_cold_start_with_one_lin
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_dead_letter_too_big_with_its_note_reaches_the_dlq_at_once_note_trimmed_body_intact() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let queues = Queues::create(Duration::from_secs(1), 10).await;
+    // The DLQ takes 1 KiB a message, body and attributes together (SQS counts both;
+    // the harness teaches moto so).
+    queues
+        .client
+        .set_queue_attributes()
+        .queue_url(&queues.dlq_url)
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap();
+    let reason = "field `amount` must be an integer of minor units in 1..=99999999, got 12.5";
+    // The note the function writes (a message id is 36 characters).
+    let whole = json!({"outcome": "invalid", "reason": reason,
+                       "message_id": "059f36b4-87a3-44ab-83d2-661975830a7d", "receive_count": 1});
+    // A poison body the queue took, 30 bytes too big to have that note beside it
+    // (`charge-once` and `String` count too), with room for a short one.
+    let body_of = |pad: usize| {
+        json!({"id": "q-big", "amount": 12.5, "currency": "EUR", "customer": "cus_1",
+                            "payment_method": "pm_1", "pad": "x".repeat(pad)})
+        .to_string()
+    };
+    let target = 1024 - "charge-once".len() - "String".len() - whole.to_string().len() + 30;
+    let body = body_of(target - body_of(0).len());
+    assert_eq!(body.len(), target);
+    // The whole note beside it is what SQS refuses: the dead letter used to fail, and
+    // the record came back until the redrive policy moved it, without its reason.
+    let note = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(whole.to_string())
+        .build()
+        .unwrap();
+    let refused = queues
+        .client
+        .send_message()
+        .queue_url(&queues.dlq_url)
+        .message_body(&body)
+        .message_attributes("charge-once", note)
+        .send()
+        .await;
+    assert!(refused.is_err(), "SQS's rule: {refused:?}");
+
+    queues.send(std::slice::from_ref(&body)).await;
+    let mut messages = Vec::new();
+    for _ in 0..20 {
+        messages.extend(queues.receive(Duration::from_secs(1)).await);
+        if !messages.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(messages.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let event = dir.path().join("event.json");
+    std::fs::write(&event, event_of(&messages, &queues.arn).to_string()).unwrap();
+    let table = Backend::Moto.fresh_table().await;
+    let out = invoke(&event, &table, &queues.dlq_url, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        harness::failed_ids(&out.stdout).is_empty(),
+        "acknowledged: it is in the DLQ"
+    );
+    let id = messages[0].message_id().unwrap();
+    let lines = outcome_lines(&out);
+    assert_eq!(line_of(&lines, id)["fields"]["dead_lettered"], true);
+
+    let dlq = queues.drain_dlq().await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(dlq[0].body, body, "the body as it came");
+    assert_eq!(dlq[0].note_str("outcome"), Some("invalid"));
+    assert_eq!(dlq[0].note_str("message_id"), Some(id));
+    assert_eq!(dlq[0].note.as_ref().unwrap()["note_trimmed"], true);
+    let kept = dlq[0].note_str("reason").unwrap();
+    assert!(reason.starts_with(kept), "a prefix of the reason: {kept:?}");
+}

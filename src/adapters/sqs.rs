@@ -12,7 +12,7 @@ use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue,
-    SendMessageBatchRequestEntry,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use futures::future::join_all;
 use sha2::{Digest, Sha256};
@@ -37,7 +37,13 @@ pub struct SqsQueue {
     dead_letter_queue_url: String,
     /// Queue URL by ARN, found once per queue.
     urls: Mutex<HashMap<String, String>>,
+    /// The DLQ's `MaximumMessageSize`, asked of SQS at the first dead letter.
+    dead_letter_limit: tokio::sync::OnceCell<usize>,
 }
+
+/// SQS's smallest default `MaximumMessageSize`: what a dead letter is fitted to when
+/// the DLQ's own cannot be read.
+const DEFAULT_MESSAGE_BYTES: usize = 256 * 1024;
 
 impl SqsQueue {
     pub fn new(client: aws_sdk_sqs::Client, dead_letter_queue_url: impl Into<String>) -> Self {
@@ -45,7 +51,39 @@ impl SqsQueue {
             client,
             dead_letter_queue_url: dead_letter_queue_url.into(),
             urls: Mutex::new(HashMap::new()),
+            dead_letter_limit: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The most bytes (body and attributes) the DLQ takes in one message: its
+    /// `MaximumMessageSize`, read once; SQS's smallest default if it cannot be read.
+    async fn dead_letter_limit(&self) -> usize {
+        *self
+            .dead_letter_limit
+            .get_or_init(|| async {
+                let read = self
+                    .client
+                    .get_queue_attributes()
+                    .queue_url(&self.dead_letter_queue_url)
+                    .attribute_names(QueueAttributeName::MaximumMessageSize)
+                    .send()
+                    .await;
+                let limit = read.ok().and_then(|out| {
+                    out.attributes?
+                        .get(&QueueAttributeName::MaximumMessageSize)?
+                        .parse()
+                        .ok()
+                });
+                limit.unwrap_or_else(|| {
+                    warn!(
+                        assumed = DEFAULT_MESSAGE_BYTES,
+                        "the DLQ's MaximumMessageSize could not be read: dead letters are \
+                         fitted to SQS's smallest default"
+                    );
+                    DEFAULT_MESSAGE_BYTES
+                })
+            })
+            .await
     }
 
     fn cached_url(&self, arn: &str) -> Option<String> {
@@ -201,7 +239,9 @@ fn entry(
             attributes.insert(name.clone(), attribute(value)?);
         }
     }
-    if attributes.len() < MAX_ATTRIBUTES {
+    if letter.note.is_empty() {
+        // Fitted away (`fitted_note`): said at that point.
+    } else if attributes.len() < MAX_ATTRIBUTES {
         let note = MessageAttributeValue::builder()
             .data_type("String")
             .string_value(&letter.note)
@@ -276,6 +316,53 @@ fn weight(message: &SqsMessage, note: &str) -> usize {
     message.body.as_deref().map_or(0, str::len) + attributes + NOTE_ATTRIBUTE.len() + note.len()
 }
 
+/// `letter`'s note as the DLQ can take it beside the message (`limit` bytes in all,
+/// body and attributes, as SQS counts them): whole when it fits; else trimmed to its
+/// outcome, ids and as much of its reason as fits, marked `"note_trimmed": true`; else
+/// empty (the message goes without it, its reason in the record's line).
+fn fitted_note(letter: &DeadLetter<'_>, limit: usize) -> String {
+    let room = |note: &str| weight(letter.message, note) + "String".len() <= limit;
+    if room(&letter.note) {
+        return letter.note.clone();
+    }
+    let Ok(mut note) = serde_json::from_str::<serde_json::Value>(&letter.note) else {
+        return String::new();
+    };
+    let reason = note["reason"].as_str().unwrap_or_default().to_owned();
+    note["note_trimmed"] = true.into();
+    // A prefix of the reason (on a character boundary) that fits: first what the
+    // overshoot leaves, then halves.
+    let whole = weight(letter.message, &note.to_string()) + "String".len();
+    let over = whole.saturating_sub(limit);
+    let mut cut = (0..=reason.len().saturating_sub(over))
+        .rev()
+        .find(|i| reason.is_char_boundary(*i))
+        .unwrap_or(0);
+    for _ in 0..64 {
+        note["reason"] = reason[..cut].into();
+        let text = note.to_string();
+        if room(&text) {
+            warn!(
+                message_id = letter.message_id,
+                limit, "dead letter's note trimmed to fit the DLQ's message size"
+            );
+            return text;
+        }
+        if cut == 0 {
+            break;
+        }
+        cut = (0..cut / 2 + 1)
+            .rev()
+            .find(|i| reason.is_char_boundary(*i))
+            .unwrap_or(0);
+    }
+    warn!(
+        message_id = letter.message_id,
+        limit, "dead letter sent without its note: the message alone fills the DLQ's size"
+    );
+    String::new()
+}
+
 /// The report queue of ended waits: one `SendMessage` of the report's JSON each.
 pub struct SqsReports {
     client: aws_sdk_sqs::Client,
@@ -330,6 +417,18 @@ impl Queue for SqsQueue {
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter<'_>]) -> Vec<Result<(), QueueError>> {
+        // Each note fitted to what the DLQ takes beside the message as it came: the
+        // body and its attributes are never cut.
+        let limit = self.dead_letter_limit().await;
+        let fitted: Vec<DeadLetter<'_>> = letters
+            .iter()
+            .map(|letter| DeadLetter {
+                message: letter.message,
+                message_id: letter.message_id,
+                note: fitted_note(letter, limit),
+            })
+            .collect();
+        let letters = &fitted[..];
         // Chunks of at most 10 entries and BATCH_BYTES, in order.
         let mut chunks: Vec<Vec<&DeadLetter<'_>>> = Vec::new();
         let mut bytes = 0;
@@ -365,6 +464,33 @@ mod tests {
         assert_ne!(a, deduplication_id("another"));
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn a_note_goes_whole_when_it_fits_trimmed_when_a_short_one_does_and_else_not_at_all() {
+        let mut message = SqsMessage::default();
+        message.body = Some("x".repeat(800));
+        let whole = serde_json::json!({"outcome": "invalid", "reason": "r".repeat(100),
+                                        "message_id": "m-1", "receive_count": 1})
+        .to_string();
+        let letter = DeadLetter {
+            message: &message,
+            message_id: "m-1",
+            note: whole.clone(),
+        };
+        let size = |note: &str| weight(&message, note) + "String".len();
+        assert_eq!(fitted_note(&letter, size(&whole)), whole);
+        // 40 bytes short: the reason is cut, the rest kept, and it says so.
+        let trimmed = fitted_note(&letter, size(&whole) - 40);
+        assert!(size(&trimmed) <= size(&whole) - 40, "{trimmed}");
+        let note: serde_json::Value = serde_json::from_str(&trimmed).unwrap();
+        assert_eq!(
+            (&note["outcome"], &note["message_id"], &note["note_trimmed"]),
+            (&"invalid".into(), &"m-1".into(), &true.into())
+        );
+        assert!(note["reason"].as_str().unwrap().len() < 100);
+        // No room even for the short note: none, the body untouched.
+        assert_eq!(fitted_note(&letter, size("") + 10), "");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
                     sent_to.push(resource.clone());
                     if resource == &reports { &reports } else { &dlq }
                 }
+                // The DLQ's MaximumMessageSize, which dead letters are fitted to.
+                Some("sqs") if action == "sqs:GetQueueAttributes" && resource == &dlq => &dlq,
                 Some("sqs") => &queue,
                 Some("dynamodb") => &table,
                 Some("secretsmanager") => &secret,
@@ -69,6 +71,7 @@ pub fn role_violations(cfn: &serde_json::Value) -> Vec<String> {
         != [
             "sqs:ChangeMessageVisibility",
             "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
             "sqs:GetQueueAttributes",
             "sqs:GetQueueUrl",
             "sqs:ReceiveMessage",
