@@ -601,7 +601,14 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             _ => ["pi_1", "pi_2"][rng.random_range(0..2)],
         };
         let settled = match rng.random_range(0..3) {
-            0 => Settled::Paid { expires },
+            // Paid by `pi_2` stands for paid with another card: what was paid is kept
+            // beside the order's fingerprint (no draw of its own, so the walk is the
+            // same).
+            0 => Settled::Paid {
+                expires,
+                paid_fingerprint: (payment_id == "pi_2")
+                    .then(|| Fingerprint::new("paid-with-another-card")),
+            },
             1 => Settled::Ended,
             _ => Settled::Ending { at: now },
         };

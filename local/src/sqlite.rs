@@ -34,14 +34,16 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
     enviado        INTEGER,
     rechazos       INTEGER,
     pago           TEXT,
-    espera_hasta   INTEGER
+    espera_hasta   INTEGER,
+    huella_pagada  TEXT
 ) STRICT";
 /// Columns a local file made by an earlier build may lack, each added when missing
 /// (absent reads as the attribute's absence, as in DynamoDB).
-const LATER_COLUMNS: [(&str, &str); 3] = [
+const LATER_COLUMNS: [(&str, &str); 4] = [
     ("rechazos", "INTEGER"),
     ("pago", "TEXT"),
     ("espera_hasta", "INTEGER"),
+    ("huella_pagada", "TEXT"),
 ];
 
 const RESERVE: &str = "INSERT INTO idempotency
@@ -117,7 +119,7 @@ const AWAIT: &str = "UPDATE idempotency
     RETURNING *";
 const SETTLE_PAID: &str = "UPDATE idempotency
     SET estado = :done, recibo = :payment, expira = :expires, pago = NULL, espera_hasta = NULL,
-        intento = NULL, enviado = NULL, rechazos = NULL
+        intento = NULL, enviado = NULL, rechazos = NULL, huella_pagada = :paid_fingerprint
     WHERE pk = :pk AND estado = :awaiting AND pago = :payment
     RETURNING *";
 const SETTLE_ENDED: &str = "UPDATE idempotency
@@ -355,12 +357,21 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":expires", int(req.expires.as_secs())),
             ],
         ),
-        Write::Settle(req) => match req.settled {
-            Settled::Paid { expires } => (
+        Write::Settle(req) => match &req.settled {
+            Settled::Paid {
+                expires,
+                paid_fingerprint,
+            } => (
                 SETTLE_PAID,
                 vec![
                     (":payment", text(req.payment_id)),
                     (":expires", int(expires.as_secs())),
+                    (
+                        ":paid_fingerprint",
+                        paid_fingerprint
+                            .as_ref()
+                            .map_or(rusqlite::types::Value::Null, |f| text(f)),
+                    ),
                 ],
             ),
             Settled::Ended => (SETTLE_ENDED, vec![(":payment", text(req.payment_id))]),
@@ -507,6 +518,7 @@ mod tests {
             declines: None,
             payment: payment.map(str::to_owned),
             wait_until: payment.map(|_| Time::from_secs(5_000)),
+            paid_fingerprint: None,
         }
     }
 
@@ -561,6 +573,11 @@ mod tests {
             }),
             settle(Settled::Paid {
                 expires: Time::from_secs(8_000),
+                paid_fingerprint: None,
+            }),
+            settle(Settled::Paid {
+                expires: Time::from_secs(8_000),
+                paid_fingerprint: Some(Fingerprint::new("another card")),
             }),
             settle(Settled::Ended),
             settle(Settled::Ending {

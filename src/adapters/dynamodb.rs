@@ -40,6 +40,7 @@ const NAMES: &[(&str, &str)] = &[
     ("#declines", attr::DECLINES),
     ("#payment", attr::PAYMENT),
     ("#wait_until", attr::WAIT_UNTIL),
+    ("#paid_fingerprint", attr::PAID_FINGERPRINT),
 ];
 
 const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
@@ -92,6 +93,9 @@ const ADOPT_CONDITION: &str = "(#state = :free OR #state = :failed \
      OR (#state = :in_progress AND #lease_until < :now_ms)) AND #fingerprint = :fingerprint";
 const SETTLE_CONDITION: &str = "#state = :awaiting AND #payment = :payment";
 const SETTLE_PAID_UPDATE: &str = "SET #state = :done, #receipt = :payment, #expires = :expires \
+     REMOVE #payment, #wait_until, #attempt, #sent, #declines";
+const SETTLE_PAID_OTHER_UPDATE: &str = "SET #state = :done, #receipt = :payment, \
+     #expires = :expires, #paid_fingerprint = :paid_fingerprint \
      REMOVE #payment, #wait_until, #attempt, #sent, #declines";
 const SETTLE_ENDED_UPDATE: &str = "SET #state = :failed, #attempt = #attempt + :one \
      REMOVE #payment, #wait_until, #sent";
@@ -246,10 +250,20 @@ impl DynamoStore {
                 .expression_attribute_values(":payment", s(req.payment_id))
                 .expression_attribute_values(":wait_until", n(req.wait_until.as_secs()))
                 .expression_attribute_values(":expires", n(req.expires.as_secs())),
-            Write::Settle(req) => match req.settled {
-                Settled::Paid { expires } => self
+            Write::Settle(req) => match &req.settled {
+                Settled::Paid {
+                    expires,
+                    paid_fingerprint: None,
+                } => self
                     .update(req.pk, SETTLE_PAID_UPDATE, SETTLE_CONDITION)
                     .expression_attribute_values(":expires", n(expires.as_secs())),
+                Settled::Paid {
+                    expires,
+                    paid_fingerprint: Some(paid),
+                } => self
+                    .update(req.pk, SETTLE_PAID_OTHER_UPDATE, SETTLE_CONDITION)
+                    .expression_attribute_values(":expires", n(expires.as_secs()))
+                    .expression_attribute_values(":paid_fingerprint", s(paid)),
                 Settled::Ended => self.update(req.pk, SETTLE_ENDED_UPDATE, SETTLE_CONDITION),
                 Settled::Ending { at } => self
                     .update(req.pk, SETTLE_ENDING_UPDATE, SETTLE_CONDITION)

@@ -32,6 +32,9 @@ pub mod attr {
     /// While `espera`: s epoch when the wait ends; the awaiting index's sort key, so
     /// that only awaiting records are in that index.
     pub const WAIT_UNTIL: &str = "espera_hasta";
+    /// `hecho` by the awaited payment, paid with another card: the fingerprint of what
+    /// was paid.
+    pub const PAID_FINGERPRINT: &str = "huella_pagada";
 }
 
 /// The item that keeps where the settler's last run stopped in the awaiting index
@@ -163,6 +166,7 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
         declines: count(attr::DECLINES)?,
         payment: string(attr::PAYMENT)?,
         wait_until: number(attr::WAIT_UNTIL)?.map(Time::from_secs),
+        paid_fingerprint: string(attr::PAID_FINGERPRINT)?.map(Fingerprint::new),
         pk: Key::from_stored(&pk)
             .ok_or_else(|| malformed(&pk, attr::PK, "is not `cobro#<order id>`"))?,
     };
@@ -188,6 +192,10 @@ pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
         (attr::DECLINES, n(record.declines.map(i64::from))),
         (attr::PAYMENT, record.payment.as_deref().and_then(s)),
         (attr::WAIT_UNTIL, n(record.wait_until.map(Time::as_secs))),
+        (
+            attr::PAID_FINGERPRINT,
+            record.paid_fingerprint.as_deref().and_then(s),
+        ),
     ];
     fields
         .into_iter()
@@ -222,6 +230,7 @@ mod tests {
             declines: Some(1),
             payment: Some("pi_1".into()),
             wait_until: Some(Time::from_secs(3)),
+            paid_fingerprint: Some(Fingerprint::new("paid")),
         }
     }
 

@@ -118,10 +118,15 @@ pub struct AwaitRequest<'a> {
 }
 
 /// How an awaited payment settled (ARCHITECTURE.md, "An order that awaits its customer").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Settled {
-    /// It succeeded: `Done`, its id the receipt, retention until `expires`.
-    Paid { expires: Time },
+    /// It succeeded: `Done`, its id the receipt, retention until `expires`; with
+    /// `paid_fingerprint` when what was paid differs from the order (another card the
+    /// customer chose), kept so the audit holds the payment to it.
+    Paid {
+        expires: Time,
+        paid_fingerprint: Option<Fingerprint>,
+    },
     /// It was cancelled (or the wait expired and it was cancelled): `Failed`, the
     /// attempt + 1, so a later message for the order starts a new key.
     Ended,

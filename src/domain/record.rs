@@ -119,6 +119,10 @@ pub struct Record {
     pub payment: Option<String>,
     /// While `Awaiting`: s epoch when the wait ends.
     pub wait_until: Option<Time>,
+    /// `Done` by the payment it awaited, paid with other fields than the order's (the
+    /// customer confirmed it with another card): the fingerprint of what was paid, which
+    /// the audit holds that payment to.
+    pub paid_fingerprint: Option<Fingerprint>,
 }
 
 impl Record {
@@ -138,6 +142,7 @@ impl Record {
             declines: None,
             payment: None,
             wait_until: None,
+            paid_fingerprint: None,
         }
     }
 

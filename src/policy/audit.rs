@@ -317,10 +317,21 @@ fn payment_findings(
     if !recorded && !running && !settling {
         out.push(finding(Kind::ChargedNotRecorded, json!({})));
     }
-    if let Some(fingerprint) = record.and_then(|r| r.fingerprint.as_ref()) {
+    if let Some(r) = record
+        && let Some(fingerprint) = r.fingerprint.as_ref()
+    {
+        // The payment an awaited order was paid by may carry another card (the
+        // customer chose it on the shop's page): it is held to what the settle
+        // recorded of it (`paid_fingerprint`), every other payment to the order.
+        let is_paid_as_recorded = |c: &ListedPayment| {
+            r.receipt.as_deref() == Some(c.id.as_str())
+                && r.paid_fingerprint
+                    .as_ref()
+                    .is_some_and(|paid| payment_matches(c, order_id, paid))
+        };
         let wrong: Vec<&str> = payments
             .iter()
-            .filter(|c| !payment_matches(c, order_id, fingerprint))
+            .filter(|c| !payment_matches(c, order_id, fingerprint) && !is_paid_as_recorded(c))
             .map(|c| c.id.as_str())
             .collect();
         if !wrong.is_empty() {
@@ -506,6 +517,37 @@ mod tests {
             judge(vec![], vec![lease]),
             [(Kind::Stuck, "o-1".to_owned())]
         );
+    }
+
+    #[test]
+    fn an_awaited_order_paid_with_another_card_is_no_mismatch_and_any_other_change_is() {
+        let mut other_card = payment("ch_1", "o-1", "succeeded");
+        other_card.payment_method = Some("pm_another_card".to_owned());
+        let paid_as = Order::new("o-1", 500, "EUR", "cus_1", "pm_another_card").unwrap();
+        // The settle recorded what the customer paid with.
+        let mut settled = done("o-1", "ch_1");
+        settled.paid_fingerprint = Some(Fingerprint::of(&paid_as));
+        assert_eq!(judge(vec![other_card.clone()], vec![settled.clone()]), []);
+        // Without that record of it, the other card is a mismatch, as before.
+        assert_eq!(
+            judge(vec![other_card.clone()], vec![done("o-1", "ch_1")]),
+            [(Kind::Mismatch, "o-1".to_owned())]
+        );
+        // What was recorded holds the receipt alone: another amount is a mismatch, and
+        // so is a second payment with the recorded card.
+        let mut more = other_card.clone();
+        more.amount = 900;
+        assert_eq!(
+            judge(vec![more], vec![settled.clone()]),
+            [(Kind::Mismatch, "o-1".to_owned())]
+        );
+        let mut second = other_card.clone();
+        second.id = "ch_2".to_owned();
+        let kinds: Vec<Kind> = judge(vec![other_card, second], vec![settled])
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(kinds, [Kind::DoubleCharge, Kind::Mismatch]);
     }
 
     #[test]

@@ -390,6 +390,7 @@ mod tests {
             declines: Some(3),
             payment: None,
             wait_until: None,
+            paid_fingerprint: None,
         }
     }
 

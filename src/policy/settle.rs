@@ -244,7 +244,7 @@ impl Settlement {
             Phase::Writing(Writing::Settle(settled)) => Some(Write::Settle(SettleRequest {
                 pk: &self.key,
                 payment_id: &self.payment_id,
-                settled: *settled,
+                settled: settled.clone(),
             })),
             Phase::Writing(Writing::Adopt(fingerprint)) => Some(Write::Adopt(AdoptRequest {
                 pk: &self.key,
@@ -411,9 +411,16 @@ impl Settlement {
                     || r.payment.as_deref() == Some(&self.payment_id))
         });
         match found.status {
-            PaymentNow::Succeeded if awaits_it => self.settle(Settled::Paid {
-                expires: self.paid_until,
-            }),
+            PaymentNow::Succeeded if awaits_it => {
+                // Paid as the order said, or (the customer chose another card) with
+                // what was paid kept beside the order's fingerprint.
+                let order = record.as_ref().and_then(|r| r.fingerprint.as_ref());
+                let paid = found.fingerprint.clone().filter(|f| Some(f) != order);
+                self.settle(Settled::Paid {
+                    expires: self.paid_until,
+                    paid_fingerprint: paid,
+                })
+            }
             PaymentNow::Succeeded => self.money_taken(record.as_ref(), &found),
             PaymentNow::Canceled if awaits_it => self.end(record.as_ref()),
             PaymentNow::Canceled => self.ignored("the order does not await this payment"),

@@ -137,7 +137,11 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             // Still awaiting: only the wait's end moves (whole seconds, the attribute's
             // unit).
             Settled::Ending { at } => r.wait_until = Some(Time::from_secs(at.as_secs())),
-            Settled::Paid { expires } => {
+            Settled::Paid {
+                expires,
+                ref paid_fingerprint,
+            } => {
+                r.paid_fingerprint = paid_fingerprint.clone();
                 r.state = State::Done;
                 r.receipt = Some(req.payment_id.to_owned());
                 r.expires = Some(expires);
@@ -286,6 +290,7 @@ mod tests {
             declines: None,
             payment: None,
             wait_until: None,
+            paid_fingerprint: None,
         }
     }
 

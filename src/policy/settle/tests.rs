@@ -188,6 +188,36 @@ fn an_event_settles_by_what_the_provider_answers_never_by_what_it_claims() {
 }
 
 #[test]
+fn an_awaited_payment_paid_with_another_card_settles_with_what_was_paid_kept() {
+    let paid = |fingerprint: &str| Provider {
+        fetches: vec![Some(Found {
+            status: PaymentNow::Succeeded,
+            order_id: Some("o-1".to_owned()),
+            fingerprint: Some(Fingerprint::new(fingerprint)),
+        })],
+        cancel_refused: false,
+    };
+    let trigger = || event(PaymentNow::Succeeded);
+    // The customer chose another card: done, and the audit can hold the payment to it.
+    let other = run(
+        Some(awaiting(3600)),
+        trigger(),
+        paid("another card"),
+        Rules::ALL,
+    );
+    let done = other.table.expect("written");
+    assert_eq!(done.state, State::Done);
+    assert_eq!(done.receipt.as_deref(), Some(PI));
+    assert_eq!(
+        done.paid_fingerprint,
+        Some(Fingerprint::new("another card"))
+    );
+    // Paid as the order said: nothing more to keep.
+    let same = run(Some(awaiting(3600)), trigger(), paid("h"), Rules::ALL);
+    assert_eq!(same.table.expect("written").paid_fingerprint, None);
+}
+
+#[test]
 fn an_early_end_moves_the_wait_then_reports_then_writes() {
     let run = run(
         Some(awaiting(3600)),
