@@ -89,6 +89,7 @@ fn runnable(script: &str) -> Vec<String> {
 #[test]
 fn every_command_the_docs_show_is_accepted_as_written_by_its_cli() {
     let shell = Shell::new();
+    let mut scripts = Vec::new();
     let mut ran = Vec::new();
     for page in pages() {
         for shown in shown(&page, &["aws", ".venv/bin/sam", "charge-once"]) {
@@ -101,7 +102,7 @@ fn every_command_the_docs_show_is_accepted_as_written_by_its_cli() {
             if lines.iter().all(|l| command_of(l).is_empty()) {
                 continue;
             }
-            shell.run(&lines.join("\n"));
+            scripts.push(lines.join("\n"));
             ran.push(format!(
                 "{} ({}): {}",
                 shown.page,
@@ -110,6 +111,19 @@ fn every_command_the_docs_show_is_accepted_as_written_by_its_cli() {
             ));
         }
     }
+    // Each block in a shell of its own, four at a time: the CLIs start slowly.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while let Some(script) =
+                    scripts.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    shell.run(script);
+                }
+            });
+        }
+    });
     let refused = shell.refused();
     assert!(
         refused.is_empty(),

@@ -542,9 +542,11 @@ fn the_runbooks_dlq_commands_read_find_and_delete_a_dead_letter_as_written_on_mo
         unreachable!()
     };
     let shell = harness::docs::Shell::new();
+    // The stack's names, once the stack exists (below): what each later step starts
+    // from, as the reader's shell keeps them.
+    let known = std::cell::RefCell::new(String::new());
     let run = |script: &str| {
-        // Every step starts from the stack's names, as a new shell would.
-        let out = shell.run(&format!("{names}\n{script}"));
+        let out = shell.run(&format!("{}\n{script}", known.borrow()));
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
@@ -556,9 +558,20 @@ fn the_runbooks_dlq_commands_read_find_and_delete_a_dead_letter_as_written_on_mo
     let stack = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(stack.path(), DLQ_STACK).unwrap();
     run(&format!(
-        "aws cloudformation create-stack --stack-name \"$STACK\" --template-body file://{}",
+        "STACK=charge-once\n\
+         aws cloudformation create-stack --stack-name \"$STACK\" --template-body file://{}",
         stack.path().display()
     ));
+    // The first block, as written, then what it set.
+    let set = run(&format!(
+        "{names}\nprintf 'STACK=%q\\nDLQ=%q\\nDLQ_ARN=%q\\nLOG_GROUP=%q\\n' \
+         \"$STACK\" \"$DLQ\" \"$DLQ_ARN\" \"$LOG_GROUP\""
+    ));
+    assert!(
+        set.contains("DLQ=") && set.contains("LOG_GROUP=/aws/lambda/charge-once-ChargeFunction"),
+        "{set}"
+    );
+    *known.borrow_mut() = set;
 
     // A dead letter as the function sends it, and the lines the function logged for
     // its message and for another one.

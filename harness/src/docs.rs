@@ -137,10 +137,11 @@ charge-once-local() {{ checked "{bin}/charge-once-local" "$@"; }}
         Self { dir }
     }
 
-    /// Runs `script` (after the prelude) in a directory of its own.
+    /// Runs `script` (after the prelude) in a new directory of its own, so that runs
+    /// may go side by side.
     pub fn run(&self, script: &str) -> Output {
-        let work = self.dir.path().join("work");
-        std::fs::create_dir_all(&work).expect("a directory");
+        let work = tempfile::tempdir_in(self.dir.path()).expect("a directory");
+        let work = work.path();
         let none = self.dir.path().join("none");
         let mut command = Command::new("bash");
         crate::servers::test_account(&mut command)
@@ -149,7 +150,7 @@ charge-once-local() {{ checked "{bin}/charge-once-local" "$@"; }}
                 ". {}\n{script}",
                 self.dir.path().join("prelude.sh").display()
             ))
-            .current_dir(&work)
+            .current_dir(work)
             .env("AWS_MAX_ATTEMPTS", "1")
             .env("AWS_ENDPOINT_URL", Backend::Moto.url())
             .env("AWS_CONFIG_FILE", &none)
