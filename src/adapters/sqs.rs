@@ -56,34 +56,36 @@ impl SqsQueue {
     }
 
     /// The most bytes (body and attributes) the DLQ takes in one message: its
-    /// `MaximumMessageSize`, read once; SQS's smallest default if it cannot be read.
+    /// `MaximumMessageSize`, read once; SQS's smallest default while it cannot be read
+    /// (not kept: the next dead letter asks again).
     async fn dead_letter_limit(&self) -> usize {
-        *self
-            .dead_letter_limit
-            .get_or_init(|| async {
-                let read = self
-                    .client
-                    .get_queue_attributes()
-                    .queue_url(&self.dead_letter_queue_url)
-                    .attribute_names(QueueAttributeName::MaximumMessageSize)
-                    .send()
-                    .await;
-                let limit = read.ok().and_then(|out| {
-                    out.attributes?
-                        .get(&QueueAttributeName::MaximumMessageSize)?
-                        .parse()
-                        .ok()
-                });
-                limit.unwrap_or_else(|| {
-                    warn!(
-                        assumed = DEFAULT_MESSAGE_BYTES,
-                        "the DLQ's MaximumMessageSize could not be read: dead letters are \
-                         fitted to SQS's smallest default"
-                    );
-                    DEFAULT_MESSAGE_BYTES
-                })
-            })
-            .await
+        if let Some(limit) = self.dead_letter_limit.get() {
+            return *limit;
+        }
+        let read = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.dead_letter_queue_url)
+            .attribute_names(QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await;
+        let limit = read.ok().and_then(|out| {
+            out.attributes?
+                .get(&QueueAttributeName::MaximumMessageSize)?
+                .parse()
+                .ok()
+        });
+        match limit {
+            Some(limit) => *self.dead_letter_limit.get_or_init(|| async { limit }).await,
+            None => {
+                warn!(
+                    assumed = DEFAULT_MESSAGE_BYTES,
+                    "the DLQ's MaximumMessageSize could not be read: this dead letter is \
+                     fitted to SQS's smallest default"
+                );
+                DEFAULT_MESSAGE_BYTES
+            }
+        }
     }
 
     fn cached_url(&self, arn: &str) -> Option<String> {
@@ -303,9 +305,11 @@ fn attribute(
 
 /// What a dead letter weighs against the batch call's size limit.
 fn weight(message: &SqsMessage, note: &str) -> usize {
+    // An earlier note (a message redriven from the DLQ) is replaced, not kept.
     let attributes: usize = message
         .message_attributes
         .iter()
+        .filter(|(name, _)| name.as_str() != NOTE_ATTRIBUTE)
         .map(|(name, v)| {
             name.len()
                 + v.data_type.as_deref().map_or(0, str::len)

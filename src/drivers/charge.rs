@@ -475,21 +475,21 @@ pub async fn resolve(
     // is left, so nothing resolve writes can follow another owner's takeover. A step
     // cut short leaves the record as the last write did: the lease ends by itself.
     let budget = &settings.budget;
+    // A call starts only with the time it needs left (`call_timeout`), and then has
+    // all that is left of the lease: its own timeout (the HTTP client's) ends it first
+    // unless the lease does.
     let bounded = |step: &'static str, kind: CallKind| -> Result<Duration, ResolveError> {
         let now = settings.now();
-        budget
-            .call_timeout(kind, now, lease_until)
-            .ok_or_else(|| ResolveError::LeaseEnding {
+        match budget.call_timeout(kind, now, lease_until) {
+            Some(_) => Ok(time_left(now, lease_until)),
+            None => Err(ResolveError::LeaseEnding {
                 step,
                 left_ms: millis(time_left(now, lease_until)),
                 needs_ms: millis(budget.least(kind)),
-            })
+            }),
+        }
     };
-    let timed_out = |step: &'static str| ResolveError::LeaseEnding {
-        step,
-        left_ms: 0,
-        needs_ms: millis(budget.least(CallKind::Provider)),
-    };
+    let timed_out = |step: &'static str| ResolveError::LeaseEnded { step };
     for _ in 0..MOST_RESOLVE_STEPS {
         step = match step {
             ResolveStep::Done(result) => return result,

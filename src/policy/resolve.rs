@@ -88,13 +88,22 @@ pub enum ResolveError {
     /// The next call would not end before resolve's own lease does: it stops there, so
     /// that nothing it writes can follow another owner's takeover.
     #[error(
-        "resolve stopped before its {step} (its lease ends in {left_ms} ms, and a call may          take {needs_ms} ms): nothing past that point was done; run resolve again"
+        "resolve stopped before its {step}: its lease ends in {left_ms} ms and the call \
+         needs {needs_ms} ms; nothing past that point was done; run resolve again"
     )]
     LeaseEnding {
         step: &'static str,
         left_ms: u64,
         needs_ms: u64,
     },
+    /// A call outlasted what was left of the lease and was cut short: what it did is
+    /// unknown, and the next resolve reads and looks up again.
+    #[error(
+        "resolve stopped during its {step}: its lease ended before the call answered; \
+         whether the call took effect is unknown, and the next resolve looks again; run \
+         resolve again"
+    )]
+    LeaseEnded { step: &'static str },
 }
 
 /// What a human confirmed before running `resolve`.

@@ -31,8 +31,9 @@ fn is_queue_metric(query: &Value, name: &str, queue: &str) -> bool {
 }
 
 /// What is wrong with the DLQ's alarm: there must be one on arrivals (what the function
-/// sends, and the rise of the depth for what the redrive policy moves in), and none on
-/// the DLQ merely holding messages, which pages once in 14 days.
+/// sends, and the rise of what the DLQ holds, visible or not, for what the redrive
+/// policy moves in), and none on the DLQ merely holding messages, which pages once in
+/// 14 days.
 pub fn dead_letter_alarm_violations(t: &Value, dlq: &str) -> Vec<String> {
     let mut out = Vec::new();
     let on_arrivals = alarms(t).into_iter().any(|(_, a)| {
@@ -46,10 +47,22 @@ pub fn dead_letter_alarm_violations(t: &Value, dlq: &str) -> Vec<String> {
                 .find(|q| is_queue_metric(q, name, dlq))
                 .and_then(|q| q["Id"].as_str())
         };
-        let (Some(sent), Some(depth)) = (
+        let (Some(sent), Some(visible), Some(hidden)) = (
             id_of("NumberOfMessagesSent"),
             id_of("ApproximateNumberOfMessagesVisible"),
+            id_of("ApproximateNumberOfMessagesNotVisible"),
         ) else {
+            return false;
+        };
+        // What the DLQ holds, read or not, a missing minute repeating the last figure:
+        // a read message that shows again is no arrival.
+        let held = queries.iter().find(|q| {
+            q["Expression"].as_str().is_some_and(|e| {
+                e.contains(&format!("FILL({visible}, REPEAT)"))
+                    && e.contains(&format!("FILL({hidden}, REPEAT)"))
+            })
+        });
+        let Some(held) = held.and_then(|q| q["Id"].as_str()) else {
             return false;
         };
         let returned: Vec<&Value> = queries.iter().filter(|q| q["ReturnData"] == true).collect();
@@ -59,7 +72,7 @@ pub fn dead_letter_alarm_violations(t: &Value, dlq: &str) -> Vec<String> {
             .unwrap_or_default();
         returned.len() == 1
             && expression.contains(sent)
-            && expression.contains(&format!("DIFF(FILL({depth}"))
+            && expression.contains(&format!("DIFF({held})"))
             && number(t, &p["Threshold"]) == Some(0)
             && p["ComparisonOperator"] == "GreaterThanThreshold"
             && number(t, &p["EvaluationPeriods"]) == Some(1)
@@ -169,10 +182,29 @@ fn an_alarm_on_the_dlq_holding_messages_or_one_that_misses_the_redrive_is_caught
             "DeadLetterArrivalAlarm",
             "Properties",
             "Metrics",
-            "2",
+            "4",
             "Expression",
         ],
     ) = "FILL(sent, 0)".into();
+    assert!(
+        dead_letter_alarm_violations(&t, "OrdersDeadLetterQueue")
+            .iter()
+            .any(|v| v.contains("no alarm on messages arriving"))
+    );
+    // The visible messages alone: a message the runbook reads shows again after its
+    // visibility and would page as an arrival.
+    let mut t = template();
+    *get_mut(
+        &mut t,
+        &[
+            "Resources",
+            "DeadLetterArrivalAlarm",
+            "Properties",
+            "Metrics",
+            "3",
+            "Expression",
+        ],
+    ) = "FILL(visible, 0)".into();
     assert!(
         dead_letter_alarm_violations(&t, "OrdersDeadLetterQueue")
             .iter()

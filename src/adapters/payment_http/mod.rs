@@ -3,7 +3,7 @@
 //!
 //! `charge` is `POST /v1/payment_intents` with `confirm=true`, `off_session=true`, an
 //! `Idempotency-Key` and a form body that is a pure function of the order's
-//! fingerprinted fields, so a replay is byte-identical and the provider answers with
+//! fingerprinted fields and the stored-credential setting, so a replay is byte-identical and the provider answers with
 //! the original outcome. `find_payment` lists the customer's PaymentIntents created since
 //! the record was (`GET /v1/payment_intents?customer=&created[gte]=`, never Search,
 //! which lags) for reconciliation, so earlier orders never lengthen the walk;
@@ -208,8 +208,9 @@ enum Walk<T> {
     Truncated,
 }
 
-/// The form body of a payment: only fingerprinted fields and constants, in a fixed
-/// order, so a replay under the same key is byte-identical. An order without a payment
+/// The form body of a payment: only fingerprinted fields, the stored-credential
+/// setting and constants, in a fixed order, so a replay under the same key is
+/// byte-identical. An order without a payment
 /// method is never sent (the state machine refuses it before any call).
 ///
 /// `automatic_payment_methods` with `allow_redirects=never`: without
