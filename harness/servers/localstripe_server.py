@@ -351,6 +351,16 @@ STORED_CREDENTIAL_USAGES = ("unscheduled", "recurring", "installment")
 CARD = "payment_method_options[card]["
 
 
+def unknown_parameter(sent: str) -> web.Response:
+    """Stripe's 400 for a parameter it does not declare."""
+    return stripe_error(400, {
+        "type": "invalid_request_error",
+        "code": "parameter_unknown",
+        "param": sent,
+        "message": f"Received unknown parameter: {sent}",
+    })
+
+
 def undeclared(params: dict, version: str) -> web.Response | None:
     """Stripe's 400 `parameter_unknown` for a create parameter its version does not
     declare, or its 400 for a card-on-file usage it does not know; None if every one is
@@ -360,12 +370,7 @@ def undeclared(params: dict, version: str) -> web.Response | None:
         option = sent[len(CARD):].split("]", 1)[0] if sent.startswith(CARD) else None
         since = CARD_OPTIONS.get(option, None) if option is not None else ""
         if first not in CREATE_PARAMETERS or since is None or version[:10] < since:
-            return stripe_error(400, {
-                "type": "invalid_request_error",
-                "code": "parameter_unknown",
-                "param": sent,
-                "message": f"Received unknown parameter: {sent}",
-            })
+            return unknown_parameter(sent)
         if option == "stored_credential_usage" and any(
             v not in STORED_CREDENTIAL_USAGES for v in params[sent]
         ):
@@ -414,12 +419,7 @@ def undeclared_elsewhere(request: web.Request, params: dict) -> web.Response | N
         return None
     for sent in params:
         if sent.split("[", 1)[0] not in declared:
-            return stripe_error(400, {
-                "type": "invalid_request_error",
-                "code": "parameter_unknown",
-                "param": sent,
-                "message": f"Received unknown parameter: {sent}",
-            })
+            return unknown_parameter(sent)
     return None
 
 
