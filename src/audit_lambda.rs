@@ -5,7 +5,7 @@
 //! read that fails fails the invocation, so the function's `Errors` alarm fires.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 
@@ -14,17 +14,13 @@ use crate::contracts::payment::PaymentProvider;
 use crate::contracts::queue::Reports;
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::audit::{Window, audit};
+use crate::drivers::charge::Settings;
 use crate::drivers::settle::Settler;
 use crate::policy::audit::INCOMPLETE_METRIC;
 
 /// Awaiting records one page of the settler's read holds (a run reads page after page
 /// until its time ends, and the next run goes on from there).
 pub const SETTLE_LIMIT: usize = 100;
-/// What the settler leaves of the invocation's time for its answer, besides the
-/// longest one record can take (five bounded calls: a lookup, a cancel, a second
-/// lookup, the report and the write).
-const SETTLE_MARGIN: Duration = Duration::from_secs(10);
-const SETTLE_CALLS_PER_RECORD: u32 = 5;
 
 /// The scheduled function's parts, built once at cold start.
 pub struct Scheduled {
@@ -33,12 +29,11 @@ pub struct Scheduled {
     pub store: Arc<dyn IdempotencyStore>,
     pub provider: Arc<dyn PaymentProvider>,
     pub reports: Arc<dyn Reports>,
-    /// `expires` of a record the settler completes.
-    pub retention: Duration,
-    /// Each of the settler's calls.
-    pub call_timeout: Duration,
-    /// The pace of the settler's provider calls, kept across its runs.
-    pub pacer: crate::policy::pacing::Pacer,
+    /// The settler's settings, the consumer's kind: the clock, the retention, the
+    /// deadline budget, and the breakers and pace kept across its runs.
+    pub settings: Settings,
+    /// Kept before each invocation's deadline for the traces' flush.
+    pub flush_reserve: Duration,
 }
 
 /// Serves audits and settler runs until the runtime stops.
@@ -72,18 +67,13 @@ async fn settle_waits(
         .ok()
         .and_then(|now| context.deadline.checked_sub(now))
         .map_or(Duration::from_secs(60), Duration::from_millis);
-    let now = || crate::domain::clock::Time::from_ms(crate::domain::clock::wall_ms());
     let settler = Settler {
         store: parts.store.as_ref(),
         provider: parts.provider.as_ref(),
         reports: parts.reports.as_ref(),
-        now: &now,
-        retention: parts.retention,
-        call_timeout: parts.call_timeout,
+        settings: &parts.settings,
+        time: left.saturating_sub(parts.flush_reserve),
         limit: SETTLE_LIMIT,
-        until: Instant::now()
-            + left.saturating_sub(SETTLE_MARGIN + parts.call_timeout * SETTLE_CALLS_PER_RECORD),
-        pacer: &parts.pacer,
         per_run: usize::MAX,
     };
     let run = settler.run().await.inspect_err(|e| {

@@ -6,12 +6,14 @@
 mod cli;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
 use charge_once::adapters::emf::Emf;
 use charge_once::config::{Config, Function};
 use charge_once::drivers::batch::Consumer;
+use charge_once::drivers::charge::Settings;
 use charge_once::traces::Traces;
 use charge_once::wiring::WiringError;
 use charge_once::{telemetry, wiring};
@@ -94,11 +96,17 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
     let provider = wiring::http_provider(&config, &sdk, &tls).await?;
     let store = wiring::dynamo_store(&config, &sdk)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
+    // With traces, every deadline keeps room for their flush before the response.
+    let flush_reserve = match traces {
+        Some(_) => charge_once::traces::FLUSH_RESERVE,
+        None => Duration::ZERO,
+    };
     match config.function {
         Function::Consume => {
             let queue = wiring::sqs_queue(&config, &sdk)?;
             let consumer = Arc::new(
                 wiring::consumer(&config, store, provider)
+                    .with_flush_reserve(flush_reserve)
                     .with_queue(queue)
                     .with_reports(wiring::reports(&config, &sdk)),
             );
@@ -111,9 +119,8 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
                 store,
                 provider,
                 reports: wiring::reports(&config, &sdk),
-                retention: config.retention,
-                call_timeout: config.payment_timeout,
-                pacer: charge_once::policy::pacing::Pacer::new(config.payment_rate_share()),
+                settings: Settings::from(&config),
+                flush_reserve,
             };
             charge_once::audit_lambda::serve(scheduled, metrics)
                 .await
@@ -137,12 +144,7 @@ async fn consume(
         let traces = traces.clone();
         async move {
             let request_id = event.context.request_id.clone();
-            // With traces, the batch ends early enough for their flush to follow.
             let deadline = event.context.deadline;
-            let event = match &traces {
-                Some(traces) => traces.reserve_flush(event),
-                None => event,
-            };
             let (response, recorded) = metrics.measure(consumer.handle(event)).await;
             metrics.write_invocation(&recorded, &request_id);
             if let Some(traces) = &traces {

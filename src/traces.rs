@@ -22,7 +22,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use lambda_runtime::layers::{OpenTelemetryFaasTrigger, OpenTelemetryLayer};
-use lambda_runtime::{LambdaEvent, LambdaInvocation, Service};
+use lambda_runtime::{LambdaInvocation, Service};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
@@ -37,8 +37,8 @@ use crate::adapters::tls::{Tls, TlsError};
 use crate::drivers::spans;
 
 /// The room kept before the invocation deadline for the flush before the response:
-/// the batch's deadline is this much earlier when traces are on, so the records and
-/// the queue calls leave it free (`policy/deadline.rs` keeps its own margins inside).
+/// the deadline budget's flush reserve when traces are on (`policy/deadline.rs`,
+/// `Budget::answer_by`), so the records, the queue calls and the settler leave it free.
 pub const FLUSH_RESERVE: Duration = Duration::from_millis(500);
 /// The flush after the response (the invocation's span) waits at most this; the
 /// response is posted already, so it costs billed time only.
@@ -357,14 +357,6 @@ impl Traces {
                         || (meta.target().starts_with("charge_once")
                             && meta.name() != "invocation"))
             }))
-    }
-
-    /// `event` with its deadline [`FLUSH_RESERVE`] earlier: the batch leaves the room
-    /// for the flush before the response.
-    pub fn reserve_flush<T>(&self, mut event: LambdaEvent<T>) -> LambdaEvent<T> {
-        let reserve = u64::try_from(FLUSH_RESERVE.as_millis()).unwrap_or(u64::MAX);
-        event.context.deadline = event.context.deadline.saturating_sub(reserve);
-        event
     }
 
     /// Exports the spans ended so far before the response, waiting at most until the

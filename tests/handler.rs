@@ -21,7 +21,6 @@ use charge_once::domain::order::Order;
 use charge_once::domain::{Key, Owner, Record, State};
 use charge_once::drivers::charge::resolve;
 use charge_once::drivers::settle::Settler;
-use charge_once::policy::pacing::Pacer;
 use charge_once::policy::resolve::{Confirmed, Resolution, ResolveError};
 use harness::event_source::{Queues, event_of};
 use harness::eventbridge::{stripe_event, stripe_events_to};
@@ -797,8 +796,7 @@ async fn a_processing_payment_that_succeeds_after_two_weeks_ends_done_with_no_de
     h.redeliver_later();
     assert!(h.invoke("sqs-single.json").await.is_empty());
     assert_eq!(h.provider.calls_for("ord-1001").len(), calls);
-    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
-    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
+    let settler = settler(&h.table, h.provider.as_ref(), &h.settings);
     // Fifteen days on, past the end of its wait (two weeks at least for a payment
     // the provider processes), still processing: it may still succeed, so nothing ends
     // (and nothing can cancel a processing payment).
@@ -986,24 +984,20 @@ async fn a_declined_payment_is_cancelled_before_the_next_key_so_no_later_confirm
     h.provider.assert_no_order_charged_twice();
 }
 
-/// The settler on `table`, `provider` and `clock`, paced by `pacer`, reporting to
-/// nobody, with a minute to run.
+/// The settler on `table` and `provider` with the consumer's `settings` (its clock,
+/// breakers and pace), reporting to nobody, with two minutes to run.
 fn settler<'a>(
     table: &'a harness::servers::Table,
     provider: &'a dyn charge_once::contracts::payment::ChargePath,
-    clock: &'a charge_once::drivers::charge::Clock,
-    pacer: &'a Pacer,
+    settings: &'a charge_once::drivers::charge::Settings,
 ) -> Settler<'a> {
     Settler {
         store: table.store.as_ref(),
         provider,
         reports: &Unreported,
-        now: clock.as_ref(),
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
+        settings,
+        time: Duration::from_secs(120),
         limit: 100,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer,
         per_run: usize::MAX,
     }
 }
@@ -1514,8 +1508,7 @@ async fn a_customer_who_confirms_after_the_fourteen_days_a_dead_letter_is_kept_s
     // Fifteen days on: an SQS queue keeps a message 14 days at most, so a dead letter
     // of either order would be gone; only the table holds them.
     h.clock.advance(Duration::from_secs(15 * 24 * 3600));
-    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
-    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
+    let settler = settler(&h.table, h.provider.as_ref(), &h.settings);
     let before = settler.run().await.unwrap();
     assert_eq!(
         (before.read, before.waiting, before.ended),
@@ -1661,8 +1654,7 @@ async fn a_payment_the_provider_does_not_know_ends_no_wait_and_the_run_names_the
         ..Record::new(Key::for_order_id(&id), State::Awaiting)
     };
     h.table.put_item(schema::attributes(&awaiting)).await;
-    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
-    let settler = settler(&h.table, h.provider.as_ref(), &clock, &pacer);
+    let settler = settler(&h.table, h.provider.as_ref(), &h.settings);
     let run = settler.run().await.unwrap();
     assert_eq!(
         (run.missing, run.ended, run.completed),
@@ -1713,11 +1705,10 @@ async fn the_settler_reaches_a_wait_behind_more_than_one_runs_worth_of_open_wait
     }
     let last = h.record("pg-5").await.unwrap().payment.unwrap();
     assert!(h.provider.confirm(&last), "its customer confirms");
-    let (clock, pacer) = (h.clock.clock(), Pacer::new(None));
     let settler = Settler {
         limit: 2,
         per_run: 2,
-        ..settler(&h.table, h.provider.as_ref(), &clock, &pacer)
+        ..settler(&h.table, h.provider.as_ref(), &h.settings)
     };
     for _ in 0..2 {
         let run = settler.run().await.unwrap();

@@ -1083,18 +1083,13 @@ async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_
             .is_empty()
     );
     localstripe::authenticate(&payment_id).await;
-    let now = h.clock.clock();
-    let now = move || now();
     let run = charge_once::drivers::settle::Settler {
         store: h.table.store.as_ref(),
         provider: h.provider.as_ref(),
         reports: &charge_once::contracts::queue::Unreported,
-        now: &now,
-        retention: Duration::from_secs(400 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
+        settings: &h.settings,
+        time: Duration::from_secs(120),
         limit: 10,
-        until: Instant::now() + Duration::from_secs(30),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
         per_run: usize::MAX,
     }
     .run()

@@ -499,18 +499,18 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
     let report_queue = charge_once::adapters::sqs::SqsReports::new(sqs, &reports);
     let clock = harness::clock::TestClock::new();
     clock.advance(Duration::from_secs(8 * 24 * 3600));
-    let read = clock.clock();
-    let now = move || read();
+    let settings = harness::rig::settler_settings(
+        clock.clock(),
+        Duration::from_secs(30 * 24 * 3600),
+        Duration::from_secs(10),
+    );
     let settled = charge_once::drivers::settle::Settler {
         store: &store,
         provider: &provider,
         reports: &report_queue,
-        now: &now,
-        retention: Duration::from_secs(30 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
+        settings: &settings,
+        time: Duration::from_secs(120),
         limit: 100,
-        until: std::time::Instant::now() + Duration::from_secs(60),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
         per_run: usize::MAX,
     }
     .run()

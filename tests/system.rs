@@ -318,18 +318,18 @@ async fn settle(table: &Table, queues: &Queues) -> Settled {
     .unwrap();
     let reports = SqsReports::new(queues.client.clone(), &report_queue);
     let clock = TestClock::new();
-    let read = clock.clock();
-    let now = move || read();
+    let settings = harness::rig::settler_settings(
+        clock.clock(),
+        Duration::from_secs(30 * 24 * 3600),
+        Duration::from_secs(10),
+    );
     let settler = Settler {
         store: table.store.as_ref(),
         provider: &provider,
         reports: &reports,
-        now: &now,
-        retention: Duration::from_secs(30 * 24 * 3600),
-        call_timeout: Duration::from_secs(10),
+        settings: &settings,
+        time: Duration::from_secs(180),
         limit: 1000,
-        until: Instant::now() + Duration::from_secs(120),
-        pacer: &charge_once::policy::pacing::Pacer::new(None),
         per_run: usize::MAX,
     };
     let first = settler.run().await.unwrap();

@@ -30,7 +30,6 @@ use charge_once::domain::clock::{Time, wall_ms};
 use charge_once::domain::{Fingerprint, Key, Record, State};
 use charge_once::drivers::audit::{Window, audit};
 use charge_once::drivers::settle::Settler;
-use charge_once::policy::pacing::Pacer;
 use futures::StreamExt as _;
 use harness::localstripe::{self, Card};
 use harness::servers::{Backend, localstripe_url};
@@ -96,18 +95,19 @@ impl Reach {
             &harness::tls(),
         )
         .expect("the provider");
-        let clock = || Time::from_ms(wall_ms());
-        let pacer = Pacer::new(None);
+        let settings = harness::rig::settler_settings(
+            charge_once::domain::clock::system(),
+            week * 20,
+            Duration::from_secs(10),
+        );
         let settler = Settler {
             store: table.store.as_ref(),
             provider: &provider,
             reports: &Unreported,
-            now: &clock,
-            retention: week * 20,
-            call_timeout: Duration::from_secs(10),
+            settings: &settings,
+            // The scheduled function's own timeout (the template's `AuditFunction`).
+            time: Duration::from_secs(900),
             limit: 100,
-            until: Instant::now() + FUNCTION_TIMEOUT,
-            pacer: &pacer,
             per_run: usize::MAX,
         };
         let started = Instant::now();

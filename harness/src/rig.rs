@@ -256,6 +256,22 @@ impl<P: ChargePath + 'static> Harness<P> {
 }
 
 /// `events/<name>`, parsed as Lambda would.
+/// Settings for a settler run outside a harness (the scheduled function's kind): on
+/// `clock`, completing records for `retention`, each provider call bounded by
+/// `call_timeout`; its breakers never open and its pace never waits, so that a test
+/// sees every call it makes.
+pub fn settler_settings(clock: Clock, retention: Duration, call_timeout: Duration) -> Settings {
+    Settings {
+        retention,
+        provider_key_ttl: PROVIDER_KEY_TTL,
+        budget: Budget::new(call_timeout + DEADLINE_MARGIN, call_timeout),
+        max_declines: MAX_DECLINES,
+        authentication_wait: AUTHENTICATION_WAIT,
+        clock,
+        breakers: Arc::new(Options::default().breakers()),
+    }
+}
+
 pub fn event(name: &str) -> SqsEvent {
     let path = crate::root().join("events").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -316,9 +316,9 @@ fn outcome_of(recorded: &Recorded) -> Option<&'static str> {
         .find(|name| recorded.counter(name) > 0)
 }
 
-/// How long one local settler run may take (the scheduled function's own bound is its
-/// invocation's time).
-const SETTLE_TIME: Duration = Duration::from_secs(60);
+/// How long one local settler run may take: the scheduled function's own timeout (the
+/// template's `AuditFunction`).
+const SETTLE_TIME: Duration = Duration::from_secs(900);
 
 /// Exit 0 when every awaiting order was read and handled; 1 when some failed (they are
 /// read again next run).
@@ -326,18 +326,18 @@ async fn settle(config: &Config, later: Duration, db: &Path) -> anyhow::Result<E
     let store = wiring::store(db, OpenMode::Existing)?;
     let simulator = wiring::simulator(db, OpenMode::Existing)?;
     let metrics = telemetry::init_metrics(&config.metrics_namespace)?;
-    let now = move || Time::from_ms(clock::wall_ms()) + later;
+    let settings = Settings {
+        clock: Arc::new(move || Time::from_ms(clock::wall_ms()) + later),
+        ..Settings::from(config)
+    };
     let settler = Settler {
         store: &store,
         provider: &simulator,
         // Locally no shop's queue is called: the log line reports an ended wait.
         reports: &Unreported,
-        now: &now,
-        retention: config.retention,
-        call_timeout: config.payment_timeout,
+        settings: &settings,
+        time: SETTLE_TIME,
         limit: SETTLE_LIMIT,
-        until: Instant::now() + SETTLE_TIME,
-        pacer: &charge_once::policy::pacing::Pacer::off(),
         per_run: usize::MAX,
     };
     let (run, recorded) = metrics.measure(settler.run()).await;

@@ -1,51 +1,37 @@
-//! The driver of one record: performs each step the state machine (`policy/machine/`) asks for
-//! with the real store and provider, and feeds the answer back. It owns what the machine
-//! must not touch: the clock, the owner token, timeouts, metrics and log lines.
+//! The driver of one record: performs each step the state machine (`policy/machine/`)
+//! asks for with the real store and provider, and feeds the answer back; and the
+//! driver of `resolve`'s machine (`policy/resolve.rs`). It owns what the machines must
+//! not touch: the clock, the owner token, log lines and crash points. Every call goes
+//! through the one executor (`drivers/executor.rs`): the breakers, the deadline budget,
+//! the pace, spans and metrics.
 //!
-//! Every store and provider call is bounded, and none starts unless its timeout ends
-//! before the invocation deadline less the safety margin (`policy/deadline.rs`): a handler
-//! that answers late loses its whole partial response, charged records included.
-//!
-//! It also keeps the execution environment's breakers (`policy/retry/breaker.rs`): a record
-//! whose store or provider breaker is open is `Deferred` before any call, every call's
-//! answer is fed to its breaker, and a charge that failed transiently is sent again
-//! once, under the same key, while the provider's breaker is closed.
-//!
-//! Every provider call (charge, lookup, cancel) first waits for this environment's
-//! pace (`policy/pacing.rs`), which each answer adjusts. A call refused for the
-//! provider's rate waits for the next slot and is tried again, same key; one refused
-//! on a locked customer after a short jittered pause; both a bounded number of times,
-//! and only while the deadline rule allows. Neither counts toward the breaker.
+//! A charge that failed transiently is sent again once, under the same key, while the
+//! provider's breaker is closed.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tracing::{Instrument as _, warn};
+use tracing::warn;
 
 use crate::config::Config;
-use crate::contracts::payment::{
-    ChargePath, FailureKind, Limiter, PaymentError, Receipt, Throttle,
-};
+use crate::contracts::payment::{ChargePath, FailureKind, PaymentError, Receipt};
 use crate::contracts::store::{IdempotencyStore, StoreError, WriteOutcome};
 pub use crate::domain::clock::Clock;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Owner};
-use crate::drivers::metrics::{
-    CHARGE_RETRIED, PACING_WAIT, PAYMENT_LATENCY, PROVIDER_KEY_REFUSED, PROVIDER_LOCKED,
-    PROVIDER_RATE_LIMITED, STORE_LATENCY, TAKEOVER,
-};
-use crate::drivers::spans::{self, ProviderCall, Wait};
+use crate::drivers::executor::{Closed, Executor};
+use crate::drivers::metrics::{CHARGE_RETRIED, TAKEOVER};
+use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::deadline::{Budget, CallKind, time_left};
 use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
 use crate::policy::outcome::Outcome;
-use crate::policy::pacing::{LOCK_PAUSE, MAX_THROTTLED_TRIES, Pacer};
+use crate::policy::pacing::Pacer;
 use crate::policy::resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver,
 };
 use crate::policy::retry::Jitter;
-use crate::policy::retry::breaker::{Admission, Breaker, Breakers, Dependency};
+use crate::policy::retry::breaker::Breakers;
 use crate::policy::rules::Rules;
 use crate::{crash_points, error_chain};
 
@@ -117,60 +103,20 @@ impl Charger<'_> {
     /// Processes one valid order. `deadline` is the invocation deadline; the lease
     /// ends there and no call runs past it.
     pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
-        self.admitted(deadline, async |calls: &mut Calls| {
-            self.run(order, identity, deadline, calls).await
-        })
-        .await
+        let executor = Executor::new(self.settings, deadline);
+        executor
+            .admitted(self.run(order, identity, &executor))
+            .await
+            .unwrap_or_else(deferred)
     }
 
-    /// Runs `work` once both breakers admit it: `Deferred`, with no write and no call,
-    /// while either is open; a probe that reached nothing is handed back.
-    pub(crate) async fn admitted(
-        &self,
-        deadline: Time,
-        work: impl AsyncFnOnce(&mut Calls) -> Outcome,
-    ) -> Outcome {
-        let now = self.settings.now();
-        let breakers = self.settings.breakers.as_ref();
-        let store = breakers.store.admit(now, deadline);
-        let provider = breakers.provider.admit(now, deadline);
-        let mut calls = Calls::default();
-        let outcome = match (store, provider) {
-            (Admission::Open { until }, _) => Outcome::Deferred {
-                dependency: Dependency::Store,
-                until,
-            },
-            (_, Admission::Open { until }) => Outcome::Deferred {
-                dependency: Dependency::Provider,
-                until,
-            },
-            _ => work(&mut calls).await,
-        };
-        // A probe that never reached its dependency proves nothing: the next record
-        // probes.
-        let now = self.settings.now();
-        if store == Admission::Probe && !calls.store {
-            breakers.store.return_probe(now);
-        }
-        if provider == Admission::Probe && !calls.provider {
-            breakers.provider.return_probe(now);
-        }
-        outcome
-    }
-
-    async fn run(
-        &self,
-        order: &Order,
-        identity: &Identity,
-        deadline: Time,
-        calls: &mut Calls,
-    ) -> Outcome {
+    async fn run(&self, order: &Order, identity: &Identity, executor: &Executor<'_>) -> Outcome {
         let now = self.settings.now();
         let (mut machine, mut step) = Machine::new(Start {
             identity: identity.clone(),
             owner: Owner::fresh(),
             now,
-            deadline,
+            deadline: executor.deadline(),
             expires: self.settings.expires(now),
             max_declines: self.settings.max_declines,
             key_ttl: self.settings.provider_key_ttl,
@@ -188,31 +134,28 @@ impl Charger<'_> {
                     let span = spans::store_call(kind);
                     let answer = {
                         let write = machine.write(kind, self.settings.now());
-                        self.store_call(deadline, self.store.write(&write))
-                            .instrument(span.clone())
-                            .await
+                        executor.store(&span, self.store.write(&write)).await
                     };
                     spans::store_answered(&span, &answer);
-                    calls.store |= self.tell_store_breaker(&answer);
                     observe_write(kind, &answer, now);
                     on_written(&mut machine, answer)
                 }
                 Step::Charge { key } => {
-                    let answer = self.charge(order, &key, deadline, calls).await;
+                    let answer = self.charge(order, &key, executor).await;
                     on_charged(&mut machine, answer)
                 }
                 Step::Lookup => {
                     let since = machine.lookup_since();
-                    let answer = self
-                        .paced_call(ProviderCall::Lookup, false, deadline, calls, || {
+                    let answer = executor
+                        .provider(ProviderCall::Lookup, false, || {
                             self.provider.find_payment(order, since)
                         })
                         .await;
                     machine.on(Input::Looked(answer))
                 }
                 Step::Cancel { payment_id } => {
-                    let answer = self
-                        .paced_call(ProviderCall::Cancel, false, deadline, calls, || {
+                    let answer = executor
+                        .provider(ProviderCall::Cancel, false, || {
                             self.provider.cancel(&payment_id)
                         })
                         .await;
@@ -223,236 +166,54 @@ impl Charger<'_> {
     }
 
     /// The charge under `key`, and its one in-invocation retry when it failed
-    /// transiently.
+    /// transiently: under the same key (a replay, so it cannot charge twice), after a
+    /// short jittered pause, only while the provider's breaker is closed and the
+    /// deadline rule allows it. A rate limit or a lock was already waited for, at the
+    /// pace; a timeout is not retried here: a hanging provider would cost its timeout
+    /// twice.
     async fn charge(
         &self,
         order: &Order,
         key: &str,
-        deadline: Time,
-        calls: &mut Calls,
+        executor: &Executor<'_>,
     ) -> Result<Receipt, NoAnswer<PaymentError>> {
-        let answer = self
-            .paced_call(ProviderCall::Charge, false, deadline, calls, || {
+        let answer = executor
+            .provider(ProviderCall::Charge, false, || {
                 self.provider.charge(order, key)
             })
             .await;
-        if !self.may_retry_charge(&answer, deadline).await {
-            return answer;
-        }
-        metrics::counter!(CHARGE_RETRIED).increment(1);
-        self.paced_call(ProviderCall::Charge, true, deadline, calls, || {
-            self.provider.charge(order, key)
-        })
-        .await
-    }
-
-    /// A provider call at this environment's pace, its answer told to the pace and to
-    /// the breaker. Refused for the provider's rate, it waits for its next slot (the
-    /// pace is cut first) and is sent again; refused on a locked customer, it is sent
-    /// again after a short jittered pause; each at most [`MAX_THROTTLED_TRIES`] times,
-    /// only while the deadline rule allows, and never against the provider's advice.
-    /// The same request each time, so a charge is a replay under its key. A call whose
-    /// slot comes too late is not sent: it fails as rate limited, and the record comes
-    /// back in seconds. Each request sent has its span (`what`; `retry`: the first is
-    /// already a retry).
-    pub(crate) async fn paced_call<T, Fut>(
-        &self,
-        what: ProviderCall,
-        retry: bool,
-        deadline: Time,
-        calls: &mut Calls,
-        call: impl Fn() -> Fut,
-    ) -> Result<T, NoAnswer<PaymentError>>
-    where
-        Fut: Future<Output = Result<T, PaymentError>>,
-    {
-        let pacer = &self.settings.breakers.pacer;
-        let budget = &self.settings.budget;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            if let Err(not_sent) = self.wait_for_slot(pacer, deadline).await {
-                return Err(NoAnswer::Failed(not_sent));
-            }
-            let span = spans::provider_call(what, retry || tries > 1);
-            let answer = self
-                .provider_call(deadline, call())
-                .instrument(span.clone())
-                .await;
-            spans::provider_answered(&span, &answer);
-            if matches!(&answer, Err(NoAnswer::Failed(e)) if e.refuses_the_key()) {
-                metrics::counter!(PROVIDER_KEY_REFUSED).increment(1);
-            }
-            calls.provider |= self.tell_provider_breaker(&answer);
-            let (throttle, advised_not) = match &answer {
-                Ok(_) => (None, false),
-                Err(NoAnswer::Failed(e)) => (e.throttle(), e.advised_not_to_retry()),
-                // No answer says nothing about the provider's rate.
-                Err(_) => return answer,
-            };
-            let (pause, wait) = match throttle {
-                None => {
-                    // An answer about this call speeds the pace up; a provider that is
-                    // down (5xx, connection, no endpoint) says nothing of its rate.
-                    if !matches!(&answer, Err(NoAnswer::Failed(e)) if provider_is_down(e)) {
-                        pacer.on_success();
-                    }
-                    return answer;
-                }
-                Some(Throttle::RateLimited(_)) => {
-                    metrics::counter!(PROVIDER_RATE_LIMITED).increment(1);
-                    pacer.on_rate_limited(self.settings.now());
-                    // The cut pace's next slot is the wait.
-                    (Duration::ZERO, None)
-                }
-                Some(Throttle::Lock) => {
-                    metrics::counter!(PROVIDER_LOCKED).increment(1);
-                    let pause = Jitter::random().between(LOCK_PAUSE.0, LOCK_PAUSE.1);
-                    (pause, Some(Wait::Lock))
-                }
-            };
-            if advised_not
-                || tries >= MAX_THROTTLED_TRIES
-                || !budget.fits_after(pause, self.settings.now(), deadline)
-            {
-                return answer;
-            }
-            match wait {
-                Some(wait) => {
-                    tokio::time::sleep(pause)
-                        .instrument(spans::wait(wait, pause))
-                        .await;
-                }
-                None => tokio::time::sleep(pause).await,
-            }
-        }
-    }
-
-    /// Waits until the pace lets a provider call go, while the call would still fit
-    /// before the deadline; [`not_sent`] when it would not. Each wait is at most one
-    /// spacing of the pace, so the loop is bounded by the deadline; the count bounds
-    /// it too.
-    async fn wait_for_slot(&self, pacer: &Pacer, deadline: Time) -> Result<(), PaymentError> {
-        const MOST_WAITS: u32 = 10_000;
-        let mut waited = Duration::ZERO;
-        // One span for the whole wait, made at its first pause (none when a slot is
-        // free at once).
-        let mut span: Option<tracing::Span> = None;
-        for _ in 0..MOST_WAITS {
-            let now = self.settings.now();
-            let wait = match pacer.try_take(now) {
-                Ok(()) => {
-                    if !waited.is_zero() {
-                        metrics::histogram!(PACING_WAIT).record(waited.as_secs_f64() * 1000.0);
-                    }
-                    return Ok(());
-                }
-                Err(wait) => wait.max(Duration::from_millis(1)),
-            };
-            if !self.settings.budget.fits_after(wait, now, deadline) {
-                return Err(not_sent());
-            }
-            let span = span.get_or_insert_with(|| spans::wait(Wait::Pacing, wait));
-            tokio::time::sleep(wait).instrument(span.clone()).await;
-            waited += wait;
-        }
-        Err(not_sent())
-    }
-
-    /// Tells the store's breaker how a call went; whether the call was made.
-    pub(crate) fn tell_store_breaker<T>(&self, answer: &Result<T, NoAnswer<StoreError>>) -> bool {
-        tell_breaker(
-            &self.settings.breakers.store,
-            answer,
-            self.settings.now(),
-            |_| true,
-        )
-    }
-
-    /// Tells the provider's breaker how a call went; whether the call was made.
-    fn tell_provider_breaker<T>(&self, answer: &Result<T, NoAnswer<PaymentError>>) -> bool {
-        tell_breaker(
-            &self.settings.breakers.provider,
-            answer,
-            self.settings.now(),
-            provider_is_down,
-        )
-    }
-
-    /// At most one in-invocation retry of a charge that failed transiently (a rate
-    /// limit or a lock was already waited for, at the pace), under the same key (a replay, so it cannot charge twice), after a short jittered pause:
-    /// only while the provider's breaker is closed and the deadline rule allows it. A
-    /// timeout is not retried here: a hanging provider would cost its timeout twice.
-    async fn may_retry_charge<T>(
-        &self,
-        answer: &Result<T, NoAnswer<PaymentError>>,
-        deadline: Time,
-    ) -> bool {
         // The provider's own advice comes before the status: `Stripe-Should-Retry:
         // false` is never retried here (the next delivery may).
         let transient = matches!(
-            answer,
+            &answer,
             Err(NoAnswer::Failed(e @ PaymentError::Retryable {
                 kind: FailureKind::Connection | FailureKind::Server(_) | FailureKind::Conflict,
                 ..
             })) if !e.advised_not_to_retry()
         );
-        if !transient || !self.settings.breakers.provider.is_closed() {
-            return false;
-        }
         let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
-        if !self
-            .settings
-            .budget
-            .fits_after(pause, self.settings.now(), deadline)
-        {
-            return false;
+        if !transient || !executor.pause_before_retry(pause).await {
+            return answer;
         }
-        tokio::time::sleep(pause)
-            .instrument(spans::wait(Wait::Retry, pause))
-            .await;
-        self.settings.breakers.provider.is_closed()
-    }
-
-    /// A provider call, only with its full timeout left: one cut short would leave a
-    /// charge's outcome unknown for nothing.
-    async fn provider_call<T>(
-        &self,
-        deadline: Time,
-        call: impl Future<Output = Result<T, PaymentError>>,
-    ) -> Result<T, NoAnswer<PaymentError>> {
-        self.bounded_call(CallKind::Provider, deadline, PAYMENT_LATENCY, call)
+        metrics::counter!(CHARGE_RETRIED).increment(1);
+        executor
+            .provider(ProviderCall::Charge, true, || {
+                self.provider.charge(order, key)
+            })
             .await
-    }
-
-    /// A store call, with its timeout cut to the time left (a store answers in
-    /// milliseconds; recording a charge is worth a short try).
-    pub(crate) async fn store_call<T>(
-        &self,
-        deadline: Time,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, NoAnswer<StoreError>> {
-        self.bounded_call(CallKind::Store, deadline, STORE_LATENCY, call)
-            .await
-    }
-
-    /// A call of `kind` under the budget's timeout for it, or not started.
-    async fn bounded_call<T, E>(
-        &self,
-        kind: CallKind,
-        deadline: Time,
-        metric: &'static str,
-        call: impl Future<Output = Result<T, E>>,
-    ) -> Result<T, NoAnswer<E>> {
-        let now = self.settings.now();
-        match self.settings.budget.call_timeout(kind, now, deadline) {
-            None => Err(NoAnswer::NoTime),
-            Some(timeout) => bounded(timeout, metric, call).await,
-        }
     }
 }
 
-/// Settles `order`'s record by asking the provider: the driver of [`Resolver`].
+/// A unit of work a breaker did not admit: `Deferred`, with no write and no call.
+pub(crate) fn deferred(closed: Closed) -> Outcome {
+    Outcome::Deferred {
+        dependency: closed.dependency,
+        until: closed.until,
+    }
+}
+
+/// Settles `order`'s record by asking the provider: the driver of [`Resolver`], under
+/// the one executor with its lease's end as the deadline.
 pub async fn resolve(
     store: &dyn IdempotencyStore,
     provider: &dyn ChargePath,
@@ -462,7 +223,7 @@ pub async fn resolve(
 ) -> Result<Resolution, ResolveError> {
     let now = settings.now();
     let lease_until = settings.budget.resolve_lease(now);
-    let (mut resolver, mut step) = Resolver::new(
+    let resolver = Resolver::new(
         order,
         Owner::new(format!("resolve-{}", Owner::fresh())),
         now,
@@ -474,57 +235,89 @@ pub async fn resolve(
     // call that would not is never started, and each one started is bounded by what
     // is left, so nothing resolve writes can follow another owner's takeover. A step
     // cut short leaves the record as the last write did: the lease ends by itself.
-    let budget = &settings.budget;
-    // A call starts only with the time it needs left (`call_timeout`), and then has
-    // all that is left of the lease: its own timeout (the HTTP client's) ends it first
-    // unless the lease does.
-    let bounded = |step: &'static str, kind: CallKind| -> Result<Duration, ResolveError> {
-        let now = settings.now();
-        match budget.call_timeout(kind, now, lease_until) {
-            Some(_) => Ok(time_left(now, lease_until)),
-            None => Err(ResolveError::LeaseEnding {
-                step,
-                left_ms: millis(time_left(now, lease_until)),
-                needs_ms: millis(budget.least(kind)),
-            }),
-        }
+    let settings = Settings {
+        budget: settings.budget.under_lease(),
+        ..settings.clone()
     };
-    let timed_out = |step: &'static str| ResolveError::LeaseEnded { step };
+    let executor = Executor::new(&settings, lease_until);
+    executor
+        .admitted(resolve_steps(store, provider, order, resolver, &executor))
+        .await
+        .unwrap_or_else(|closed| {
+            Err(ResolveError::Deferred {
+                dependency: closed.dependency,
+            })
+        })
+}
+
+async fn resolve_steps(
+    store: &dyn IdempotencyStore,
+    provider: &dyn ChargePath,
+    order: &Order,
+    (mut resolver, mut step): (Resolver, ResolveStep),
+    executor: &Executor<'_>,
+) -> Result<Resolution, ResolveError> {
     for _ in 0..MOST_RESOLVE_STEPS {
         step = match step {
             ResolveStep::Done(result) => return result,
             ResolveStep::Read => {
-                let left = bounded("read", CallKind::Store)?;
-                let read = tokio::time::timeout(left, store.get(resolver.key()))
-                    .await
-                    .map_err(|_| timed_out("read"))?;
+                let span = spans::store_operation("get", "GetItem");
+                let read = executor.store(&span, store.get(resolver.key())).await;
+                let read = answer_of(read, "read", CallKind::Store, executor)?;
                 resolver.on(ResolveInput::Read(read))
             }
             ResolveStep::Write(kind) => {
-                let left = bounded("write", CallKind::Store)?;
-                let answer = tokio::time::timeout(left, store.write(&resolver.write(kind)))
-                    .await
-                    .map_err(|_| timed_out("write"))?;
+                let write = resolver.write(kind);
+                let span = spans::store_operation(write.operation(), "UpdateItem");
+                let answer = executor.store(&span, store.write(&write)).await;
+                spans::store_answered(&span, &answer);
+                let answer = answer_of(answer, "write", CallKind::Store, executor)?;
                 resolver.on(ResolveInput::Written(answer))
             }
             ResolveStep::Lookup => {
-                let left = bounded("lookup", CallKind::Provider)?;
-                let lookup = provider.find_payment(order, resolver.lookup_since());
-                let found = tokio::time::timeout(left, lookup)
-                    .await
-                    .map_err(|_| timed_out("lookup"))?;
+                let since = resolver.lookup_since();
+                let found = executor
+                    .provider(ProviderCall::Lookup, false, || {
+                        provider.find_payment(order, since)
+                    })
+                    .await;
+                let found = answer_of(found, "lookup", CallKind::Provider, executor)?;
                 resolver.on(ResolveInput::Looked(found))
             }
             ResolveStep::Cancel { payment_id } => {
-                let left = bounded("cancel", CallKind::Provider)?;
-                let cancelled = tokio::time::timeout(left, provider.cancel(&payment_id))
-                    .await
-                    .map_err(|_| timed_out("cancel"))?;
+                let cancelled = executor
+                    .provider(ProviderCall::Cancel, false, || provider.cancel(&payment_id))
+                    .await;
+                let cancelled = answer_of(cancelled, "cancel", CallKind::Provider, executor)?;
                 resolver.on(ResolveInput::Cancelled(cancelled))
             }
         };
     }
-    Err(timed_out("next step"))
+    Err(ResolveError::LeaseEnded { step: "next step" })
+}
+
+/// A call's answer as `resolve`'s machine reads it (its own error, or what it
+/// answered), or why `resolve` stops: the call was not started (the lease cannot hold
+/// it), or was cut short at the lease's end.
+fn answer_of<T, E>(
+    answer: Result<T, NoAnswer<E>>,
+    step: &'static str,
+    kind: CallKind,
+    executor: &Executor<'_>,
+) -> Result<Result<T, E>, ResolveError> {
+    match answer {
+        Ok(value) => Ok(Ok(value)),
+        Err(NoAnswer::Failed(e)) => Ok(Err(e)),
+        Err(NoAnswer::TimedOut) => Err(ResolveError::LeaseEnded { step }),
+        Err(NoAnswer::NoTime) => {
+            let left = time_left(executor.now(), executor.deadline());
+            Err(ResolveError::LeaseEnding {
+                step,
+                left_ms: millis(left),
+                needs_ms: millis(executor.settings().budget.least(kind)),
+            })
+        }
+    }
 }
 
 /// Steps a resolve takes at most: a read, a lease, a lookup, a cancel, a lookup again
@@ -563,59 +356,6 @@ fn on_charged(machine: &mut Machine, answer: Result<Receipt, NoAnswer<PaymentErr
     machine.on(Input::Charged(answer))
 }
 
-/// A call not sent because this environment's pace had no slot for it before the
-/// deadline: backpressure, as a rate limit is, and nothing reached the provider.
-fn not_sent() -> PaymentError {
-    PaymentError::Retryable {
-        kind: FailureKind::RateLimited(Limiter::Unnamed),
-        source: Some("not sent: the pace of provider calls had no slot before the deadline".into()),
-        should_retry: Some(false),
-    }
-}
-
-/// What each record's calls have reached, so that a probe that reached nothing is
-/// handed back.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Calls {
-    pub(crate) store: bool,
-    pub(crate) provider: bool,
-}
-
-/// Feeds a call's answer to its breaker: a call that was not started says nothing; an
-/// answer that `is_down` says the dependency is down is a failure; anything else, an
-/// error that the dependency chose to answer with included, is a success.
-fn tell_breaker<T, E>(
-    breaker: &Breaker,
-    answer: &Result<T, NoAnswer<E>>,
-    now: Time,
-    is_down: impl Fn(&E) -> bool,
-) -> bool {
-    match answer {
-        Err(NoAnswer::NoTime) => return false,
-        Err(NoAnswer::TimedOut) => breaker.failure(now),
-        Err(NoAnswer::Failed(e)) if is_down(e) => breaker.failure(now),
-        _ => breaker.success(),
-    }
-    true
-}
-
-/// A provider failure that says the provider is down, not an answer about this charge
-/// (a decline, a rejection, a reused key, a 409 on a key in use) nor backpressure (a
-/// rate limit or a lock: paced, never a failure).
-pub(crate) fn provider_is_down(error: &PaymentError) -> bool {
-    matches!(
-        error,
-        PaymentError::Retryable {
-            kind: FailureKind::Timeout
-                | FailureKind::Connection
-                | FailureKind::Server(_)
-                | FailureKind::BadResponse
-                | FailureKind::NoEndpoint,
-            ..
-        }
-    )
-}
-
 /// Metrics, warnings and crash points on a write's answer; what the answer means is
 /// the machine's to decide.
 fn observe_write(
@@ -647,57 +387,5 @@ fn observe_write(
             warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
         }
         _ => {}
-    }
-}
-
-/// Runs `call` for at most `timeout`, its latency recorded in `metric`.
-async fn bounded<T, E>(
-    timeout: Duration,
-    metric: &'static str,
-    call: impl Future<Output = Result<T, E>>,
-) -> Result<T, NoAnswer<E>> {
-    match tokio::time::timeout(timeout, timed(metric, call)).await {
-        Ok(result) => result.map_err(NoAnswer::Failed),
-        Err(_elapsed) => Err(NoAnswer::TimedOut),
-    }
-}
-
-/// Runs `fut`, recording how long it took in the histogram `metric` (ms).
-async fn timed<T>(metric: &'static str, fut: impl Future<Output = T>) -> T {
-    let started = Instant::now();
-    let out = fut.await;
-    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_rate_limit_or_a_lock_never_counts_toward_the_providers_breaker() {
-        for kind in [
-            FailureKind::RateLimited(Limiter::EndpointRate),
-            FailureKind::RateLimited(Limiter::Unnamed),
-            FailureKind::Lock,
-        ] {
-            assert!(
-                !provider_is_down(&PaymentError::retryable(kind)),
-                "{kind:?}"
-            );
-        }
-        assert!(!provider_is_down(&not_sent()));
-        assert!(provider_is_down(&PaymentError::retryable(
-            FailureKind::Server(503)
-        )));
-        let breaker = Breaker::new(1, Duration::from_secs(1), Duration::from_secs(2));
-        let now = Time::from_ms(0);
-        for _ in 0..10 {
-            let refused: Result<(), _> = Err(NoAnswer::Failed(PaymentError::retryable(
-                FailureKind::RateLimited(Limiter::EndpointRate),
-            )));
-            tell_breaker(&breaker, &refused, now, provider_is_down);
-        }
-        assert!(breaker.is_closed(), "rate limits kept the breaker closed");
     }
 }

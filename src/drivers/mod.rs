@@ -3,6 +3,7 @@
 //!
 //! | module | owns |
 //! | --- | --- |
+//! | [`executor`] | the one executor: every call of every path under the breakers, the deadline budget, the pace, spans and metrics |
 //! | [`charge`] | one record's machine, and `resolve`'s, with the real store and provider |
 //! | [`batch`] | the SQS batch: runs the plan's groups, makes the queue calls, reports each record |
 //! | [`audit`] | the audit's reads |
@@ -13,6 +14,7 @@
 pub mod audit;
 pub mod batch;
 pub mod charge;
+pub mod executor;
 pub mod metrics;
 pub mod settle;
 pub mod spans;

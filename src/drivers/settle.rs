@@ -1,30 +1,29 @@
 //! Drives the settlement machine (`policy/settle.rs`): from a provider event in the
-//! batch (the consumer, under the invocation's breakers, pace and deadline rule), and
-//! on a schedule from every awaiting record (the settler: every wait ends, events or
-//! none). The machine decides each step by the provider's answer; this module only
-//! makes the calls, bounded, counts and logs them. One loop ([`drive`]) runs the steps
+//! batch, and on a schedule from every awaiting record (the settler: every wait ends,
+//! events or none); both through the one executor (`drivers/executor.rs`: breakers,
+//! pace, deadline rule, spans). The machine decides each step by the provider's
+//! answer; this module only makes the calls, counts and logs them. One loop ([`drive`]) runs the steps
 //! for both, so the sequence fetch, cancel, move the end, report, write exists once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use tracing::{Instrument, error, info, warn};
+use tracing::{error, info, warn};
 
-use crate::contracts::payment::{Cancel, ChargePath, PaymentError, Throttle};
+use crate::contracts::payment::{Cancel, ChargePath, PaymentError};
 use crate::contracts::queue::{EndedWait, QueueError, Reports};
 use crate::contracts::store::{AwaitingCursor, IdempotencyStore, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
 use crate::domain::{Key, Record};
-use crate::drivers::charge::{Calls, Charger, provider_is_down};
-use crate::drivers::metrics::{PAYMENT_MISSING, PROVIDER_KEY_REFUSED};
+use crate::drivers::charge::{Charger, Settings, deferred};
+use crate::drivers::executor::Executor;
+use crate::drivers::metrics::PAYMENT_MISSING;
 use crate::drivers::spans::{self, ProviderCall};
-use crate::policy::deadline::CallKind;
 use crate::policy::machine::NoAnswer;
 use crate::policy::outcome::{Outcome, RetryCause};
 use crate::policy::outcome_kind::OutcomeKind;
-use crate::policy::pacing::Pacer;
 use crate::policy::rules::Rules;
 use crate::policy::settle::{
     self, Found, PaymentNow, SettleInput, SettleStep, Settlement, Trigger,
@@ -37,17 +36,8 @@ const MOST_STEPS: usize = 16;
 /// Pages of the awaiting index one settler run reads at most (its time ends first).
 const MOST_PAGES: usize = 100_000;
 
-/// The calls a settlement makes, each bounded by its driver's rule.
-trait SettleCalls {
-    async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>>;
-    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>>;
-    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>>;
-    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>>;
-    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>>;
-}
-
 /// Runs `machine` from `step` to its outcome through `calls`.
-async fn drive(mut machine: Settlement, mut step: SettleStep, calls: &impl SettleCalls) -> Outcome {
+async fn drive(mut machine: Settlement, mut step: SettleStep, calls: &Calls<'_, '_>) -> Outcome {
     for _ in 0..MOST_STEPS {
         step = match step {
             SettleStep::Done(outcome) => {
@@ -90,110 +80,52 @@ async fn drive(mut machine: Settlement, mut step: SettleStep, calls: &impl Settl
     Outcome::InProgress { until: None }
 }
 
-/// The event path's calls: under the invocation's deadline rule, paced, each answer
-/// told to its breaker, each in its span.
-struct EventCalls<'a, 'c> {
-    charger: &'a Charger<'c>,
+/// A settlement's calls, through the one executor (`drivers/executor.rs`): on the
+/// event path and the settler alike, each bounded by the deadline rule, told to its
+/// breaker, paced (provider calls) and in its span.
+struct Calls<'a, 'e> {
+    executor: &'a Executor<'e>,
+    store: &'a dyn IdempotencyStore,
+    provider: &'a dyn ChargePath,
     reports: &'a dyn Reports,
-    deadline: Time,
-    /// What the calls reached, for the breakers' probes (shared: the future is `Send`).
-    calls: std::sync::Mutex<Calls>,
 }
 
-impl EventCalls<'_, '_> {
-    async fn paced<T, Fut>(
-        &self,
-        what: ProviderCall,
-        call: impl Fn() -> Fut,
-    ) -> Result<T, NoAnswer<PaymentError>>
-    where
-        Fut: Future<Output = Result<T, PaymentError>>,
-    {
-        let mut calls = Calls::default();
-        let answer = self
-            .charger
-            .paced_call(what, false, self.deadline, &mut calls, call)
-            .await;
-        self.reached(calls);
-        answer
-    }
-
-    /// A store call in `span`, bounded by the deadline rule, told to the breaker.
-    async fn store<T>(
-        &self,
-        span: &tracing::Span,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, NoAnswer<StoreError>> {
-        let answer = self
-            .charger
-            .store_call(self.deadline, call)
-            .instrument(span.clone())
-            .await;
-        let store = self.charger.tell_store_breaker(&answer);
-        self.reached(Calls {
-            store,
-            provider: false,
-        });
-        answer
-    }
-
-    /// What a call reached, for the breakers' probes.
-    fn reached(&self, reached: Calls) {
-        // Two flags: a poisoned lock still holds them.
-        let mut calls = self
-            .calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        calls.store |= reached.store;
-        calls.provider |= reached.provider;
-    }
-}
-
-impl SettleCalls for EventCalls<'_, '_> {
+impl Calls<'_, '_> {
     async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>> {
         let span = spans::store_operation("get", "GetItem");
-        self.store(&span, self.charger.store.get(key)).await
+        self.executor.store(&span, self.store.get(key)).await
     }
 
     async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
-        let provider = self.charger.provider;
+        let provider = self.provider;
         let found = self
-            .paced(ProviderCall::Fetch, || provider.payment_by_id(payment_id))
+            .executor
+            .provider(ProviderCall::Fetch, false, || {
+                provider.payment_by_id(payment_id)
+            })
             .await?;
         Ok(found.as_ref().map(Found::of))
     }
 
     async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
-        let provider = self.charger.provider;
-        self.paced(ProviderCall::Cancel, || provider.cancel(payment_id))
+        let provider = self.provider;
+        self.executor
+            .provider(ProviderCall::Cancel, false, || provider.cancel(payment_id))
             .await
     }
 
     async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>> {
         let span = spans::store_operation(write.operation(), "UpdateItem");
-        let answer = self.store(&span, self.charger.store.write(write)).await;
+        let answer = self.executor.store(&span, self.store.write(write)).await;
         spans::store_answered(&span, &answer);
         answer
     }
 
     async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>> {
-        let settings = self.charger.settings;
-        let Some(timeout) =
-            settings
-                .budget
-                .call_timeout(CallKind::Queue, settings.now(), self.deadline)
-        else {
-            return Err(NoAnswer::NoTime);
-        };
-        match tokio::time::timeout(
-            timeout,
-            report(self.reports, key, payment_id, settings.now()),
-        )
-        .await
-        {
-            Ok(answer) => answer.map_err(NoAnswer::Failed),
-            Err(_elapsed) => Err(NoAnswer::TimedOut),
-        }
+        let now = self.executor.now();
+        self.executor
+            .queue(report(self.reports, key, payment_id, now))
+            .await
     }
 }
 
@@ -215,16 +147,17 @@ impl Charger<'_> {
             payment_id: event.payment_id.clone(),
             claimed: PaymentNow::claimed(&event.kind, &event.status),
         };
-        self.admitted(deadline, async |calls: &mut Calls| {
-            let driver = EventCalls {
-                charger: self,
-                reports,
-                deadline,
-                calls: std::sync::Mutex::new(*calls),
-            };
+        let executor = Executor::new(self.settings, deadline);
+        let calls = Calls {
+            executor: &executor,
+            store: self.store,
+            provider: self.provider,
+            reports,
+        };
+        let work = async {
             let (key, found) = match key {
                 Some(key) => (key.clone(), None),
-                None => match driver.fetch(&event.payment_id).await {
+                None => match calls.fetch(&event.payment_id).await {
                     Ok(Some(found)) => {
                         let order = found
                             .order_id
@@ -249,14 +182,9 @@ impl Charger<'_> {
             if let Some(found) = found {
                 machine.prefetched(found);
             }
-            let outcome = drive(machine, step, &driver).await;
-            *calls = driver
-                .calls
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            outcome
-        })
-        .await
+            drive(machine, step, &calls).await
+        };
+        executor.admitted(work).await.unwrap_or_else(deferred)
     }
 }
 
@@ -277,24 +205,28 @@ async fn report(
         .await
 }
 
+/// What the settler leaves of its run's time for its answer, besides the longest one
+/// record can take.
+const SETTLE_MARGIN: Duration = Duration::from_secs(10);
+/// The provider calls one record's settlement makes at most (a fetch, a cancel, a
+/// second fetch), with its report and its write: what a record may take.
+const SETTLE_CALLS_PER_RECORD: u32 = 5;
+
 /// What the scheduled settler needs.
 pub struct Settler<'a> {
     pub store: &'a dyn IdempotencyStore,
     pub provider: &'a dyn ChargePath,
     pub reports: &'a dyn Reports,
-    /// The clock: the wait's end is read against it.
-    pub now: &'a (dyn Fn() -> Time + Send + Sync),
-    /// `expires` of a record it completes.
-    pub retention: Duration,
-    /// Each store and provider call's timeout.
-    pub call_timeout: Duration,
+    /// The consumer's settings: the clock (a wait's end is read against it), the
+    /// retention of a record it completes, the deadline budget, and this environment's
+    /// breakers and pace, so that a run over many waits never bursts past the
+    /// provider's rate limit nor calls a provider that is down.
+    pub settings: &'a Settings,
+    /// How long a run may take: the invocation's time left (in Lambda, less the
+    /// traces' flush reserve).
+    pub time: Duration,
     /// Awaiting records read per page of the index.
     pub limit: usize,
-    /// When the run stops taking records (the function's own deadline, less margin).
-    pub until: Instant,
-    /// The pace of provider calls (`policy/pacing.rs`), the consumer's kind: a run
-    /// over many waits never bursts past the provider's rate limit.
-    pub pacer: &'a Pacer,
     /// Records one run settles at most (its time ends it too): what bounds a run's
     /// provider calls; the next run goes on from where it stopped.
     pub per_run: usize,
@@ -334,96 +266,6 @@ impl SettleRun {
     }
 }
 
-/// The settler's calls: each bounded by its own timeout (it runs outside any batch).
-struct DueCalls<'a, 'b> {
-    settler: &'a Settler<'b>,
-}
-
-impl DueCalls<'_, '_> {
-    async fn bounded<T, E>(
-        &self,
-        call: impl Future<Output = Result<T, E>>,
-    ) -> Result<T, NoAnswer<E>> {
-        match tokio::time::timeout(self.settler.call_timeout, call).await {
-            Ok(answer) => answer.map_err(NoAnswer::Failed),
-            Err(_elapsed) => Err(NoAnswer::TimedOut),
-        }
-    }
-
-    /// Waits for the pace's next slot while the run has time; `false` when it has none.
-    async fn slot(&self) -> bool {
-        // Bounded: each wait is at most one spacing of the pace, and the run's end.
-        for _ in 0..10_000 {
-            match self.settler.pacer.try_take((self.settler.now)()) {
-                Ok(()) => return true,
-                Err(wait) => {
-                    if Instant::now() + wait >= self.settler.until {
-                        return false;
-                    }
-                    tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
-                }
-            }
-        }
-        false
-    }
-
-    /// A provider call at the pace, its answer told to the pace.
-    async fn paced<T>(
-        &self,
-        call: impl Future<Output = Result<T, PaymentError>>,
-    ) -> Result<T, NoAnswer<PaymentError>> {
-        if !self.slot().await {
-            return Err(NoAnswer::NoTime);
-        }
-        let answer = self.bounded(call).await;
-        // As the consumer's calls tell it (`drivers/charge.rs`, `paced_call`): a rate
-        // limit cuts the pace; a locked object, a provider that is down or no answer
-        // says nothing of its rate.
-        let pacer = self.settler.pacer;
-        if matches!(&answer, Err(NoAnswer::Failed(e)) if e.refuses_the_key()) {
-            metrics::counter!(PROVIDER_KEY_REFUSED).increment(1);
-        }
-        match &answer {
-            Err(NoAnswer::Failed(e)) => match e.throttle() {
-                Some(Throttle::RateLimited(_)) => pacer.on_rate_limited((self.settler.now)()),
-                Some(Throttle::Lock) => {}
-                None if provider_is_down(e) => {}
-                None => pacer.on_success(),
-            },
-            Err(NoAnswer::TimedOut | NoAnswer::NoTime) => {}
-            Ok(_) => pacer.on_success(),
-        }
-        answer
-    }
-}
-
-impl SettleCalls for DueCalls<'_, '_> {
-    async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>> {
-        self.bounded(self.settler.store.get(key)).await
-    }
-
-    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
-        let found = self
-            .paced(self.settler.provider.payment_by_id(payment_id))
-            .await?;
-        Ok(found.as_ref().map(Found::of))
-    }
-
-    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
-        self.paced(self.settler.provider.cancel(payment_id)).await
-    }
-
-    async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>> {
-        self.bounded(self.settler.store.write(write)).await
-    }
-
-    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>> {
-        let now = (self.settler.now)();
-        self.bounded(report(self.settler.reports, key, payment_id, now))
-            .await
-    }
-}
-
 impl Settler<'_> {
     /// Reads the awaiting records (the index, never a scan), page by page from where
     /// the last run stopped, round the whole index once, and settles each by the
@@ -432,6 +274,10 @@ impl Settler<'_> {
     /// run.
     pub async fn run(&self) -> Result<SettleRun, StoreError> {
         let far = Time::from_secs(i64::MAX / 1000);
+        let deadline = self.settings.now() + self.time;
+        // No record starts unless the longest one could end before the answer's margin.
+        let record_time =
+            self.settings.budget.payment_timeout * SETTLE_CALLS_PER_RECORD + SETTLE_MARGIN;
         let started_at = self.store.settle_cursor().await?;
         let mut cursor = started_at.clone();
         let mut wrapped = started_at.is_none();
@@ -460,11 +306,12 @@ impl Settler<'_> {
                     cursor = started_at.clone();
                     break 'pages;
                 }
-                if Instant::now() >= self.until || run.read >= self.per_run {
+                let left = self.settings.now().until(deadline);
+                if left < record_time || run.read >= self.per_run {
                     run.unread = true;
                     break 'pages;
                 }
-                self.settle(&mut run, record).await;
+                self.settle(&mut run, record, deadline).await;
                 cursor = place;
             }
         }
@@ -472,20 +319,29 @@ impl Settler<'_> {
         Ok(run)
     }
 
-    async fn settle(&self, run: &mut SettleRun, record: Record) {
+    async fn settle(&self, run: &mut SettleRun, record: Record, deadline: Time) {
         run.read += 1;
         let key = record.pk.clone();
         let payment = record.payment.clone().unwrap_or_default();
-        let now = (self.now)();
-        let paid_until = Time::from_secs((now + self.retention).as_secs());
+        let now = self.settings.now();
         let (machine, step) = Settlement::new(
             key.clone(),
             Trigger::Due(Box::new(record)),
             now,
-            paid_until,
+            self.settings.expires(now),
             Rules::ALL,
         );
-        let outcome = drive(machine, step, &DueCalls { settler: self }).await;
+        let executor = Executor::new(self.settings, deadline);
+        let calls = Calls {
+            executor: &executor,
+            store: self.store,
+            provider: self.provider,
+            reports: self.reports,
+        };
+        let outcome = executor
+            .admitted(drive(machine, step, &calls))
+            .await
+            .unwrap_or_else(deferred);
         self.tell(run, &key, &payment, &outcome);
     }
 

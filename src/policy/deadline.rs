@@ -58,6 +58,12 @@ pub struct Budget {
     /// Kept after the records for the queue steps: zero when there is no queue to
     /// call (`invoke` without `--sqs`).
     pub queue_reserve: Duration,
+    /// A started call is bounded by all that is left before the deadline, not by its
+    /// own timeout: `resolve`'s calls, whose deadline is its lease's end.
+    pub calls_take_what_is_left: bool,
+    /// Kept before the invocation deadline for the traces' flush before the response
+    /// (`traces.rs`): zero when traces are off.
+    pub flush_reserve: Duration,
 }
 
 impl Budget {
@@ -68,6 +74,32 @@ impl Budget {
             payment_timeout,
             store_timeout: STORE_TIMEOUT,
             queue_reserve: Duration::ZERO,
+            calls_take_what_is_left: false,
+            flush_reserve: Duration::ZERO,
+        }
+    }
+
+    /// The same, keeping `reserve` before the invocation deadline for the traces' flush.
+    pub fn with_flush_reserve(self, reserve: Duration) -> Self {
+        Self {
+            flush_reserve: reserve,
+            ..self
+        }
+    }
+
+    /// The deadline every call of an invocation ends before: the invocation's, less
+    /// the flush reserve. Every path takes its deadline from here.
+    pub fn answer_by(&self, invocation_deadline: Time) -> Time {
+        invocation_deadline - self.flush_reserve
+    }
+
+    /// The same for work under a lease of its own (`resolve`): a call starts only with
+    /// the time it needs left, and then has all that is left of the lease (its own
+    /// timeout, the HTTP client's, ends it first unless the lease does).
+    pub fn under_lease(self) -> Self {
+        Self {
+            calls_take_what_is_left: true,
+            ..self
         }
     }
 
@@ -104,7 +136,11 @@ impl Budget {
             CallKind::Store => (self.store_timeout, MIN_STORE_CALL),
             CallKind::Queue => (QUEUE_STEP, MIN_QUEUE_STEP),
         };
-        let timeout = timeout.min(left);
+        let timeout = if self.calls_take_what_is_left {
+            left
+        } else {
+            timeout.min(left)
+        };
         (timeout >= least).then_some(timeout)
     }
 
@@ -207,6 +243,32 @@ mod tests {
         );
         let deadline = at(0) + Duration::from_millis(550);
         assert_eq!(b.call_timeout(CallKind::Queue, at(0), deadline), None);
+    }
+
+    #[test]
+    fn the_flush_reserve_comes_off_every_deadline_of_the_invocation() {
+        let b = budget()
+            .with_queue_steps()
+            .with_flush_reserve(Duration::from_millis(500));
+        let answer_by = b.answer_by(at(60));
+        assert_eq!(answer_by, at(60) - Duration::from_millis(500));
+        assert_eq!(b.records_deadline(answer_by), at(58));
+        assert_eq!(budget().answer_by(at(60)), at(60));
+    }
+
+    #[test]
+    fn under_a_lease_a_call_starts_with_its_least_time_left_and_has_all_that_is_left() {
+        let b = budget().under_lease();
+        assert_eq!(
+            b.call_timeout(CallKind::Provider, at(0), at(60)),
+            Some(Duration::from_millis(59_500))
+        );
+        let late = at(1) + Duration::from_millis(1);
+        assert_eq!(b.call_timeout(CallKind::Provider, late, at(11)), None);
+        assert_eq!(
+            b.call_timeout(CallKind::Store, at(0), at(60)),
+            Some(Duration::from_millis(59_500))
+        );
     }
 
     #[test]

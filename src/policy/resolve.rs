@@ -17,6 +17,7 @@ use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Key, Owner, Record, State};
 use crate::policy::lease::Lease;
+use crate::policy::retry::breaker::Dependency;
 use crate::policy::table::same_order;
 
 /// What `resolve` did.
@@ -70,6 +71,14 @@ pub enum ResolveError {
          still succeed, so no new key is allowed; run resolve again once it is final"
     )]
     Pending { payment_id: String, status: String },
+    /// This process's breaker for a dependency is open (it failed again and again):
+    /// nothing was read, written or asked.
+    #[error(
+        "resolve did not start: the {} failed again and again in this process; nothing was \
+         done; run resolve again later",
+        match dependency { Dependency::Store => "store", Dependency::Provider => "provider" }
+    )]
+    Deferred { dependency: Dependency },
     #[error("store")]
     Store(#[from] StoreError),
     #[error("provider lookup")]

@@ -27,13 +27,15 @@ use crate::contracts::queue::{DeadLetter, Offline, Queue, QueueError, Reports, U
 use crate::contracts::store::IdempotencyStore;
 use crate::domain::clock::Time;
 use crate::drivers::charge::{Charger, Settings};
+use crate::drivers::executor::Executor;
 use crate::drivers::metrics::QUEUE_FAILURES;
 pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
 pub use crate::policy::batch::plan::BatchError;
 use crate::policy::batch::plan::{
     self, Entry, InOrder, Message, Response, Retries, Schedule, Valid,
 };
-use crate::policy::deadline::{self, CallKind};
+use crate::policy::deadline;
+use crate::policy::machine::NoAnswer;
 use crate::policy::retry::{self, Backoff, Jitter};
 
 /// How a batch is run (ARCHITECTURE.md, "The batch").
@@ -104,6 +106,13 @@ impl Consumer {
         Self { queue, ..self }
     }
 
+    /// The consumer that keeps `reserve` before each invocation's deadline for the
+    /// traces' flush before the response (`traces.rs`).
+    pub fn with_flush_reserve(mut self, reserve: Duration) -> Self {
+        self.settings.budget = self.settings.budget.with_flush_reserve(reserve);
+        self
+    }
+
     /// The consumer that reports ended waits to `reports` (the shop's queue).
     pub fn with_reports(self, reports: Arc<dyn Reports>) -> Self {
         Self { reports, ..self }
@@ -155,6 +164,8 @@ impl Consumer {
         deadline: Time,
     ) -> Result<SqsBatchResponse, BatchError> {
         let started = Instant::now();
+        // With traces, the batch ends early enough for their flush to follow.
+        let deadline = self.settings.budget.answer_by(deadline);
         let messages: Vec<Message<'_>> = event.records.iter().map(message).collect();
         let mut entries = plan::parse(&messages)?;
         let schedule = plan::schedule(&mut entries, self.limits.fifo_failure_scope);
@@ -345,24 +356,23 @@ impl Consumer {
         }
     }
 
-    /// One step of queue calls, bounded like every other call: it ends before the
-    /// deadline less the safety margin, or is not started.
+    /// One step of queue calls, through the one executor like every other call: it
+    /// ends before the deadline less the safety margin, or is not started.
     async fn queue_step(
         &self,
         deadline: Time,
         entries: usize,
         call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
     ) -> Vec<Result<(), QueueError>> {
-        let now = self.settings.now();
-        let results = match self
-            .settings
-            .budget
-            .call_timeout(CallKind::Queue, now, deadline)
+        let executor = Executor::new(&self.settings, deadline);
+        let results = match executor
+            .queue(async { Ok::<_, std::convert::Infallible>(call.await) })
+            .await
         {
-            None => vec![Err(QueueError::NoTime); entries],
-            Some(timeout) => tokio::time::timeout(timeout, call)
-                .await
-                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries]),
+            Ok(results) => results,
+            Err(NoAnswer::NoTime) => vec![Err(QueueError::NoTime); entries],
+            Err(NoAnswer::TimedOut) => vec![Err(QueueError::TimedOut); entries],
+            Err(NoAnswer::Failed(never)) => match never {},
         };
         let failures = results
             .iter()
