@@ -43,21 +43,6 @@ pub mod telemetry;
 pub mod traces;
 pub mod wiring;
 
-/// A boxed source error of an adapter, kept whole (never stringified).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// An error and all its sources on one line, `outer: inner: root`, for log fields.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Some SDK errors repeat their source's text; say each thing once.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+/// A boxed source error of an adapter, kept whole, and an error with all its sources on
+/// one line: the library's.
+pub use idempotent_consumer::{BoxError, error_chain};

@@ -37,7 +37,7 @@ use crate::adapters::tls::{Tls, TlsError};
 use crate::drivers::spans;
 
 /// The room kept before the invocation deadline for the flush before the response:
-/// the deadline budget's flush reserve when traces are on (`policy/deadline.rs`,
+/// the deadline budget's flush reserve when traces are on (`idempotent-consumer/src/deadline.rs`,
 /// `Budget::answer_by`), so the records, the queue calls and the settler leave it free.
 pub const FLUSH_RESERVE: Duration = Duration::from_millis(500);
 /// The flush after the response (the invocation's span) waits at most this; the

@@ -1,7 +1,8 @@
 //! The words every layer shares, pure: the time, the order as a message carries it,
 //! the provider's payment events, and what the table knows an order by (its key, fingerprint and stored record).
 
-pub mod clock;
+/// Time, from the library (`idempotent_consumer::clock`).
+pub use idempotent_consumer::clock;
 pub mod event;
 mod key;
 pub mod order;

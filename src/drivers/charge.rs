@@ -20,7 +20,7 @@ pub use crate::domain::clock::Clock;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Owner};
-use crate::drivers::executor::{Closed, Executor};
+use crate::drivers::executor::{Closed, Executor, executor};
 use crate::drivers::metrics::{CHARGE_RETRIED, TAKEOVER};
 use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::deadline::{Budget, CallKind, time_left};
@@ -103,7 +103,7 @@ impl Charger<'_> {
     /// Processes one valid order. `deadline` is the invocation deadline; the lease
     /// ends there and no call runs past it.
     pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
-        let executor = Executor::new(self.settings, deadline);
+        let executor = executor(self.settings, deadline);
         executor
             .admitted(self.run(order, identity, &executor))
             .await
@@ -239,7 +239,7 @@ pub async fn resolve(
         budget: settings.budget.under_lease(),
         ..settings.clone()
     };
-    let executor = Executor::new(&settings, lease_until);
+    let executor = executor(&settings, lease_until);
     executor
         .admitted(resolve_steps(store, provider, order, resolver, &executor))
         .await
@@ -314,7 +314,7 @@ fn answer_of<T, E>(
             Err(ResolveError::LeaseEnding {
                 step,
                 left_ms: millis(left),
-                needs_ms: millis(executor.settings().budget.least(kind)),
+                needs_ms: millis(executor.safeguards().budget.least(kind)),
             })
         }
     }

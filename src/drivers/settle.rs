@@ -18,7 +18,7 @@ use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
 use crate::domain::{Key, Record};
 use crate::drivers::charge::{Charger, Settings, deferred};
-use crate::drivers::executor::Executor;
+use crate::drivers::executor::{Executor, executor};
 use crate::drivers::metrics::PAYMENT_MISSING;
 use crate::drivers::spans::{self, ProviderCall};
 use crate::policy::machine::NoAnswer;
@@ -147,7 +147,7 @@ impl Charger<'_> {
             payment_id: event.payment_id.clone(),
             claimed: PaymentNow::claimed(&event.kind, &event.status),
         };
-        let executor = Executor::new(self.settings, deadline);
+        let executor = executor(self.settings, deadline);
         let calls = Calls {
             executor: &executor,
             store: self.store,
@@ -277,7 +277,7 @@ impl Settler<'_> {
         let deadline = self.settings.now() + self.time;
         // No record starts unless the longest one could end before the answer's margin.
         let record_time =
-            self.settings.budget.payment_timeout * SETTLE_CALLS_PER_RECORD + SETTLE_MARGIN;
+            self.settings.budget.provider_timeout * SETTLE_CALLS_PER_RECORD + SETTLE_MARGIN;
         let started_at = self.store.settle_cursor().await?;
         let mut cursor = started_at.clone();
         let mut wrapped = started_at.is_none();
@@ -331,7 +331,7 @@ impl Settler<'_> {
             self.settings.expires(now),
             Rules::ALL,
         );
-        let executor = Executor::new(self.settings, deadline);
+        let executor = executor(self.settings, deadline);
         let calls = Calls {
             executor: &executor,
             store: self.store,

@@ -244,15 +244,15 @@ pub fn provider_call(call: ProviderCall, retry: bool) -> Span {
 /// How a provider call went, on its span: the outcome, the HTTP status when one
 /// says it, whether the provider replayed a stored answer. Only the error's kind is
 /// read, never its text.
-pub fn provider_answered<T>(span: &Span, answer: &Result<T, NoAnswer<PaymentError>>) {
+pub fn provider_answered(span: &Span, failure: Option<&NoAnswer<PaymentError>>) {
     if span.is_none() {
         return;
     }
-    let (outcome, status, replay) = match answer {
-        Ok(_) => ("ok", None, false),
-        Err(NoAnswer::NoTime) => ("not_started", None, false),
-        Err(NoAnswer::TimedOut) => ("timed_out", None, false),
-        Err(NoAnswer::Failed(e)) => match e {
+    let (outcome, status, replay) = match failure {
+        None => ("ok", None, false),
+        Some(NoAnswer::NoTime) => ("not_started", None, false),
+        Some(NoAnswer::TimedOut) => ("timed_out", None, false),
+        Some(NoAnswer::Failed(e)) => match e {
             PaymentError::Declined { .. } => ("declined", Some(402), false),
             PaymentError::AuthenticationRequired { .. } => ("authentication_required", None, false),
             PaymentError::UnexpectedStatus { .. } => ("unexpected_status", None, false),
@@ -262,7 +262,7 @@ pub fn provider_answered<T>(span: &Span, answer: &Result<T, NoAnswer<PaymentErro
             PaymentError::ReplayedServerError { status } => {
                 ("replayed_server_error", Some(*status), true)
             }
-            PaymentError::Retryable { kind, .. } => failure(*kind),
+            PaymentError::Retryable { kind, .. } => failure_of(*kind),
         },
     };
     span.set_attribute("charge_once.outcome", outcome);
@@ -270,12 +270,12 @@ pub fn provider_answered<T>(span: &Span, answer: &Result<T, NoAnswer<PaymentErro
     if let Some(status) = status {
         span.set_attribute("http.response.status_code", i64::from(status));
     }
-    if answer.is_err() {
+    if failure.is_some() {
         span.set_status(Status::error(outcome));
     }
 }
 
-fn failure(kind: FailureKind) -> (&'static str, Option<u16>, bool) {
+fn failure_of(kind: FailureKind) -> (&'static str, Option<u16>, bool) {
     match kind {
         FailureKind::Timeout => ("timed_out", None, false),
         FailureKind::Connection => ("connection", None, false),
@@ -294,15 +294,7 @@ fn failure(kind: FailureKind) -> (&'static str, Option<u16>, bool) {
 }
 
 /// The waits of a record, as their spans name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// For a slot of the environment's pace (`policy/pacing.rs`).
-    Pacing,
-    /// The jittered pause after a locked customer (`lock_timeout`).
-    Lock,
-    /// The jittered pause before the one retry of a transient charge failure.
-    Retry,
-}
+pub use idempotent_consumer::executor::Wait;
 
 /// The span of one wait (`planned`: its first pause).
 pub fn wait(kind: Wait, planned: Duration) -> Span {

@@ -10,20 +10,20 @@
 //! | [`lease`] | the lease core the two machines share: whose record, which attempt, the complete and release writes |
 //! | [`machine`] | the state machine of one record |
 //! | [`resolve`] | the state machine of `resolve` |
-//! | [`pacing`] | the pace of provider calls: slower on rate limits, faster on successes, under a fleet budget |
-//! | [`deadline`] | the invocation's time: every margin before the deadline, one budget |
+//! | [`pacing`] | the pace of provider calls (the library's, `idempotent_consumer::pacing`) |
+//! | [`deadline`] | the invocation's time, one budget (the library's, `idempotent_consumer::deadline`) |
 //! | [`retry`] | a failed record's delay by cause, the DLQ at once, the breakers |
 //! | [`batch`] | the batch's plan: entries, groups, skips, dispositions, the response |
 //! | [`audit`] | the audit's findings |
 
 pub mod audit;
 pub mod batch;
-pub mod deadline;
+pub use idempotent_consumer::deadline;
 pub mod lease;
 pub mod machine;
 pub mod outcome;
 pub mod outcome_kind;
-pub mod pacing;
+pub use idempotent_consumer::pacing;
 pub mod resolve;
 pub mod retry;
 pub mod rules;

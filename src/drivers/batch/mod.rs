@@ -27,7 +27,7 @@ use crate::contracts::queue::{DeadLetter, Offline, Queue, QueueError, Reports, U
 use crate::contracts::store::IdempotencyStore;
 use crate::domain::clock::Time;
 use crate::drivers::charge::{Charger, Settings};
-use crate::drivers::executor::Executor;
+use crate::drivers::executor::executor;
 use crate::drivers::metrics::QUEUE_FAILURES;
 pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
 pub use crate::policy::batch::plan::BatchError;
@@ -364,7 +364,7 @@ impl Consumer {
         entries: usize,
         call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
     ) -> Vec<Result<(), QueueError>> {
-        let executor = Executor::new(&self.settings, deadline);
+        let executor = executor(&self.settings, deadline);
         let results = match executor
             .queue(async { Ok::<_, std::convert::Infallible>(call.await) })
             .await

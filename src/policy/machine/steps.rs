@@ -6,16 +6,8 @@ use crate::contracts::payment::{Cancel, Lookup, PaymentError, Receipt};
 use crate::contracts::store::{ReleaseKind, StoreError, WriteOutcome};
 use crate::policy::outcome::Outcome;
 
-/// Why a call gave no answer (a store or provider call of the driver).
-#[derive(Debug)]
-pub enum NoAnswer<E> {
-    /// Too little time left before the deadline: not started.
-    NoTime,
-    /// Started, and its timeout ended first: the outcome is unknown.
-    TimedOut,
-    /// It answered with an error.
-    Failed(E),
-}
+/// Why a call gave no answer (a store or provider call of the driver): the library's.
+pub use idempotent_consumer::executor::NoAnswer;
 
 /// The kinds of write the machine asks for; [`super::Machine::write`] builds the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

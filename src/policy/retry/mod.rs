@@ -4,7 +4,7 @@
 //! execution environment from calling a dependency that is down. Pure policy: no I/O,
 //! no AWS types; the randomness of the jitter comes in as an argument.
 
-pub mod breaker;
+pub use idempotent_consumer::breaker;
 
 use std::time::Duration;
 
@@ -26,29 +26,7 @@ pub enum Disposition {
 /// SQS's longest visibility timeout: no retry delay can be longer.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
-/// A uniform random number in `[0, 1)`: the jitter's only source of randomness.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Jitter(f64);
-
-impl Jitter {
-    /// Clamps `unit` into `[0, 1)`.
-    pub fn new(unit: f64) -> Self {
-        Self(if unit.is_finite() {
-            unit.clamp(0.0, 1.0 - f64::EPSILON)
-        } else {
-            0.0
-        })
-    }
-
-    pub fn random() -> Self {
-        Self::new(rand::random::<f64>())
-    }
-
-    /// A point in `[low, high]`.
-    pub fn between(self, low: Duration, high: Duration) -> Duration {
-        low + high.saturating_sub(low).mul_f64(self.0)
-    }
-}
+pub use idempotent_consumer::jitter::Jitter;
 
 /// No delay is shorter: SQS counts visibility in whole seconds, and 0 would hand an
 /// outage's failures straight back, all at once.

@@ -1,6 +1,6 @@
-//! A circuit breaker per dependency and execution environment (ARCHITECTURE.md,
-//! "Retries"): after `threshold` transient failures in a row, across records and
-//! invocations of this process, it opens; while it is open, records that need the
+//! A circuit breaker per dependency and execution environment: after `threshold`
+//! transient failures in a row, across records and invocations of this process, it
+//! opens; while it is open, records that need the
 //! dependency fail at once as `deferred` (no write, no call) and come back with the
 //! backoff. After the open period one record probes: its success closes the breaker,
 //! its failure opens it again for twice as long, up to the cap. The time comes in as
@@ -9,8 +9,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::domain::clock::Time;
-use crate::policy::pacing::Pacer;
+use crate::clock::Time;
+use crate::pacing::Pacer;
 
 /// The two dependencies a record needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -154,7 +154,7 @@ impl Breaker {
 }
 
 /// The breakers of one execution environment, and beside them the pace of its provider
-/// calls (`policy/pacing.rs`): what every invocation of the process shares.
+/// calls ([`crate::pacing`]): what every invocation of the process shares.
 #[derive(Debug)]
 pub struct Breakers {
     pub store: Breaker,

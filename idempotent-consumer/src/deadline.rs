@@ -1,12 +1,12 @@
-//! The invocation's time (ARCHITECTURE.md, "The deadline"): every margin the code keeps
+//! The invocation's time: every margin the executor keeps
 //! before the Lambda deadline, in one [`Budget`], and the two questions it answers: may
 //! this record start, and how long may this call take. A handler that answers after
-//! its deadline loses its whole partial response, charged records included, so no call
+//! its deadline loses its whole partial response, done records included, so no call
 //! may still be running then.
 
 use std::time::Duration;
 
-use crate::domain::clock::Time;
+use crate::clock::Time;
 
 /// Kept free before the invocation deadline for answering: every call ends earlier.
 pub const SAFETY: Duration = Duration::from_millis(500);
@@ -27,7 +27,7 @@ pub const QUEUE_RESERVE: Duration = Duration::from_millis(1500);
 /// A queue step is not started with less than this left.
 const MIN_QUEUE_STEP: Duration = Duration::from_millis(100);
 /// The lease `resolve` takes, in provider timeouts: a lookup, a cancel of an open
-/// payment, a second lookup, the key history, and room for the writes.
+/// effect, a second lookup, the key history, and room for the writes.
 const RESOLVE_LEASE_CALLS: u32 = 5;
 /// 2001-09-09 in ms: any real invocation deadline is far later. Smaller values come
 /// from emulators that send a duration instead of an epoch (`cargo lambda watch`
@@ -37,8 +37,8 @@ const PLAUSIBLE_DEADLINE_MS: i64 = 1_000_000_000_000;
 /// What a call is, as far as its time is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallKind {
-    /// A charge or a lookup: only with its whole timeout left, since one cut short
-    /// would leave a charge's outcome unknown for nothing.
+    /// An effect or a lookup: only with its whole timeout left, since one cut short
+    /// would leave an effect's outcome unknown for nothing.
     Provider,
     /// A conditional write or read: cut to the time left, not below 250 ms.
     Store,
@@ -51,8 +51,8 @@ pub enum CallKind {
 pub struct Budget {
     /// No record starts with less than this left (`DEADLINE_MARGIN`).
     pub record_margin: Duration,
-    /// One provider call (`PAYMENT_TIMEOUT`).
-    pub payment_timeout: Duration,
+    /// One provider call.
+    pub provider_timeout: Duration,
     /// One store call.
     pub store_timeout: Duration,
     /// Kept after the records for the queue steps: zero when there is no queue to
@@ -68,10 +68,10 @@ pub struct Budget {
 
 impl Budget {
     /// The budget of a consumer without queue calls.
-    pub fn new(record_margin: Duration, payment_timeout: Duration) -> Self {
+    pub fn new(record_margin: Duration, provider_timeout: Duration) -> Self {
         Self {
             record_margin,
-            payment_timeout,
+            provider_timeout,
             store_timeout: STORE_TIMEOUT,
             queue_reserve: Duration::ZERO,
             calls_take_what_is_left: false,
@@ -132,7 +132,7 @@ impl Budget {
     pub fn call_timeout(&self, kind: CallKind, now: Time, deadline: Time) -> Option<Duration> {
         let left = time_left(now, deadline);
         let (timeout, least) = match kind {
-            CallKind::Provider => (self.payment_timeout, self.payment_timeout),
+            CallKind::Provider => (self.provider_timeout, self.provider_timeout),
             CallKind::Store => (self.store_timeout, MIN_STORE_CALL),
             CallKind::Queue => (QUEUE_STEP, MIN_QUEUE_STEP),
         };
@@ -147,21 +147,21 @@ impl Budget {
     /// The least time a call of `kind` needs to be started (see [`Self::call_timeout`]).
     pub fn least(&self, kind: CallKind) -> Duration {
         match kind {
-            CallKind::Provider => self.payment_timeout,
+            CallKind::Provider => self.provider_timeout,
             CallKind::Store => MIN_STORE_CALL,
             CallKind::Queue => MIN_QUEUE_STEP,
         }
     }
 
     /// Whether a provider call may still follow a pause of `pause` (the in-invocation
-    /// retry of a charge).
+    /// retry of an effect).
     pub fn fits_after(&self, pause: Duration, now: Time, deadline: Time) -> bool {
-        time_left(now, deadline) >= pause + self.payment_timeout
+        time_left(now, deadline) >= pause + self.provider_timeout
     }
 
     /// The end of the lease `resolve` takes at `now`.
     pub fn resolve_lease(&self, now: Time) -> Time {
-        now + self.payment_timeout * RESOLVE_LEASE_CALLS
+        now + self.provider_timeout * RESOLVE_LEASE_CALLS
     }
 }
 

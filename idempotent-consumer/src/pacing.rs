@@ -1,13 +1,13 @@
-//! The pace of this execution environment's provider calls (ARCHITECTURE.md, "Retries",
-//! pacing): a token bucket whose rate adapts to the provider's rate limits, as TCP's
-//! congestion control adapts to losses (AIMD). Every provider call takes a slot first;
+//! The pace of this execution environment's provider calls: a token bucket whose
+//! rate adapts to the provider's rate limits, as TCP's congestion control adapts to
+//! losses (AIMD). Every provider call takes a slot first;
 //! a rate limit cuts the rate (multiplicatively, at most once an interval, so one burst
 //! of refusals is one cut), a success raises it (additively in time; quickly until the
 //! first rate limit, "slow start"). Several environments sharing one limit each do the
 //! same and settle near their share of it, with few refusals; a cut never leaves the
 //! rate above what the provider accepted of this environment since the last one (the
 //! limiter's burst hides an excess until it is spent). An optional fleet budget
-//! caps the rate (its share of `PAYMENT_RATE_BUDGET`).
+//! caps the rate (its share of the fleet's requests a second).
 //!
 //! No call waits for a refusal nobody made: without a budget, a pacer hands out every
 //! slot at once until the provider first refuses a call for its rate, and paces from
@@ -21,17 +21,17 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::domain::clock::Time;
+use crate::clock::Time;
 
 /// The rate a pacer starts at without a budget: what a fresh execution environment
 /// may send before it has heard from the provider. Not low: environments are started
 /// and stopped all the time, and every one of them would otherwise begin slowly
 /// whatever the provider allows (a refusal costs a short wait, a slow start every
-/// order's latency). Stripe's per-endpoint default is 25 a second.
+/// record's latency). A common per-endpoint limit is 25 a second.
 pub const START_RATE: f64 = 10.0;
 /// No pacer goes slower: a rate of zero would never call again.
 pub const FLOOR_RATE: f64 = 0.5;
-/// No pacer goes faster without a budget (Stripe's live-mode global limit).
+/// No pacer goes faster without a budget (a common account-wide limit).
 pub const CEILING_RATE: f64 = 100.0;
 /// The cut on a rate limit: the rate becomes this share of what it was.
 const DECREASE: f64 = 0.75;
@@ -214,8 +214,8 @@ impl Pacer {
     }
 }
 
-/// The pause before a call refused with `lock_timeout` is tried again: short (another
-/// request holds the customer for the time of one payment), jittered so that the
+/// The pause before a call refused on a locked object is tried again: short (another
+/// request holds the object for the time of one call), jittered so that the
 /// waiting requests do not come back together.
 pub const LOCK_PAUSE: (Duration, Duration) =
     (Duration::from_millis(50), Duration::from_millis(250));

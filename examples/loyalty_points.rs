@@ -1,0 +1,96 @@
+//! A consumer of one's own on the library: ten loyalty points per order, credited to the
+//! customer's balance exactly once however often the order is delivered. The credit is
+//! an increment inside the store (`saldo = saldo + 10`), committed in the same
+//! transaction as the order's record: no provider, no key. `tests/in_store.rs` runs
+//! it on moto with duplicates, parallel deliveries and crashes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use idempotent_consumer::breaker::Breakers;
+use idempotent_consumer::deadline::Budget;
+use idempotent_consumer::executor::Safeguards;
+use idempotent_consumer::in_store::{Consumer, DynamoLedger, InStoreEffect, Invalid};
+use serde_json::Value;
+
+/// Points per order.
+pub const POINTS: u64 = 10;
+
+/// Ten points per order, on the table's `saldo#<customer>` item.
+pub struct LoyaltyPoints {
+    pub table: String,
+}
+
+pub struct Order {
+    pub id: String,
+    pub customer: String,
+}
+
+impl InStoreEffect for LoyaltyPoints {
+    type Fact = Order;
+    const PREFIX: &'static str = "puntos";
+
+    fn parse(&self, body: &str) -> Result<Order, Invalid> {
+        let order: Value = serde_json::from_str(body).map_err(|e| Invalid(e.to_string()))?;
+        let text = |name: &str| order[name].as_str().map(str::to_owned);
+        match (text("id"), text("customer")) {
+            (Some(id), Some(customer)) => Ok(Order { id, customer }),
+            _ => Err(Invalid("an order needs its id and customer".to_owned())),
+        }
+    }
+
+    fn id<'f>(&self, order: &'f Order) -> &'f str {
+        &order.id
+    }
+
+    fn fields(&self, order: &Order) -> Vec<String> {
+        vec![order.customer.clone()]
+    }
+
+    fn writes(&self, order: &Order) -> Vec<TransactWriteItem> {
+        let credit = Update::builder()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(format!("saldo#{}", order.customer)))
+            .update_expression("ADD saldo :points")
+            .expression_attribute_values(":points", AttributeValue::N(POINTS.to_string()))
+            .build();
+        // The builder refuses only a missing key or expression, both set above.
+        credit.map_or_else(
+            |_| Vec::new(),
+            |u| vec![TransactWriteItem::builder().update(u).build()],
+        )
+    }
+}
+
+/// The consumer on `client`'s `table`, as the function builds it at cold start.
+pub fn consumer(client: aws_sdk_dynamodb::Client, table: &str) -> Consumer<LoyaltyPoints> {
+    let safeguards = Safeguards {
+        clock: idempotent_consumer::clock::system(),
+        budget: Budget::new(Duration::from_secs(3), Duration::from_secs(1)),
+        breakers: Arc::new(Breakers::new(
+            5,
+            Duration::from_secs(30),
+            Duration::from_secs(900),
+        )),
+    };
+    let points = LoyaltyPoints {
+        table: table.to_owned(),
+    };
+    let ledger = DynamoLedger::new(client, table);
+    Consumer::new(
+        ledger,
+        points,
+        safeguards,
+        Duration::from_secs(90 * 24 * 3600),
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    let table = std::env::var("IDEMPOTENCY_TABLE")?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    consumer(aws_sdk_dynamodb::Client::new(&sdk), &table)
+        .serve()
+        .await
+}

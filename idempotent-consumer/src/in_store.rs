@@ -1,0 +1,409 @@
+//! Effects inside the store: the pattern's most dangerous case, an increment
+//! (`saldo = saldo + 10`), made exactly once with no provider and no key. The effect's
+//! writes commit in the same DynamoDB transaction (`TransactWriteItems`) as the record
+//! that marks its fact done, conditional on that record not existing: the transaction
+//! commits whole or not at all, so a duplicate delivery, a parallel one or a redelivery
+//! after a crash finds the record and adds nothing.
+//!
+//! [`InStoreEffect`] is what an application writes: how a message becomes a fact, the
+//! fact's key and fingerprint, and the writes it adds. [`Consumer`] is the rest: the
+//! SQS batch (raw bodies, SNS and EventBridge envelopes, FIFO groups, the partial batch
+//! response) with every store call through the one executor ([`crate::executor`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use sha2::{Digest as _, Sha256};
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::clock::Time;
+use crate::executor::{Executor, NoAnswer, Safeguards, StoreOnly};
+use crate::{BoxError, envelope, error_chain};
+
+/// The record's storage names: the pattern card's, as every record of the table keeps
+/// them (`pk`, `estado`, `huella`, `creado`, `expira`).
+pub mod attr {
+    pub const PK: &str = "pk";
+    pub const STATE: &str = "estado";
+    pub const FINGERPRINT: &str = "huella";
+    pub const CREATED: &str = "creado";
+    pub const EXPIRES: &str = "expira";
+    /// `estado` of a record whose fact is done.
+    pub const DONE: &str = "hecho";
+}
+
+/// A message that is not a fact this effect reads: it fails alone, with its reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+/// An effect made inside the store, once per fact.
+pub trait InStoreEffect: Send + Sync {
+    /// What one message says happened.
+    type Fact: Send + Sync;
+    /// The key's prefix: one per kind of fact, so that facts of two kinds never share
+    /// a key (`<prefix>#<id>`).
+    const PREFIX: &'static str;
+    /// Reads a fact from a message body (the envelope already taken off).
+    fn parse(&self, body: &str) -> Result<Self::Fact, Invalid>;
+    /// The fact's id: the business fact, never the transport's message id (a
+    /// producer's retry or a fan-out gives the same fact a new message id).
+    fn id<'f>(&self, fact: &'f Self::Fact) -> &'f str;
+    /// The fields that make the fact what it is: a second message with the same id
+    /// and other fields is refused, never taken as the first one's duplicate.
+    fn fields(&self, fact: &Self::Fact) -> Vec<String>;
+    /// The writes the effect adds to the record's transaction (at most 99: DynamoDB's
+    /// limit is 100 items a transaction, the record included).
+    fn writes(&self, fact: &Self::Fact) -> Vec<TransactWriteItem>;
+}
+
+/// What the store answered to a fact. Only [`Applied::Done`] wrote anything: the
+/// transaction commits whole or not at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The record and the effect's writes committed together: the effect is made.
+    Done,
+    /// The fact was already done (a duplicate): nothing was written.
+    Duplicate,
+    /// The key is done with other fields: a different fact under a reused id.
+    Mismatch,
+    /// One of the effect's own conditions refused it (write `index`, counted from the
+    /// effect's first): it will be refused again until someone looks.
+    Refused { index: usize },
+}
+
+/// Why a fact was not applied. Nothing was written in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The store failed, conflicted with another transaction, or could not be
+    /// reached: whether it committed is read on the next delivery.
+    #[error("the store failed on {key}")]
+    Store {
+        key: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The id cannot be a key (empty, or holding `#`).
+    #[error("invalid fact: {0}")]
+    Invalid(#[from] Invalid),
+    /// The effect asked for more writes than one transaction holds.
+    #[error("the effect asks for {0} writes; a transaction holds 99 besides the record")]
+    TooManyWrites(usize),
+}
+
+/// The table the records and the effect's items live in.
+#[derive(Clone, Debug)]
+pub struct DynamoLedger {
+    client: Client,
+    table: String,
+}
+
+impl DynamoLedger {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Commits the record of `key` (done, with `fingerprint`) and `writes` in one
+    /// transaction, unless the record exists.
+    pub async fn apply(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        now: Time,
+        expires: Time,
+        writes: Vec<TransactWriteItem>,
+    ) -> Result<Applied, ApplyError> {
+        if writes.len() > 99 {
+            return Err(ApplyError::TooManyWrites(writes.len()));
+        }
+        let store = |source: BoxError| ApplyError::Store {
+            key: key.to_owned(),
+            source,
+        };
+        let record = Put::builder()
+            .table_name(&self.table)
+            .item(attr::PK, AttributeValue::S(key.to_owned()))
+            .item(attr::STATE, AttributeValue::S(attr::DONE.to_owned()))
+            .item(attr::FINGERPRINT, AttributeValue::S(fingerprint.to_owned()))
+            .item(attr::CREATED, AttributeValue::N(now.as_ms().to_string()))
+            .item(
+                attr::EXPIRES,
+                AttributeValue::N(expires.as_secs().to_string()),
+            )
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .build()
+            .map_err(|e| store(Box::new(e)))?;
+        let items = std::iter::once(TransactWriteItem::builder().put(record).build())
+            .chain(writes)
+            .collect();
+        let sent = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        let error = match sent {
+            Ok(_) => return Ok(Applied::Done),
+            Err(e) => e,
+        };
+        // Which condition refused it: the record's (the fact is done, or a different
+        // fact took the id) or one of the effect's own.
+        let refused = match &error {
+            SdkError::ServiceError(service) => match service.err() {
+                TransactWriteItemsError::TransactionCanceledException(cancelled) => cancelled
+                    .cancellation_reasons()
+                    .iter()
+                    .position(|reason| reason.code() == Some("ConditionalCheckFailed")),
+                _ => None,
+            },
+            _ => None,
+        };
+        match refused {
+            Some(0) => self.already_done(key, fingerprint).await,
+            Some(index) => Ok(Applied::Refused { index: index - 1 }),
+            None => Err(store(Box::new(error))),
+        }
+    }
+
+    /// The record that refused the transaction: the same fact (a duplicate) or another.
+    async fn already_done(&self, key: &str, fingerprint: &str) -> Result<Applied, ApplyError> {
+        let read = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ApplyError::Store {
+                key: key.to_owned(),
+                source: Box::new(e),
+            })?;
+        let stored = read
+            .item()
+            .and_then(|item| item.get(attr::FINGERPRINT))
+            .and_then(|v| v.as_s().ok());
+        match stored {
+            Some(stored) if stored == fingerprint => Ok(Applied::Duplicate),
+            _ => Ok(Applied::Mismatch),
+        }
+    }
+}
+
+/// The key of a fact: `<prefix>#<id>`, refused when the id is empty or holds `#`.
+pub fn key_of(prefix: &str, id: &str) -> Result<String, Invalid> {
+    if id.is_empty() || id.contains('#') {
+        return Err(Invalid(format!(
+            "the id {id:?} cannot be a key: it must be non-empty and hold no '#'"
+        )));
+    }
+    Ok(format!("{prefix}#{id}"))
+}
+
+/// The fingerprint of a fact's fields: SHA-256 of the fields, each length-prefixed so
+/// that no two lists of fields read alike.
+pub fn fingerprint_of(fields: &[String]) -> String {
+    let mut hash = Sha256::new();
+    for field in fields {
+        hash.update((field.len() as u64).to_be_bytes());
+        hash.update(field.as_bytes());
+    }
+    hash.finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A batch handler whatever its effect, so that the Lambda runtime's future is built
+/// here, once, and not in every application's crate.
+trait HandleBatch: Send + Sync {
+    fn handle_batch(&self, event: lambda_runtime::LambdaEvent<SqsEvent>) -> BatchFuture<'_>;
+}
+
+type BatchFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<SqsBatchResponse, std::convert::Infallible>> + Send + 'a>>;
+
+impl<E: InStoreEffect> HandleBatch for Consumer<E> {
+    fn handle_batch(&self, event: lambda_runtime::LambdaEvent<SqsEvent>) -> BatchFuture<'_> {
+        Box::pin(self.handle(event))
+    }
+}
+
+/// The Lambda runtime serving `handler`. Not generic: the runtime's future is deeper
+/// than the compiler's default limit, so it is laid out in this crate alone (see the
+/// crate's `recursion_limit`) and handed out boxed.
+fn serve_batches(
+    handler: Arc<dyn HandleBatch>,
+) -> Pin<Box<dyn Future<Output = Result<(), lambda_runtime::Error>> + Send>> {
+    Box::pin(lambda_runtime::run(lambda_runtime::service_fn(
+        move |event| {
+            let handler = Arc::clone(&handler);
+            async move { handler.handle_batch(event).await }
+        },
+    )))
+}
+
+/// A Lambda consumer of an in-store effect: built once at cold start, shared by every
+/// invocation.
+pub struct Consumer<E> {
+    ledger: DynamoLedger,
+    effect: E,
+    safeguards: Safeguards,
+    /// `expira` = now + this: how long a done record keeps its fact from being done
+    /// again (longer than any redelivery: the queue's retention, a replay).
+    retention: Duration,
+}
+
+impl<E: InStoreEffect> Consumer<E> {
+    pub fn new(
+        ledger: DynamoLedger,
+        effect: E,
+        safeguards: Safeguards,
+        retention: Duration,
+    ) -> Self {
+        Self {
+            ledger,
+            effect,
+            safeguards,
+            retention,
+        }
+    }
+
+    /// The Lambda handler: each record applied in message order; a failed one, and in
+    /// a FIFO queue every later one of its message group, is listed in the partial
+    /// batch response and comes back (the queue's redrive policy dead-letters it after
+    /// its receive count).
+    pub async fn handle(
+        &self,
+        event: lambda_runtime::LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, std::convert::Infallible> {
+        let deadline =
+            crate::deadline::plausible(i64::try_from(event.context.deadline).unwrap_or(i64::MAX))
+                .unwrap_or_else(|| self.safeguards.now() + Duration::from_secs(60));
+        Ok(self.run(&event.payload, deadline).await)
+    }
+
+    /// Serves Lambda's invocations until the runtime stops: the consumer's whole
+    /// life in a Lambda function.
+    pub async fn serve(self) -> Result<(), lambda_runtime::Error>
+    where
+        E: 'static,
+    {
+        serve_batches(std::sync::Arc::new(self)).await
+    }
+
+    /// Runs a batch whose invocation ends at `deadline`.
+    pub async fn run(&self, event: &SqsEvent, deadline: Time) -> SqsBatchResponse {
+        let deadline = self.safeguards.budget.answer_by(deadline);
+        let mut failed_groups: Vec<&str> = Vec::new();
+        let mut response = SqsBatchResponse::default();
+        for message in &event.records {
+            let group = message.attributes.get("MessageGroupId").map(String::as_str);
+            let blocked = group.is_some_and(|g| failed_groups.contains(&g));
+            let ok = !blocked && self.record(message, deadline).await;
+            if !ok {
+                if let Some(group) = group {
+                    failed_groups.push(group);
+                }
+                response.add_failure(message.message_id.clone().unwrap_or_default());
+            }
+        }
+        response
+    }
+
+    /// One record, in its span, with its one outcome line; whether it succeeded.
+    async fn record(&self, message: &SqsMessage, deadline: Time) -> bool {
+        let message_id = message.message_id.as_deref().unwrap_or_default();
+        self.outcome(message, deadline)
+            .instrument(info_span!("record", message_id))
+            .await
+    }
+
+    async fn outcome(&self, message: &SqsMessage, deadline: Time) -> bool {
+        let fact = match envelope::body(message.body.as_deref().unwrap_or_default())
+            .and_then(|body| self.effect.parse(&body))
+        {
+            Ok(fact) => fact,
+            Err(invalid) => {
+                warn!(outcome = "invalid", reason = %invalid, "record failed");
+                return false;
+            }
+        };
+        match self.apply(&fact, deadline).await {
+            Ok(Applied::Done) => {
+                info!(outcome = "done", "record processed");
+                true
+            }
+            Ok(Applied::Duplicate) => {
+                info!(outcome = "duplicate", "record processed");
+                true
+            }
+            Ok(Applied::Mismatch) => {
+                warn!(
+                    outcome = "mismatch",
+                    "record failed: its id is done with other fields (a different fact under a reused id)"
+                );
+                false
+            }
+            Ok(Applied::Refused { index }) => {
+                warn!(
+                    outcome = "refused",
+                    write = index,
+                    "record failed: the effect's own condition refused it; nothing was written"
+                );
+                false
+            }
+            Err(e) => {
+                warn!(outcome = "failed", error = %error_chain(&e), "record failed");
+                false
+            }
+        }
+    }
+
+    /// Applies `fact` once, through the executor: under the store's breaker and the
+    /// deadline budget.
+    pub async fn apply(&self, fact: &E::Fact, deadline: Time) -> Result<Applied, ApplyError> {
+        let key = key_of(E::PREFIX, self.effect.id(fact))?;
+        let fingerprint = fingerprint_of(&self.effect.fields(fact));
+        let executor = Executor::new(self.safeguards.clone(), &StoreOnly, deadline);
+        let now = executor.now();
+        let expires = now + self.retention;
+        let writes = self.effect.writes(fact);
+        let span = info_span!("store", operation = "apply");
+        let call = self.ledger.apply(&key, &fingerprint, now, expires, writes);
+        let answer = executor
+            .admitted(executor.store(&span, call))
+            .await
+            .map_err(|closed| ApplyError::Store {
+                key: key.clone(),
+                source: format!("the {:?} breaker is open", closed.dependency).into(),
+            })?;
+        match answer {
+            Ok(applied) => Ok(applied),
+            Err(NoAnswer::Failed(e)) => Err(e),
+            Err(NoAnswer::NoTime) => Err(ApplyError::Store {
+                key,
+                source: "not started: too little time left before the deadline".into(),
+            }),
+            Err(NoAnswer::TimedOut) => Err(ApplyError::Store {
+                key,
+                source: "timed out: whether it committed is read on the next delivery".into(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The library's effect inside the store, on moto: the loyalty points of
+//! `examples/loyalty_points.rs` (ten per order, `saldo = saldo + 10`) credited once per
+//! order however the order comes: copies in one batch (raw, SNS, EventBridge),
+//! deliveries in parallel, and redeliveries after a crash at any point. The same credit
+//! made outside the record's transaction (read the record, add, write the record) is
+//! shown crediting twice.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+#[allow(dead_code)] // its `main` is the function's, not the test's
+#[path = "../examples/loyalty_points.rs"]
+mod loyalty_points;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use harness::rig::batch_of;
+use harness::servers::{Backend, Table};
+use idempotent_consumer::clock::{self, Time};
+use idempotent_consumer::in_store::Consumer;
+use loyalty_points::{LoyaltyPoints, POINTS, consumer};
+
+fn order(id: &str, customer: &str) -> String {
+    format!(r#"{{"id":"{id}","customer":"{customer}","amount":900}}"#)
+}
+
+fn deadline() -> Time {
+    Time::from_ms(clock::wall_ms()) + Duration::from_secs(60)
+}
+
+async fn setup() -> (Table, Consumer<LoyaltyPoints>) {
+    let table = Backend::Moto.fresh_table().await;
+    let consumer = consumer(table.client.clone(), &table.name);
+    (table, consumer)
+}
+
+/// The customer's balance, 0 before any credit.
+async fn balance(table: &Table, customer: &str) -> u64 {
+    let item = table
+        .client
+        .get_item()
+        .table_name(&table.name)
+        .key("pk", AttributeValue::S(format!("saldo#{customer}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    item.item()
+        .and_then(|item| item.get("saldo"))
+        .map_or(0, |n| n.as_n().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn copies_of_one_order_in_one_batch_raw_sns_and_eventbridge_credit_it_once() {
+    let (table, consumer) = setup().await;
+    let raw = order("ord-1", "cus-a");
+    let sns = serde_json::json!({"Type": "Notification", "MessageId": "m-9", "Message": raw});
+    let bridge = serde_json::json!({"detail-type": "order", "source": "shop",
+        "detail": serde_json::from_str::<serde_json::Value>(&raw).unwrap()});
+    let batch = batch_of(&[
+        raw.clone(),
+        raw.clone(),
+        sns.to_string(),
+        bridge.to_string(),
+        order("ord-2", "cus-a"),
+    ]);
+    let response = consumer.run(&batch, deadline()).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        balance(&table, "cus-a").await,
+        2 * POINTS,
+        "two orders, once each"
+    );
+    // Delivered again later: still once.
+    let response = consumer.run(&batch_of(&[raw]), deadline()).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(balance(&table, "cus-a").await, 2 * POINTS);
+}
+
+#[tokio::test]
+async fn deliveries_of_one_order_in_parallel_credit_it_once() {
+    let (table, consumer) = setup().await;
+    let deliveries = 16;
+    let batch = batch_of(&[order("ord-p", "cus-p")]);
+    let runs = (0..deliveries).map(|_| consumer.run(&batch, deadline()));
+    let responses = futures::future::join_all(runs).await;
+    // Each delivery is acknowledged: one made the credit, the others found it done.
+    assert!(responses.iter().all(|r| r.batch_item_failures.is_empty()));
+    assert_eq!(balance(&table, "cus-p").await, POINTS);
+}
+
+#[tokio::test]
+async fn a_crash_at_any_point_then_a_redelivery_credits_each_order_once() {
+    let (table, consumer) = setup().await;
+    let orders = 40;
+    let (mut credited_before_the_crash, mut not_yet) = (0, 0);
+    for n in 0..orders {
+        let batch = batch_of(&[order(&format!("ord-c{n}"), "cus-c")]);
+        let before = balance(&table, "cus-c").await;
+        // The process dies after `n` × 0.5 ms: before the transaction, while it is in
+        // flight, or after it committed and before the response.
+        let killed = Duration::from_micros(500 * n);
+        let died = tokio::time::timeout(killed, consumer.run(&batch, deadline())).await;
+        let after_crash = balance(&table, "cus-c").await;
+        match (died.is_err(), after_crash - before) {
+            (true, 0) => not_yet += 1,
+            (true, _) => credited_before_the_crash += 1,
+            (false, _) => {}
+        }
+        // SQS delivers it again.
+        let response = consumer.run(&batch, deadline()).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(balance(&table, "cus-c").await, before + POINTS, "order {n}");
+    }
+    println!(
+        "in_store crash orders={orders} credited_once={orders} died_before_commit={not_yet} died_after_commit={credited_before_the_crash}"
+    );
+    assert_eq!(balance(&table, "cus-c").await, orders * POINTS);
+}
+
+#[tokio::test]
+async fn an_order_id_reused_for_another_customer_is_refused_and_credits_nothing() {
+    let (table, consumer) = setup().await;
+    let first = consumer
+        .run(&batch_of(&[order("ord-r", "cus-r")]), deadline())
+        .await;
+    assert!(first.batch_item_failures.is_empty());
+    let other = batch_of(&[order("ord-r", "cus-other")]);
+    let refused = consumer.run(&other, deadline()).await;
+    assert_eq!(refused.batch_item_failures.len(), 1);
+    assert_eq!(balance(&table, "cus-other").await, 0);
+    assert_eq!(balance(&table, "cus-r").await, POINTS);
+    // An invalid body fails alone, with nothing written.
+    let invalid = consumer
+        .run(
+            &batch_of(&[r#"{"id":"ord-x"}"#.to_owned(), order("ord-y", "cus-r")]),
+            deadline(),
+        )
+        .await;
+    assert_eq!(invalid.batch_item_failures.len(), 1);
+    assert_eq!(balance(&table, "cus-r").await, 2 * POINTS);
+}
+
+/// The same credit made outside the record's transaction, as a consumer without the
+/// library writes it: read the record, add the points, then write the record. `crash`:
+/// the process dies between the credit and the record.
+async fn credit_outside_the_transaction(table: &Table, id: &str, customer: &str, crash: bool) {
+    let key = AttributeValue::S(format!("puntos#{id}"));
+    let done = table
+        .client
+        .get_item()
+        .table_name(&table.name)
+        .key("pk", key.clone())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    if done.item().is_some() {
+        return;
+    }
+    table
+        .client
+        .update_item()
+        .table_name(&table.name)
+        .key("pk", AttributeValue::S(format!("saldo#{customer}")))
+        .update_expression("ADD saldo :points")
+        .expression_attribute_values(":points", AttributeValue::N(POINTS.to_string()))
+        .send()
+        .await
+        .unwrap();
+    if crash {
+        return;
+    }
+    table
+        .client
+        .put_item()
+        .table_name(&table.name)
+        .item("pk", key)
+        .item("estado", AttributeValue::S("hecho".to_owned()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_same_credit_outside_the_transaction_is_made_twice() {
+    let table = Backend::Moto.fresh_table().await;
+    // A crash between the credit and the record, then the redelivery.
+    credit_outside_the_transaction(&table, "ord-n1", "cus-n1", true).await;
+    credit_outside_the_transaction(&table, "ord-n1", "cus-n1", false).await;
+    assert_eq!(
+        balance(&table, "cus-n1").await,
+        2 * POINTS,
+        "credited twice"
+    );
+    // Deliveries in parallel: each reads no record before any writes one.
+    let runs = (0..16).map(|_| credit_outside_the_transaction(&table, "ord-n2", "cus-n2", false));
+    futures::future::join_all(runs).await;
+    let credited = balance(&table, "cus-n2").await;
+    assert!(credited > POINTS, "credited {credited}, more than once");
+}
