@@ -1,6 +1,6 @@
-//! The library's effect inside the store, on moto: the loyalty points of
-//! `examples/loyalty_points.rs` (ten per order, `saldo = saldo + 10`) credited once per
-//! order however the order comes: copies in one batch (raw, SNS, EventBridge),
+//! The library's effect inside the store, on moto: the loyalty points of its example
+//! (`idempotent-consumer/examples/loyalty_points.rs`: ten per purchase, `saldo = saldo +
+//! 10`), credited once per order however the order comes: copies in one batch (raw, SNS, EventBridge),
 //! deliveries in parallel, and redeliveries after a crash at any point. The same credit
 //! made outside the record's transaction (read the record, add, write the record) is
 //! shown crediting twice.
@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 #[allow(dead_code)] // its `main` is the function's, not the test's
-#[path = "../examples/loyalty_points.rs"]
+#[path = "../idempotent-consumer/examples/loyalty_points.rs"]
 mod loyalty_points;
 
 use std::time::Duration;
@@ -198,4 +198,23 @@ async fn the_same_credit_outside_the_transaction_is_made_twice() {
     futures::future::join_all(runs).await;
     let credited = balance(&table, "cus-n2").await;
     assert!(credited > POINTS, "credited {credited}, more than once");
+}
+
+#[test]
+fn the_librarys_page_shows_the_example_these_tests_run_as_it_is() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/idempotent-consumer/README.md")).unwrap();
+    let example = std::fs::read_to_string(format!(
+        "{root}/idempotent-consumer/examples/loyalty_points.rs"
+    ))
+    .unwrap();
+    assert!(
+        page.contains(&format!("```rust,no_run\n{example}```\n")),
+        "idempotent-consumer/README.md's code block is the example, whole"
+    );
+    let lines = example.lines().count();
+    assert!(
+        lines <= 100,
+        "a consumer in about fifty lines of code: {lines} with its docs"
+    );
 }

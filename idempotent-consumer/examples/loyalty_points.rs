@@ -1,8 +1,7 @@
-//! A consumer of one's own on the library: ten loyalty points per order, credited to the
-//! customer's balance exactly once however often the order is delivered. The credit is
-//! an increment inside the store (`saldo = saldo + 10`), committed in the same
-//! transaction as the order's record: no provider, no key. `tests/in_store.rs` runs
-//! it on moto with duplicates, parallel deliveries and crashes.
+//! A whole consumer: ten loyalty points per purchase, credited to the customer's
+//! balance exactly once however often the purchase is delivered. The credit is an
+//! increment inside the store (`saldo = saldo + 10`), committed in the same transaction
+//! as the purchase's record: no provider, no key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,44 +13,47 @@ use idempotent_consumer::executor::Safeguards;
 use idempotent_consumer::in_store::{Consumer, DynamoLedger, InStoreEffect, Invalid};
 use serde_json::Value;
 
-/// Points per order.
+/// Points per purchase.
 pub const POINTS: u64 = 10;
 
-/// Ten points per order, on the table's `saldo#<customer>` item.
+/// Ten points per purchase, on the table's `saldo#<customer>` item.
 pub struct LoyaltyPoints {
     pub table: String,
 }
 
-pub struct Order {
+pub struct Purchase {
     pub id: String,
     pub customer: String,
 }
 
 impl InStoreEffect for LoyaltyPoints {
-    type Fact = Order;
+    type Fact = Purchase;
     const PREFIX: &'static str = "puntos";
 
-    fn parse(&self, body: &str) -> Result<Order, Invalid> {
-        let order: Value = serde_json::from_str(body).map_err(|e| Invalid(e.to_string()))?;
-        let text = |name: &str| order[name].as_str().map(str::to_owned);
+    fn parse(&self, body: &str) -> Result<Purchase, Invalid> {
+        let fact: Value = serde_json::from_str(body).map_err(|e| Invalid(e.to_string()))?;
+        let text = |name: &str| fact[name].as_str().map(str::to_owned);
         match (text("id"), text("customer")) {
-            (Some(id), Some(customer)) => Ok(Order { id, customer }),
-            _ => Err(Invalid("an order needs its id and customer".to_owned())),
+            (Some(id), Some(customer)) => Ok(Purchase { id, customer }),
+            _ => Err(Invalid("a purchase needs its id and customer".to_owned())),
         }
     }
 
-    fn id<'f>(&self, order: &'f Order) -> &'f str {
-        &order.id
+    fn id<'f>(&self, purchase: &'f Purchase) -> &'f str {
+        &purchase.id
     }
 
-    fn fields(&self, order: &Order) -> Vec<String> {
-        vec![order.customer.clone()]
+    fn fields(&self, purchase: &Purchase) -> Vec<String> {
+        vec![purchase.customer.clone()]
     }
 
-    fn writes(&self, order: &Order) -> Vec<TransactWriteItem> {
+    fn writes(&self, purchase: &Purchase) -> Vec<TransactWriteItem> {
         let credit = Update::builder()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(format!("saldo#{}", order.customer)))
+            .key(
+                "pk",
+                AttributeValue::S(format!("saldo#{}", purchase.customer)),
+            )
             .update_expression("ADD saldo :points")
             .expression_attribute_values(":points", AttributeValue::N(POINTS.to_string()))
             .build();
