@@ -1,5 +1,5 @@
 //! stripe-stateful-mock, kept only as the reference that localstripe's layer is held
-//! against (`tests/stripe_layer.rs`): its test key and customers with a card.
+//! against (`tests/stripe_layer/`): its test key and customers with a card.
 
 use serde_json::Value;
 
