@@ -5,6 +5,10 @@
 //! DynamoDB table of conditional writes, fenced leases and end-to-end provider
 //! idempotency keys. How it works, and why each rule exists: `ARCHITECTURE.md`.
 //!
+//! Built on the library `idempotent_consumer` (the clock, the deadline budget, the
+//! breakers, the pace, the jitter and the one executor every call goes through),
+//! re-exported where the layers below name them.
+//!
 //! ## Layout
 //!
 //! The folders are the layers, from the bottom up; a module imports only from its own
@@ -13,11 +17,11 @@
 //!
 //! | layer | starts and ends | owns | imports from |
 //! | --- | --- | --- | --- |
-//! | 1 | [`domain`] | the words every layer shares: time, the order, its key, fingerprint and record | nothing of the crate |
+//! | 1 | [`domain`] | the words every layer shares: time (the library's), the order, its key, fingerprint and record | nothing of the crate |
 //! | 2 | [`contracts`] | the ports, data and traits only: the idempotency table (and its stored format), the payment provider, the queue | `domain` |
-//! | 3 | [`policy`] | every decision, pure (no I/O, no AWS types): outcomes, the table's write specification, the state machines and their lease, the deadline budget, retries and breakers, the batch's plan, the audit's findings | `domain`, `contracts` |
+//! | 3 | [`policy`] | every decision, pure (no I/O, no AWS types): outcomes, the table's write specification, the state machines and their lease, the deadline budget and the pace (the library's), retries and breakers, the batch's plan, the audit's findings | `domain`, `contracts` |
 //! | 4 | [`config`], [`crash_points`] | every setting validated once at cold start; the named steps where the pinned-crash test kills the process (feature `crash-points` only) | the layers above, up to `policy` |
-//! | 5 | [`drivers`] | run the policy through the contracts and own the clock, tokens, timeouts, metrics and log lines: one record, the batch (and its edge to the event source's types), `resolve`, the audit | up to `config` |
+//! | 5 | [`drivers`] | run the policy through the contracts, every call through the one executor, and own the clock, tokens, metrics and log lines: one record, the batch (and its edge to the event source's types), `resolve`, the settler, the audit | up to `config` |
 //! | 6 | [`adapters`] | I/O only, implementing the contracts, and only what runs in Lambda: DynamoDB, the HTTP provider and its key, SQS, TLS, EMF | up to `drivers` (in practice `domain`, `contracts`, `config`, `crash_points`) |
 //! | 7 | [`telemetry`], [`traces`], [`wiring`], [`commands`], [`audit_lambda`]; the binary's `main.rs`, `cli.rs` | the entry files: logs and metric units; the traces' settings, exporter and flushes (Lambda only, off by default); the clients and parts both entry points build; what the commands outside Lambda read and print (the same from the local member's binary, `local/`); the scheduled audit's entry in Lambda; the consumer loop and the command line | everything |
 //!

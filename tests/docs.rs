@@ -3,10 +3,10 @@
 //! nowhere, a `make` target the Makefile lacks, and an environment variable that
 //! nothing reads, and a repository path in backticks that names no file or folder;
 //! the settings table must list exactly the variables `config.rs` reads (and the
-//! `OTEL_*` ones `traces.rs` reads), README's
-//! deploy prompts every template parameter in the order sam asks, the mutant tables
-//! exactly the model's mutants, the alarms table and every count of alarms the
-//! template's alarms, and every Stripe API version named the one the code pins. Each
+//! `OTEL_*` ones `traces.rs` reads), the deploy page's guided prompts every template
+//! parameter in the order sam asks, the mutant tables exactly the model's mutants, the
+//! alarms table and every count of alarms the template's alarms, and every Stripe API
+//! version named the one the code pins. Each
 //! rule is also shown failing on a page broken on purpose. (That every command shown
 //! is one its CLI accepts: tests/documented_commands.rs.)
 
@@ -767,16 +767,16 @@ fn prompted_parameters(page: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readmes_deploy_prompts_list_every_template_parameter_in_the_order_sam_asks() {
+fn the_guided_deploys_prompts_list_every_template_parameter_in_the_order_sam_asks() {
     let template = std::fs::read_to_string(root().join("template.yaml")).unwrap();
     let parameters = template_parameters(&template);
     assert!(
         parameters.len() >= 20 && parameters[0] == "Architecture",
         "{parameters:?}"
     );
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
     assert_eq!(prompted_parameters(&readme), parameters);
-    // A parameter added to the template and not to the README fails the check.
+    // A parameter added to the template and not to the page fails the check.
     let grown = template.replace(
         "\nParameters:\n",
         "\nParameters:\n  NewOne:\n    Type: String\n",

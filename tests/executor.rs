@@ -16,7 +16,8 @@ use charge_once::contracts::payment::{
 use charge_once::contracts::queue::Unreported;
 use charge_once::domain::clock::Time;
 use charge_once::domain::event::PaymentEvent;
-use charge_once::domain::order::{Incoming, Order};
+use charge_once::domain::message::Incoming;
+use charge_once::domain::order::Order;
 use charge_once::domain::{Identity, Key, State};
 use charge_once::drivers::charge::{Charger, resolve};
 use charge_once::drivers::settle::Settler;

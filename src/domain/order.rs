@@ -12,8 +12,6 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
-use crate::domain::event::{PaymentEvent, is_stripe_source};
-
 /// Largest accepted amount, in minor units.
 pub const MAX_AMOUNT: u64 = 99_999_999;
 /// Longest accepted order id.
@@ -96,69 +94,10 @@ impl Order {
             payment_method: payment_method.to_owned(),
         })
     }
-
-    /// Parses an SQS body: a raw order, an SNS notification envelope around one (SNS
-    /// to SQS without raw delivery), or an EventBridge event whose `detail` is one.
-    pub fn parse(body: &str) -> Result<Self, OrderError> {
-        match Incoming::parse(body)? {
-            Incoming::Order(order) => Ok(order),
-            Incoming::PaymentEvent(_) => Err(OrderError::EventBridgeEnvelope(
-                "a payment event, not an order",
-            )),
-        }
-    }
-}
-
-/// What an SQS body of the orders queue is: an order, or a provider's payment event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Incoming {
-    Order(Order),
-    PaymentEvent(PaymentEvent),
-}
-
-impl Incoming {
-    /// Parses an SQS body: a raw order, an SNS notification envelope around one, an
-    /// EventBridge event whose `detail` is one, or a Stripe event from a partner event
-    /// bus (its `source` names it).
-    pub fn parse(body: &str) -> Result<Self, OrderError> {
-        let value = strict_json(body).map_err(|e| match e {
-            StrictError::Invalid(e) => OrderError::NotJson(e),
-            StrictError::DuplicateField(e) => OrderError::DuplicateField(e),
-        })?;
-        let object = value.as_object().ok_or(OrderError::NotObject)?;
-        if is_sns_envelope(object) {
-            let message = match object.get("Message") {
-                None => return Err(OrderError::SnsEnvelope("Message is missing")),
-                Some(Value::String(s)) => s,
-                Some(_) => return Err(OrderError::SnsEnvelope("Message is not a string")),
-            };
-            let inner = strict_json(message).map_err(|e| match e {
-                StrictError::Invalid(e) => OrderError::SnsMessageNotJson(e),
-                StrictError::DuplicateField(e) => OrderError::DuplicateField(e),
-            })?;
-            let inner = inner
-                .as_object()
-                .ok_or(OrderError::SnsEnvelope("Message is not a JSON object"))?;
-            return Order::from_object(inner).map(Self::Order);
-        }
-        if is_eventbridge_event(object) {
-            return match object.get("detail") {
-                Some(Value::Object(detail)) if is_stripe_source(object) => {
-                    PaymentEvent::from_detail(detail).map(Self::PaymentEvent)
-                }
-                Some(Value::Object(detail)) => Order::from_object(detail).map(Self::Order),
-                Some(_) => Err(OrderError::EventBridgeEnvelope(
-                    "detail is not a JSON object",
-                )),
-                None => Err(OrderError::EventBridgeEnvelope("detail is missing")),
-            };
-        }
-        Order::from_object(object).map(Self::Order)
-    }
 }
 
 impl Order {
-    fn from_object(object: &Map<String, Value>) -> Result<Self, OrderError> {
+    pub(crate) fn from_object(object: &Map<String, Value>) -> Result<Self, OrderError> {
         let id = string_field(object, "id")?;
         let amount = match object.get("amount") {
             None | Some(Value::Null) => return Err(OrderError::Missing("amount")),
@@ -234,24 +173,24 @@ fn hex(hasher: Sha256) -> String {
     hex
 }
 
-fn is_sns_envelope(object: &Map<String, Value>) -> bool {
+pub(crate) fn is_sns_envelope(object: &Map<String, Value>) -> bool {
     matches!(object.get("Type"), Some(Value::String(t)) if t == "Notification")
 }
 
 /// An EventBridge event delivered to SQS by a rule: `detail-type` and `source` beside
 /// `detail`. A raw order never has `detail-type` (a producer's own field would be
 /// ignored, so its presence is unambiguous).
-fn is_eventbridge_event(object: &Map<String, Value>) -> bool {
+pub(crate) fn is_eventbridge_event(object: &Map<String, Value>) -> bool {
     object.contains_key("detail-type") && object.contains_key("source")
 }
 
-enum StrictError {
+pub(crate) enum StrictError {
     Invalid(serde_json::Error),
     DuplicateField(serde_json::Error),
 }
 
 /// Parses JSON, refusing an object that names a key twice at any depth.
-fn strict_json(text: &str) -> Result<Value, StrictError> {
+pub(crate) fn strict_json(text: &str) -> Result<Value, StrictError> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let parsed = StrictValue::deserialize(&mut deserializer).and_then(|v| {
         deserializer.end()?;

@@ -104,7 +104,7 @@ fn rfc3339(now: Time) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::domain::order::Incoming;
+    use charge_once::domain::message::Incoming;
 
     fn payment(status: &str) -> ListedPayment {
         ListedPayment {
