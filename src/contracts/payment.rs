@@ -75,6 +75,41 @@ pub enum Cancel {
 /// The status `requires_action` of an open payment: the customer is asked to
 /// authenticate, and only they can confirm it.
 pub const AWAITS_CUSTOMER: &str = "requires_action";
+
+/// A PaymentIntent's `status`, read from the provider's text in this one place; every
+/// decision about a payment (the charge's answer, a lookup, settling, the audit) starts
+/// from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    Succeeded,
+    Canceled,
+    /// In flight: a bank debit or some wallets; it settles by itself.
+    Processing,
+    /// A confirmation failed; the customer may still confirm it.
+    RequiresPaymentMethod,
+    RequiresConfirmation,
+    /// [`AWAITS_CUSTOMER`]: the customer is asked to authenticate it.
+    RequiresAction,
+    /// Authorised, not captured: in flight for this consumer (it never captures).
+    RequiresCapture,
+    /// A status this client does not know, or none.
+    Unknown,
+}
+
+impl Status {
+    pub fn read(status: Option<&str>) -> Self {
+        match status {
+            Some("succeeded") => Self::Succeeded,
+            Some("canceled") => Self::Canceled,
+            Some("processing") => Self::Processing,
+            Some("requires_payment_method") => Self::RequiresPaymentMethod,
+            Some("requires_confirmation") => Self::RequiresConfirmation,
+            Some(AWAITS_CUSTOMER) => Self::RequiresAction,
+            Some("requires_capture") => Self::RequiresCapture,
+            _ => Self::Unknown,
+        }
+    }
+}
 /// The error code (`code`, or a decline's `decline_code`) of a payment the customer's
 /// bank wants authenticated.
 pub const AUTHENTICATION_REQUIRED: &str = "authentication_required";
@@ -98,7 +133,7 @@ pub struct ListedPayment {
 
 impl ListedPayment {
     pub fn succeeded(&self) -> bool {
-        self.status == "succeeded"
+        Status::read(Some(&self.status)) == Status::Succeeded
     }
 }
 

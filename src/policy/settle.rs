@@ -8,97 +8,19 @@
 //! are the table's `Settle` and `Adopt` (`policy/table.rs`), each conditioned on the
 //! record, so a repeated event or a second settler changes nothing.
 
-use crate::contracts::payment::{Cancel, ListedPayment, PaymentError};
+use crate::contracts::payment::{Cancel, PaymentError};
 use crate::contracts::queue::QueueError;
 use crate::contracts::store::{
     AdoptRequest, SettleRequest, Settled, StoreError, Write, WriteOutcome,
 };
 use crate::domain::clock::Time;
-use crate::domain::order::Order;
 use crate::domain::{Fingerprint, Key, Record, State};
 use crate::policy::machine::NoAnswer;
 use crate::policy::outcome::{Call, Outcome, ReconcileCause, RetryCause, Shared};
 use crate::policy::rules::Rules;
 
-/// What became of a payment, as the provider (or, for the mutant that trusts it, an
-/// event's body) tells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PaymentNow {
-    /// `succeeded`: final; the order is paid with it.
-    Succeeded,
-    /// `canceled`: final; it can never succeed.
-    Canceled,
-    /// A confirmation attempt failed (`requires_payment_method`): the customer may
-    /// still confirm it, with this card or another, until it is cancelled.
-    AttemptFailed,
-    /// Still waiting for the customer (`requires_action`, `requires_confirmation`…).
-    Open,
-    /// `processing`: it settles by itself, either way; it cannot be cancelled.
-    Processing,
-}
-
-impl PaymentNow {
-    /// A PaymentIntent's `status` as the provider states it: the one place it is read.
-    pub fn of_status(status: &str) -> Self {
-        match status {
-            "succeeded" => Self::Succeeded,
-            "canceled" => Self::Canceled,
-            "processing" => Self::Processing,
-            "requires_payment_method" => Self::AttemptFailed,
-            _ => Self::Open,
-        }
-    }
-
-    /// What an event's type claims of its payment (only the mutant that trusts events
-    /// reads it), else the status its body carries.
-    pub fn claimed(kind: &str, status: &str) -> Self {
-        match kind {
-            "payment_intent.succeeded" => Self::Succeeded,
-            "payment_intent.canceled" => Self::Canceled,
-            "payment_intent.payment_failed" => Self::AttemptFailed,
-            _ => Self::of_status(status),
-        }
-    }
-}
-
-/// The provider's answer about one payment, fetched by id: what settling reads of it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Found {
-    pub status: PaymentNow,
-    /// `metadata[order_id]`: the order this consumer made it for.
-    pub order_id: Option<String>,
-    /// The fingerprint of the order the payment describes (its order id, amount,
-    /// currency, customer and payment method), when it names all of them.
-    pub fingerprint: Option<Fingerprint>,
-}
-
-impl Found {
-    /// What settling reads of a payment the provider holds: its status, its order, and
-    /// the fingerprint of the order its fields describe.
-    pub fn of(payment: &ListedPayment) -> Self {
-        let fingerprint = match (
-            &payment.order_id,
-            &payment.customer,
-            &payment.payment_method,
-        ) {
-            (Some(order_id), Some(customer), Some(method)) => Order::new(
-                order_id,
-                payment.amount,
-                &payment.currency,
-                customer,
-                method,
-            )
-            .ok()
-            .map(|order| Fingerprint::of(&order)),
-            _ => None,
-        };
-        Self {
-            status: PaymentNow::of_status(&payment.status),
-            order_id: payment.order_id.clone(),
-            fingerprint,
-        }
-    }
-}
+mod found;
+pub use found::{Found, PaymentNow};
 
 /// What starts a settlement.
 #[derive(Clone, Debug)]
@@ -261,33 +183,7 @@ impl Settlement {
     pub fn on(&mut self, input: SettleInput) -> SettleStep {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match (phase, input) {
-            (Phase::Reading, SettleInput::Read(Ok(record))) => {
-                self.record = record;
-                let done_with_it = self.record.as_ref().is_some_and(|r| {
-                    r.state == State::Done && r.receipt.as_deref() == Some(&self.payment_id)
-                });
-                if done_with_it {
-                    // Already the receipt: no call.
-                    return self.ignored("the order is already done with this payment");
-                }
-                if self.rules.event_is_a_hint {
-                    match self.found.take() {
-                        Some(found) => {
-                            self.phase = Phase::Fetching;
-                            self.on(SettleInput::Fetched(Ok(Some(found))))
-                        }
-                        None => self.fetch(),
-                    }
-                } else {
-                    // The mutant: the event's body is believed.
-                    self.found = self.claimed.map(|status| Found {
-                        status,
-                        order_id: Some(self.key.order_id().to_owned()),
-                        fingerprint: self.record.as_ref().and_then(|r| r.fingerprint.clone()),
-                    });
-                    self.decide()
-                }
-            }
+            (Phase::Reading, SettleInput::Read(Ok(record))) => self.on_read(record),
             (Phase::Fetching, SettleInput::Fetched(Ok(Some(found)))) => {
                 if found.order_id.as_deref() != Some(self.key.order_id()) {
                     return self.ignored("the provider says the payment is not this order's");
@@ -295,19 +191,7 @@ impl Settlement {
                 self.found = Some(found);
                 self.decide()
             }
-            (Phase::Fetching, SettleInput::Fetched(Ok(None))) => {
-                if self.rules.missing_is_a_fault {
-                    SettleStep::Done(missing(&self.payment_id))
-                } else {
-                    // The mutant: "gone" read as cancelled.
-                    self.found = Some(Found {
-                        status: PaymentNow::Canceled,
-                        order_id: Some(self.key.order_id().to_owned()),
-                        fingerprint: None,
-                    });
-                    self.decide()
-                }
-            }
+            (Phase::Fetching, SettleInput::Fetched(Ok(None))) => self.on_missing(),
             (Phase::Cancelling, SettleInput::Cancelled(Ok(Cancel::Cancelled))) => {
                 if let Some(found) = &mut self.found {
                     found.status = PaymentNow::Canceled;
@@ -325,23 +209,7 @@ impl Settlement {
             }
             (Phase::Writing(writing), SettleInput::Written(Ok(WriteOutcome::Applied(record)))) => {
                 self.record = Some(record);
-                match writing {
-                    // The wait's end moved to now: report, then end it.
-                    Writing::Settle(Settled::Ending { .. }) => {
-                        self.phase = Phase::Reporting;
-                        SettleStep::Report
-                    }
-                    Writing::Settle(Settled::Ended) => SettleStep::Done(Outcome::Settled {
-                        payment_id: self.payment_id.clone(),
-                        paid: false,
-                    }),
-                    Writing::Settle(Settled::Paid { .. }) | Writing::Adopt(_) => {
-                        SettleStep::Done(Outcome::Settled {
-                            payment_id: self.payment_id.clone(),
-                            paid: true,
-                        })
-                    }
-                }
+                self.on_applied(&writing)
             }
             (Phase::Writing(_), SettleInput::Written(Ok(WriteOutcome::Refused(record)))) => {
                 // The record changed under the settlement: judged again by what it is.
@@ -378,6 +246,72 @@ impl Settlement {
                 },
                 None,
             )),
+        }
+    }
+
+    /// The record read: done with this payment already (no call), else the payment
+    /// fetched from the provider (or, for the mutant that believes events, the event's
+    /// claim taken as the answer).
+    fn on_read(&mut self, record: Option<Record>) -> SettleStep {
+        self.record = record;
+        let done_with_it = self.record.as_ref().is_some_and(|r| {
+            r.state == State::Done && r.receipt.as_deref() == Some(&self.payment_id)
+        });
+        if done_with_it {
+            // Already the receipt: no call.
+            return self.ignored("the order is already done with this payment");
+        }
+        if self.rules.event_is_a_hint {
+            match self.found.take() {
+                Some(found) => {
+                    self.phase = Phase::Fetching;
+                    self.on(SettleInput::Fetched(Ok(Some(found))))
+                }
+                None => self.fetch(),
+            }
+        } else {
+            // The mutant: the event's body is believed.
+            self.found = self.claimed.map(|status| Found {
+                status,
+                order_id: Some(self.key.order_id().to_owned()),
+                fingerprint: self.record.as_ref().and_then(|r| r.fingerprint.clone()),
+            });
+            self.decide()
+        }
+    }
+
+    /// The provider does not have the payment (404): a fault that ends nothing (or,
+    /// for the mutant, "gone" read as cancelled).
+    fn on_missing(&mut self) -> SettleStep {
+        if self.rules.missing_is_a_fault {
+            return SettleStep::Done(missing(&self.payment_id));
+        }
+        self.found = Some(Found {
+            status: PaymentNow::Canceled,
+            order_id: Some(self.key.order_id().to_owned()),
+            fingerprint: None,
+        });
+        self.decide()
+    }
+
+    /// A write applied: the wait's end moved to now (report, then end it), or the
+    /// settlement's end.
+    fn on_applied(&mut self, writing: &Writing) -> SettleStep {
+        match writing {
+            Writing::Settle(Settled::Ending { .. }) => {
+                self.phase = Phase::Reporting;
+                SettleStep::Report
+            }
+            Writing::Settle(Settled::Ended) => SettleStep::Done(Outcome::Settled {
+                payment_id: self.payment_id.clone(),
+                paid: false,
+            }),
+            Writing::Settle(Settled::Paid { .. }) | Writing::Adopt(_) => {
+                SettleStep::Done(Outcome::Settled {
+                    payment_id: self.payment_id.clone(),
+                    paid: true,
+                })
+            }
         }
     }
 

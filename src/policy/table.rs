@@ -96,22 +96,7 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.sent = None;
             r.declines = None;
         }
-        Write::Release(req) => {
-            r.state = State::Free;
-            r.owner = None;
-            r.lease_until = None;
-            if req.kind != ReleaseKind::KeepKey {
-                r.attempt = r.attempt.map(|i| i + 1);
-                r.sent = None;
-            }
-            match req.kind {
-                ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
-                ReleaseKind::NextKey {
-                    reset_declines: true,
-                } => r.declines = None,
-                _ => {}
-            }
-        }
+        Write::Release(req) => released(&mut r, req.kind),
         Write::NextAttempt { now, .. } => {
             r.attempt = r.attempt.map(|i| i + 1);
             r.sent = Some(*now);
@@ -133,34 +118,58 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.wait_until = Some(req.wait_until);
             r.expires = Some(req.expires);
         }
-        Write::Settle(req) => match req.settled {
-            // Still awaiting: only the wait's end moves (whole seconds, the attribute's
-            // unit).
-            Settled::Ending { at } => r.wait_until = Some(Time::from_secs(at.as_secs())),
-            Settled::Paid {
-                expires,
-                ref paid_fingerprint,
-            } => {
-                r.paid_fingerprint = paid_fingerprint.clone();
-                r.state = State::Done;
-                r.receipt = Some(req.payment_id.to_owned());
-                r.expires = Some(expires);
-                r.payment = None;
-                r.wait_until = None;
-                r.attempt = None;
-                r.sent = None;
-                r.declines = None;
-            }
-            Settled::Ended => {
-                r.state = State::Failed;
-                r.payment = None;
-                r.wait_until = None;
-                r.attempt = r.attempt.map(|i| i + 1);
-                r.sent = None;
-            }
-        },
+        Write::Settle(req) => settled(&mut r, &req.settled, req.payment_id),
     }
     r
+}
+
+/// A lease given back (`Free`): the key kept, or the next attempt's (a decline
+/// counted, or the count reset when a person says the card was fixed).
+fn released(r: &mut Record, kind: ReleaseKind) {
+    r.state = State::Free;
+    r.owner = None;
+    r.lease_until = None;
+    if kind != ReleaseKind::KeepKey {
+        r.attempt = r.attempt.map(|i| i + 1);
+        r.sent = None;
+    }
+    match kind {
+        ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
+        ReleaseKind::NextKey {
+            reset_declines: true,
+        } => r.declines = None,
+        _ => {}
+    }
+}
+
+/// How an awaited payment settled, on its record.
+fn settled(r: &mut Record, settled: &Settled, payment_id: &str) {
+    match settled {
+        // Still awaiting: only the wait's end moves (whole seconds, the attribute's
+        // unit).
+        Settled::Ending { at } => r.wait_until = Some(Time::from_secs(at.as_secs())),
+        Settled::Paid {
+            expires,
+            paid_fingerprint,
+        } => {
+            r.paid_fingerprint = paid_fingerprint.clone();
+            r.state = State::Done;
+            r.receipt = Some(payment_id.to_owned());
+            r.expires = Some(*expires);
+            r.payment = None;
+            r.wait_until = None;
+            r.attempt = None;
+            r.sent = None;
+            r.declines = None;
+        }
+        Settled::Ended => {
+            r.state = State::Failed;
+            r.payment = None;
+            r.wait_until = None;
+            r.attempt = r.attempt.map(|i| i + 1);
+            r.sent = None;
+        }
+    }
 }
 
 /// The smallest done record: what a redelivery, `resolve` and the audit read of a

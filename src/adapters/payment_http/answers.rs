@@ -5,8 +5,7 @@
 use serde::Deserialize;
 
 use crate::contracts::payment::{
-    AUTHENTICATION_REQUIRED, AWAITS_CUSTOMER, Confirmation, ListedPayment, Lookup, PaymentError,
-    Receipt,
+    AUTHENTICATION_REQUIRED, Confirmation, ListedPayment, Lookup, PaymentError, Receipt, Status,
 };
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
@@ -68,13 +67,13 @@ pub(super) enum Standing {
 }
 
 pub(super) fn standing(status: Option<&str>) -> Standing {
-    match status {
-        Some("succeeded") => Standing::Succeeded,
-        Some("requires_payment_method" | "requires_confirmation" | AWAITS_CUSTOMER) => {
+    match Status::read(status) {
+        Status::Succeeded => Standing::Succeeded,
+        Status::RequiresPaymentMethod | Status::RequiresConfirmation | Status::RequiresAction => {
             Standing::Open
         }
-        Some("canceled") => Standing::Canceled,
-        _ => Standing::InFlight,
+        Status::Canceled => Standing::Canceled,
+        Status::Processing | Status::RequiresCapture | Status::Unknown => Standing::InFlight,
     }
 }
 
@@ -82,7 +81,7 @@ impl Intent {
     /// The customer is asked to authenticate it: only they can confirm it now.
     /// Read as the charge path reads a 402: `code` or `decline_code`.
     pub(super) fn awaits_customer(&self) -> bool {
-        self.status.as_deref() == Some(AWAITS_CUSTOMER)
+        Status::read(self.status.as_deref()) == Status::RequiresAction
             || self.last_payment_error.as_ref().is_some_and(|e| {
                 e.code.as_deref() == Some(AUTHENTICATION_REQUIRED)
                     || e.decline_code.as_deref() == Some(AUTHENTICATION_REQUIRED)
@@ -280,28 +279,33 @@ pub(super) struct IntentRef {
 
 /// A 2xx PaymentIntent as an outcome: only `succeeded` is a receipt.
 pub(super) fn settle(intent: Intent) -> Result<Receipt, PaymentError> {
-    match intent.status.as_deref() {
-        Some("succeeded") => Ok(intent.receipt()),
+    let read = Status::read(intent.status.as_deref());
+    if read == Status::Succeeded {
+        return Ok(intent.receipt());
+    }
+    match (read, intent.status) {
         // The bank asks the customer to authenticate: an off-session confirm that
         // answers 2xx instead of Stripe's 402 `authentication_required`.
-        Some(AWAITS_CUSTOMER) => Err(PaymentError::AuthenticationRequired {
+        (Status::RequiresAction, _) => Err(PaymentError::AuthenticationRequired {
             payment_id: Some(intent.id),
         }),
         // In flight (bank debits, some wallets), or no status at all: it may still
         // fail, and an acknowledged order must be paid. When in doubt, the record
         // fails, the key is kept, and the retry reconciles.
-        Some("processing") | None => Err(PaymentError::Pending {
-            payment_id: intent.id,
-            status: intent.status.unwrap_or_else(|| "unknown".to_owned()),
-        }),
+        (Status::Processing, status) | (Status::Unknown, status @ None) => {
+            Err(PaymentError::Pending {
+                payment_id: intent.id,
+                status: status.unwrap_or_else(|| "unknown".to_owned()),
+            })
+        }
         // `requires_payment_method` with a 2xx is a decline answered as a payment.
-        Some("requires_payment_method") => Err(PaymentError::Declined {
+        (Status::RequiresPaymentMethod, _) => Err(PaymentError::Declined {
             code: "card_declined".to_owned(),
             decline_code: None,
             payment_id: Some(intent.id),
         }),
-        Some(status) => Err(PaymentError::UnexpectedStatus {
-            status: status.to_owned(),
+        (_, status) => Err(PaymentError::UnexpectedStatus {
+            status: status.unwrap_or_default(),
             payment_id: intent.id,
         }),
     }
