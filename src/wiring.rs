@@ -14,7 +14,7 @@ use crate::adapters::sqs::{SqsQueue, SqsReports};
 use crate::adapters::tls::{Tls, TlsError};
 use crate::config::{Config, ConfigError};
 use crate::contracts::payment::ChargePath;
-use crate::contracts::queue::{Reports, Unreported};
+use crate::contracts::queue::{NOTE_ATTRIBUTE, Reports, Unreported};
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::batch::Consumer;
 use crate::drivers::charge::Settings;
@@ -128,7 +128,11 @@ pub fn sqs_queue(
     sdk: &aws_config::SdkConfig,
 ) -> Result<Arc<SqsQueue>, WiringError> {
     let dlq = config.require_dead_letter_queue_url()?;
-    Ok(Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(sdk), dlq)))
+    Ok(Arc::new(SqsQueue::new(
+        aws_sdk_sqs::Client::new(sdk),
+        dlq,
+        NOTE_ATTRIBUTE,
+    )))
 }
 
 /// Where ended waits are reported: the queue at AUTHENTICATION_ENDED_QUEUE_URL, or

@@ -10,7 +10,9 @@
 //! | [`pacing`] | the pace of provider calls, adapted to the provider's rate limits |
 //! | [`jitter`] | the jitter of pauses and retry delays |
 //! | [`executor`] | the one executor: every call under the safeguards above |
+//! | [`emf`] | metrics: one CloudWatch embedded-metric-format document per invocation, also when invocations run at once |
 //! | [`envelope`] | the body inside an SNS or EventBridge envelope |
+//! | [`queue`], [`sqs`] | the queue calls of a batch: visibility changes (the backoff) and dead letters with their note |
 //! | [`in_store`] | effects inside the store: the record and the effect in one transaction |
 
 // The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
@@ -20,11 +22,14 @@
 pub mod breaker;
 pub mod clock;
 pub mod deadline;
+pub mod emf;
 pub mod envelope;
 pub mod executor;
 pub mod in_store;
 pub mod jitter;
 pub mod pacing;
+pub mod queue;
+pub mod sqs;
 
 /// A boxed source error, kept whole (never stringified).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -8,11 +8,12 @@
 //! | [`payment_http`], [`api_key`] | the Stripe-compatible HTTP client and its key |
 //! | [`sqs`] | the queue calls |
 //! | [`tls`], [`sdk_http`] | the TLS settings of both HTTPS clients; the AWS SDK's HTTP client |
-//! | [`emf`] | metrics as EMF, one document per invocation |
+//! | [`emf`] | metrics as EMF, one document per invocation (the library's) |
 
 pub mod api_key;
 pub mod dynamodb;
-pub mod emf;
+/// EMF: the library's (`idempotent_consumer::emf`).
+pub use idempotent_consumer::emf;
 pub mod payment_http;
 pub mod sdk_http;
 pub mod sqs;

@@ -2,11 +2,17 @@
 
 use super::*;
 
+/// A consumer's name, its dead letters' note attribute.
+const NOTE: &str = "a-consumer";
+
 #[test]
 fn a_deduplication_id_is_stable_per_message_and_valid_for_sqs() {
-    let a = deduplication_id("059f36b4-87a3-44ab-83d2-661975830a7d");
-    assert_eq!(a, deduplication_id("059f36b4-87a3-44ab-83d2-661975830a7d"));
-    assert_ne!(a, deduplication_id("another"));
+    let a = deduplication_id(NOTE, "059f36b4-87a3-44ab-83d2-661975830a7d");
+    assert_eq!(
+        a,
+        deduplication_id(NOTE, "059f36b4-87a3-44ab-83d2-661975830a7d")
+    );
+    assert_ne!(a, deduplication_id(NOTE, "another"));
     assert_eq!(a.len(), 64);
     assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
 }
@@ -23,10 +29,10 @@ fn a_note_goes_whole_when_it_fits_trimmed_when_a_short_one_does_and_else_not_at_
         message_id: "m-1",
         note: whole.clone(),
     };
-    let size = |note: &str| weight(&message, note) + "String".len();
-    assert_eq!(fitted_note(&letter, size(&whole)), whole);
+    let size = |note: &str| weight(&message, note, NOTE) + "String".len();
+    assert_eq!(fitted_note(&letter, size(&whole), NOTE), whole);
     // 40 bytes short: the reason is cut, the rest kept, and it says so.
-    let trimmed = fitted_note(&letter, size(&whole) - 40);
+    let trimmed = fitted_note(&letter, size(&whole) - 40, NOTE);
     assert!(size(&trimmed) <= size(&whole) - 40, "{trimmed}");
     let note: serde_json::Value = serde_json::from_str(&trimmed).unwrap();
     assert_eq!(
@@ -35,7 +41,7 @@ fn a_note_goes_whole_when_it_fits_trimmed_when_a_short_one_does_and_else_not_at_
     );
     assert!(note["reason"].as_str().unwrap().len() < 100);
     // No room even for the short note: none, the body untouched.
-    assert_eq!(fitted_note(&letter, size("") + 10), "");
+    assert_eq!(fitted_note(&letter, size("") + 10, NOTE), "");
 }
 
 #[test]
@@ -74,14 +80,14 @@ fn the_note_is_added_beside_the_original_attributes_unless_there_are_ten() {
         message_id: "m-1",
         note: note.clone(),
     };
-    let sent = entry(0, &letter, true).unwrap();
+    let sent = entry(0, &letter, true, NOTE).unwrap();
     let attributes = sent.message_attributes.unwrap();
     assert_eq!(attributes["trace"].string_value.as_deref(), Some("abc"));
     assert_eq!(
-        attributes[NOTE_ATTRIBUTE].string_value.as_deref(),
+        attributes[NOTE].string_value.as_deref(),
         Some(note.as_str())
     );
-    assert_eq!(sent.message_group_id.as_deref(), Some(FALLBACK_GROUP));
+    assert_eq!(sent.message_group_id.as_deref(), Some(NOTE));
     assert!(sent.message_deduplication_id.is_some());
 
     for n in 0..9 {
@@ -94,10 +100,10 @@ fn the_note_is_added_beside_the_original_attributes_unless_there_are_ten() {
         message_id: "m-1",
         note,
     };
-    let full = entry(0, &letter, false)
+    let full = entry(0, &letter, false, NOTE)
         .unwrap()
         .message_attributes
         .unwrap();
     assert_eq!(full.len(), 10);
-    assert!(!full.contains_key(NOTE_ATTRIBUTE));
+    assert!(!full.contains_key(NOTE));
 }

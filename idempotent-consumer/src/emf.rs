@@ -7,7 +7,7 @@
 //! running it: [`Emf::measure`] runs an invocation's future with its own counters in a
 //! tokio task-local, so two invocations interleaved on the same threads never see each
 //! other's counts. A metric recorded outside any invocation belongs to none and is
-//! dropped (charge-once records none there).
+//! dropped (a consumer records none there).
 //!
 //! Why not `metrics_cloudwatch_embedded`: its collector can only be the one global
 //! recorder (its `Builder::init`; `Collector::new` takes a private config), flushed as
@@ -73,7 +73,7 @@ pub struct Emf {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("METRICS_NAMESPACE: the metrics recorder could not be installed")]
+#[error("the metrics recorder could not be installed (one per process)")]
 pub struct InstallError(#[source] metrics::SetRecorderError<Router>);
 
 /// The recorder installed in the `metrics` facade: hands each metric to the running
@@ -148,7 +148,7 @@ impl Emf {
         let written = self.write(
             recorded,
             &[("RequestId", request_id)],
-            crate::domain::clock::wall_ms(),
+            crate::clock::wall_ms(),
             std::io::stdout().lock(),
         );
         if let Err(e) = written {
@@ -248,7 +248,7 @@ struct Handle {
 
 impl Handle {
     /// The running invocation's handle for `key`, if there is an invocation and the
-    /// key has no labels (EMF dimensions: charge-once records none, and one would
+    /// key has no labels (EMF dimensions: the consumer records none, and one would
     /// change the metric's identity in CloudWatch).
     fn current(key: &Key) -> Option<Arc<Handle>> {
         if key.labels().next().is_some() {
@@ -402,9 +402,9 @@ mod tests {
             .collect()
     }
 
-    async fn charge(records: u64, pause: Duration) {
+    async fn invocation(records: u64, pause: Duration) {
         for _ in 0..records {
-            metrics::counter!("t_charged").increment(1);
+            metrics::counter!("t_done").increment(1);
             metrics::histogram!("t_latency_ms").record(2.5);
             tokio::time::sleep(pause).await;
         }
@@ -415,19 +415,19 @@ mod tests {
         let emf = emf();
         // Interleaved on one task's polls: each sleeps between records.
         let ((_, three), (_, five)) = tokio::join!(
-            emf.measure(charge(3, Duration::from_millis(3))),
-            emf.measure(charge(5, Duration::from_millis(2))),
+            emf.measure(invocation(3, Duration::from_millis(3))),
+            emf.measure(invocation(5, Duration::from_millis(2))),
         );
-        assert_eq!(three.counter("t_charged"), 3);
-        assert_eq!(five.counter("t_charged"), 5);
+        assert_eq!(three.counter("t_done"), 3);
+        assert_eq!(five.counter("t_done"), 5);
         assert_eq!(five.histogram("t_latency_ms").len(), 5);
 
         // And across threads: tasks moving between the runtime's workers.
         let tasks: Vec<_> = (1..=4)
             .map(|n| {
                 tokio::spawn(async move {
-                    let (_, recorded) = emf.measure(charge(n, Duration::from_millis(1))).await;
-                    (n, recorded.counter("t_charged"))
+                    let (_, recorded) = emf.measure(invocation(n, Duration::from_millis(1))).await;
+                    (n, recorded.counter("t_done"))
                 })
             })
             .collect();
@@ -439,7 +439,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_document_is_emf_with_units_values_and_the_request_id() {
-        let (_, recorded) = emf().measure(charge(2, Duration::ZERO)).await;
+        let (_, recorded) = emf().measure(invocation(2, Duration::ZERO)).await;
         let docs = documents(&recorded, "req-1");
         assert_eq!(docs.len(), 1, "{docs:?}");
         let doc = &docs[0];
@@ -450,18 +450,18 @@ mod tests {
         assert_eq!(
             directive["Metrics"],
             json!([
-                {"Name": "t_charged"},
+                {"Name": "t_done"},
                 {"Name": "t_latency_ms", "Unit": "Milliseconds"},
             ])
         );
-        assert_eq!(doc["t_charged"], 2);
+        assert_eq!(doc["t_done"], 2);
         assert_eq!(doc["t_latency_ms"], json!([2.5, 2.5]));
         assert_eq!(doc["RequestId"], "req-1");
     }
 
     #[tokio::test]
     async fn more_than_a_hundred_values_go_on_in_further_documents() {
-        let (_, recorded) = emf().measure(charge(230, Duration::ZERO)).await;
+        let (_, recorded) = emf().measure(invocation(230, Duration::ZERO)).await;
         let docs = documents(&recorded, "req-2");
         let lengths: Vec<usize> = docs
             .iter()
@@ -469,15 +469,15 @@ mod tests {
             .collect();
         assert_eq!(lengths, [100, 100, 30]);
         // The counter is counted once, in the first document.
-        assert_eq!(docs[0]["t_charged"], 230);
-        assert!(docs[1].get("t_charged").is_none());
+        assert_eq!(docs[0]["t_done"], 230);
+        assert!(docs[1].get("t_done").is_none());
         assert!(docs.iter().all(|d| d["RequestId"] == "req-2"));
     }
 
     #[tokio::test]
     async fn nothing_recorded_writes_nothing_and_nothing_outside_an_invocation_is_kept() {
         let emf = emf();
-        metrics::counter!("t_charged").increment(7);
+        metrics::counter!("t_done").increment(7);
         let (_, recorded) = emf.measure(async {}).await;
         assert!(documents(&recorded, "req-3").is_empty());
     }
