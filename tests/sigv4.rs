@@ -15,6 +15,10 @@
 use std::process::Command;
 use std::time::Duration;
 
+#[allow(dead_code)] // its `main` is the function's, not the test's
+#[path = "../idempotent-consumer/examples/loyalty_points.rs"]
+mod loyalty_points;
+
 use charge_once::contracts::store::IdempotencyStore;
 use harness::event_source::{Queues, event_of};
 use harness::localstripe::{self, Card, Payer};
@@ -73,16 +77,28 @@ async fn authentication_after(requests: &str) {
 /// (`sqs:SendMessageBatch`), which AWS does not have: AWS authorizes a batch call by
 /// its single-message action, the template's.
 async fn function_user() -> (String, String) {
+    user_with(&[
+        "dynamodb:UpdateItem",
+        "dynamodb:GetItem",
+        "sqs:GetQueueUrl",
+        "sqs:ChangeMessageVisibility",
+        "sqs:SendMessage",
+        "secretsmanager:GetSecretValue",
+        "sqs:ChangeMessageVisibilityBatch",
+        "sqs:SendMessageBatch",
+    ])
+    .await
+}
+
+/// An IAM user allowed `actions` on every resource; its access key.
+async fn user_with(actions: &[&str]) -> (String, String) {
     let name = format!(
         "charge-once-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     iam(&[("Action", "CreateUser"), ("UserName", &name)]).await;
     let policy = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
-        "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem", "sqs:GetQueueUrl",
-            "sqs:ChangeMessageVisibility", "sqs:SendMessage", "secretsmanager:GetSecretValue",
-            "sqs:ChangeMessageVisibilityBatch", "sqs:SendMessageBatch"],
-        "Resource": "*"}]});
+        "Action": actions, "Resource": "*"}]});
     iam(&[
         ("Action", "PutUserPolicy"),
         ("UserName", &name),
@@ -593,4 +609,67 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
         .collect();
     reported.sort();
     assert_eq!(reported, [orders[1].clone(), orders[2].clone()]);
+}
+
+/// The library's effect inside the store (its example: loyalty points), with an IAM
+/// user's key whose policy holds what the library's page says a role needs:
+/// `dynamodb:PutItem`, `dynamodb:UpdateItem` and `dynamodb:GetItem`. Moto asks for the
+/// transaction's own name (`dynamodb:TransactWriteItems`), which AWS does not have: AWS
+/// authorizes a transaction by the actions of its items. A key without it is refused,
+/// and the record fails with nothing credited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_librarys_effect_inside_the_store_is_signed_as_moto_with_iam_authentication_accepts() {
+    let _one_at_a_time = AUTHENTICATION.lock().await;
+    let table = Backend::Moto.fresh_table().await;
+    let allowed = user_with(&[
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:GetItem",
+        "dynamodb:TransactWriteItems",
+    ])
+    .await;
+    let refused = user_with(&[
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:GetItem",
+    ])
+    .await;
+    let client = |(id, secret): &(String, String)| {
+        let credentials =
+            aws_sdk_dynamodb::config::Credentials::new(id, secret, None, None, "tests");
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&moto_sdk_config())
+                .credentials_provider(credentials)
+                .build(),
+        )
+    };
+    let purchase = r#"{"id":"buy-1","customer":"cus-iam"}"#.to_owned();
+    let batch = harness::rig::batch_of(&[purchase.clone(), purchase]);
+    let deadline = idempotent_consumer::clock::Time::from_ms(idempotent_consumer::clock::wall_ms())
+        + Duration::from_secs(60);
+
+    authentication_after("0").await;
+    let denied = loyalty_points::consumer(client(&refused), &table.name)
+        .run(&batch, deadline)
+        .await;
+    let accepted = loyalty_points::consumer(client(&allowed), &table.name)
+        .run(&batch, deadline)
+        .await;
+    authentication_after("inf").await;
+
+    assert_eq!(denied.batch_item_failures.len(), 2, "refused without it");
+    assert!(accepted.batch_item_failures.is_empty(), "{accepted:?}");
+    let balance = table
+        .client
+        .get_item()
+        .table_name(&table.name)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("saldo#cus-iam".to_owned()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let saldo = balance.item().unwrap()["saldo"].as_n().unwrap().to_owned();
+    assert_eq!(saldo, loyalty_points::POINTS.to_string(), "credited once");
 }
