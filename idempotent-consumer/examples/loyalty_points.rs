@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use idempotent_consumer::breaker::Breakers;
-use idempotent_consumer::deadline::Budget;
 use idempotent_consumer::executor::Safeguards;
 use idempotent_consumer::in_store::{Consumer, DynamoLedger, InStoreEffect, Invalid};
+use idempotent_consumer::sqs::SqsQueue;
 use serde_json::Value;
 
 /// Points per purchase.
@@ -67,32 +66,23 @@ impl InStoreEffect for LoyaltyPoints {
 
 /// The consumer on `client`'s `table`, as the function builds it at cold start.
 pub fn consumer(client: aws_sdk_dynamodb::Client, table: &str) -> Consumer<LoyaltyPoints> {
-    let safeguards = Safeguards {
-        clock: idempotent_consumer::clock::system(),
-        budget: Budget::new(Duration::from_secs(3), Duration::from_secs(1)),
-        breakers: Arc::new(Breakers::new(
-            5,
-            Duration::from_secs(30),
-            Duration::from_secs(900),
-        )),
-    };
     let points = LoyaltyPoints {
         table: table.to_owned(),
     };
+    let retention = Duration::from_secs(90 * 24 * 3600);
     let ledger = DynamoLedger::new(client, table);
-    Consumer::new(
-        ledger,
-        points,
-        safeguards,
-        Duration::from_secs(90 * 24 * 3600),
-    )
+    Consumer::new(ledger, points, Safeguards::standard(), retention)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE")?;
+    let dead_letters = std::env::var("DEAD_LETTER_QUEUE_URL")?;
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue = SqsQueue::new(sqs, dead_letters, "loyalty-points");
     consumer(aws_sdk_dynamodb::Client::new(&sdk), &table)
+        .with_dead_letters(Arc::new(queue))
         .serve()
         .await
 }

@@ -154,6 +154,22 @@ pub struct Safeguards {
 }
 
 impl Safeguards {
+    /// The safeguards of a consumer that knows no better: the wall clock; no record
+    /// starts with less than 3 s left and a provider call may take 1 s; the breakers
+    /// open after 5 transient failures in a row, for 30 s at first and 15 min at most.
+    /// A consumer with a slow provider sets its own ([`Budget::new`]).
+    pub fn standard() -> Self {
+        Self {
+            clock: crate::clock::system(),
+            budget: Budget::new(Duration::from_secs(3), Duration::from_secs(1)),
+            breakers: Arc::new(Breakers::new(
+                5,
+                Duration::from_secs(30),
+                Duration::from_secs(15 * 60),
+            )),
+        }
+    }
+
     pub fn now(&self) -> Time {
         (self.clock)()
     }

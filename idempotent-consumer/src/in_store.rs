@@ -8,7 +8,8 @@
 //! [`InStoreEffect`] is what an application writes: how a message becomes a fact, the
 //! fact's key and fingerprint, and the writes it adds. [`Consumer`] is the rest: the
 //! SQS batch (raw bodies, SNS and EventBridge envelopes, FIFO groups, the partial batch
-//! response) with every store call through the one executor ([`crate::executor`]).
+//! response, dead letters with their note) with every store and queue call through
+//! the one executor ([`crate::executor`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +26,7 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::clock::Time;
 use crate::executor::{Executor, NoAnswer, Safeguards, StoreOnly};
+use crate::queue::{DeadLetter, Queue, QueueError};
 use crate::{BoxError, envelope, error_chain};
 
 /// The record's storage names: the pattern card's, as every record of the table keeps
@@ -229,6 +231,65 @@ pub fn fingerprint_of(fields: &[String]) -> String {
         .collect()
 }
 
+/// How a record ends.
+enum End {
+    /// Done, or a duplicate of a done fact: acknowledged.
+    Acked(&'static str),
+    /// No retry can fix it: the dead-letter queue, with its outcome and reason.
+    DeadLetter {
+        outcome: &'static str,
+        reason: String,
+    },
+    /// It may succeed later: back to the queue, with why.
+    Retry(String),
+}
+
+impl End {
+    fn dead(outcome: &'static str, reason: String) -> Self {
+        Self::DeadLetter { outcome, reason }
+    }
+
+    /// The dead letter's note: why, as a JSON object.
+    fn note(&self, message_id: &str) -> String {
+        let (outcome, reason) = match self {
+            Self::DeadLetter { outcome, reason } => (*outcome, reason.as_str()),
+            Self::Acked(outcome) => (*outcome, ""),
+            Self::Retry(reason) => ("failed", reason.as_str()),
+        };
+        serde_json::json!({"outcome": outcome, "reason": reason, "message_id": message_id})
+            .to_string()
+    }
+
+    /// Writes the record's one outcome line, given what became of its dead letter;
+    /// whether it is acknowledged.
+    fn told(&self, sent: Option<Result<(), QueueError>>) -> bool {
+        match (self, sent) {
+            (Self::Acked(outcome), _) => {
+                info!(outcome, "record processed");
+                true
+            }
+            (Self::DeadLetter { outcome, reason }, Some(Ok(()))) => {
+                warn!(outcome, reason = %reason, "record dead-lettered");
+                true
+            }
+            (Self::DeadLetter { outcome, reason }, Some(Err(e))) => {
+                warn!(outcome, reason = %reason, queue_error = %error_chain(&e),
+                    "record failed: its dead letter was not sent; it comes back");
+                false
+            }
+            (Self::DeadLetter { outcome, reason }, None) => {
+                warn!(outcome, reason = %reason,
+                    "record failed; no retry fixes it: the queue's redrive policy moves it");
+                false
+            }
+            (Self::Retry(reason), _) => {
+                warn!(outcome = "failed", reason = %reason, "record failed; it comes back");
+                false
+            }
+        }
+    }
+}
+
 /// A batch handler whatever its effect, so that the Lambda runtime's future is built
 /// here, once, and not in every application's crate.
 trait HandleBatch: Send + Sync {
@@ -264,6 +325,9 @@ pub struct Consumer<E> {
     ledger: DynamoLedger,
     effect: E,
     safeguards: Safeguards,
+    /// Where a record no retry can fix goes at once, with its note; without it such a
+    /// record fails until the queue's redrive policy moves it (without a note).
+    dead_letters: Option<Arc<dyn Queue>>,
     /// `expira` = now + this: how long a done record keeps its fact from being done
     /// again (longer than any redelivery: the queue's retention, a replay).
     retention: Duration,
@@ -280,7 +344,19 @@ impl<E: InStoreEffect> Consumer<E> {
             ledger,
             effect,
             safeguards,
+            dead_letters: None,
             retention,
+        }
+    }
+
+    /// The consumer that sends a record no retry can fix (an invalid body, a reused
+    /// id, a write its own condition refuses) to the dead-letter queue at once, with a
+    /// note saying why, and acknowledges it once the send succeeded. In Lambda:
+    /// `SqsQueue::new(client, dead_letter_queue_url, "<the consumer's name>")`.
+    pub fn with_dead_letters(self, queue: Arc<dyn Queue>) -> Self {
+        Self {
+            dead_letters: Some(queue),
+            ..self
         }
     }
 
@@ -311,68 +387,103 @@ impl<E: InStoreEffect> Consumer<E> {
     pub async fn run(&self, event: &SqsEvent, deadline: Time) -> SqsBatchResponse {
         let deadline = self.safeguards.budget.answer_by(deadline);
         let mut failed_groups: Vec<&str> = Vec::new();
-        let mut response = SqsBatchResponse::default();
+        let mut ends = Vec::with_capacity(event.records.len());
+        let mut spans = Vec::with_capacity(event.records.len());
         for message in &event.records {
+            let message_id = message.message_id.as_deref().unwrap_or_default();
+            let span = info_span!("record", message_id);
             let group = message.attributes.get("MessageGroupId").map(String::as_str);
-            let blocked = group.is_some_and(|g| failed_groups.contains(&g));
-            let ok = !blocked && self.record(message, deadline).await;
-            if !ok {
-                if let Some(group) = group {
-                    failed_groups.push(group);
-                }
+            let end = if group.is_some_and(|g| failed_groups.contains(&g)) {
+                End::Retry("an earlier record of its message group failed".to_owned())
+            } else {
+                self.end(message, deadline).instrument(span.clone()).await
+            };
+            if let (End::Retry(_), Some(group)) = (&end, group) {
+                failed_groups.push(group);
+            }
+            ends.push(end);
+            spans.push(span);
+        }
+        let sent = self
+            .send_dead_letters(&event.records, &ends, deadline)
+            .await;
+        let mut response = SqsBatchResponse::default();
+        for (((message, end), sent), span) in event.records.iter().zip(&ends).zip(sent).zip(&spans)
+        {
+            let _line = span.enter();
+            if !end.told(sent) {
                 response.add_failure(message.message_id.clone().unwrap_or_default());
             }
         }
         response
     }
 
-    /// One record, in its span, with its one outcome line; whether it succeeded.
-    async fn record(&self, message: &SqsMessage, deadline: Time) -> bool {
-        let message_id = message.message_id.as_deref().unwrap_or_default();
-        self.outcome(message, deadline)
-            .instrument(info_span!("record", message_id))
-            .await
-    }
-
-    async fn outcome(&self, message: &SqsMessage, deadline: Time) -> bool {
+    /// How one record ends, before the queue is told.
+    async fn end(&self, message: &SqsMessage, deadline: Time) -> End {
         let fact = match envelope::body(message.body.as_deref().unwrap_or_default())
             .and_then(|body| self.effect.parse(&body))
         {
             Ok(fact) => fact,
-            Err(invalid) => {
-                warn!(outcome = "invalid", reason = %invalid, "record failed");
-                return false;
-            }
+            Err(invalid) => return End::dead("invalid", invalid.0),
         };
         match self.apply(&fact, deadline).await {
-            Ok(Applied::Done) => {
-                info!(outcome = "done", "record processed");
-                true
+            Ok(Applied::Done) => End::Acked("done"),
+            Ok(Applied::Duplicate) => End::Acked("duplicate"),
+            Ok(Applied::Mismatch) => End::dead(
+                "mismatch",
+                "its id is done with other fields (a different fact under a reused id)".to_owned(),
+            ),
+            Ok(Applied::Refused { index }) => End::dead(
+                "refused",
+                format!("the effect's write {index} refused its condition; nothing was written"),
+            ),
+            Err(e @ (ApplyError::Invalid(_) | ApplyError::TooManyWrites(_))) => {
+                End::dead("invalid", error_chain(&e))
             }
-            Ok(Applied::Duplicate) => {
-                info!(outcome = "duplicate", "record processed");
-                true
-            }
-            Ok(Applied::Mismatch) => {
-                warn!(
-                    outcome = "mismatch",
-                    "record failed: its id is done with other fields (a different fact under a reused id)"
-                );
-                false
-            }
-            Ok(Applied::Refused { index }) => {
-                warn!(
-                    outcome = "refused",
-                    write = index,
-                    "record failed: the effect's own condition refused it; nothing was written"
-                );
-                false
-            }
-            Err(e) => {
-                warn!(outcome = "failed", error = %error_chain(&e), "record failed");
-                false
-            }
+            Err(e) => End::Retry(error_chain(&e)),
         }
+    }
+
+    /// Sends the batch's dead letters in one step through the executor; each record's
+    /// send result, `None` for a record that is not one (or with no queue).
+    async fn send_dead_letters(
+        &self,
+        records: &[SqsMessage],
+        ends: &[End],
+        deadline: Time,
+    ) -> Vec<Option<Result<(), QueueError>>> {
+        let mut sent: Vec<Option<Result<(), QueueError>>> = vec![None; ends.len()];
+        let Some(queue) = &self.dead_letters else {
+            return sent;
+        };
+        let chosen: Vec<usize> = (0..ends.len())
+            .filter(|&i| matches!(ends[i], End::DeadLetter { .. }))
+            .collect();
+        if chosen.is_empty() {
+            return sent;
+        }
+        let letters: Vec<DeadLetter<'_>> = chosen
+            .iter()
+            .map(|&i| DeadLetter {
+                message: &records[i],
+                message_id: records[i].message_id.as_deref().unwrap_or_default(),
+                note: ends[i].note(records[i].message_id.as_deref().unwrap_or_default()),
+            })
+            .collect();
+        let executor = Executor::new(self.safeguards.clone(), &StoreOnly, deadline);
+        let results = match executor
+            .queue(async { Ok::<_, std::convert::Infallible>(queue.dead_letter(&letters).await) })
+            .await
+        {
+            Ok(results) => results,
+            Err(NoAnswer::NoTime) => vec![Err(QueueError::NoTime); chosen.len()],
+            Err(NoAnswer::TimedOut) => vec![Err(QueueError::TimedOut); chosen.len()],
+            Err(NoAnswer::Failed(never)) => match never {},
+        };
+        for (i, result) in chosen.into_iter().zip(results) {
+            sent[i] = Some(result);
+        }
+        sent
     }
 
     /// Applies `fact` once, through the executor: under the store's breaker and the

@@ -9,17 +9,20 @@ use crate::contracts::store::StoreError;
 use crate::domain::clock::Time;
 use crate::domain::{Fingerprint, Key, Owner, Record, State};
 
-/// Attribute (and SQLite column) names.
+/// Attribute (and SQLite column) names. Those every record of the table has, whatever
+/// its consumer, are the library's (`idempotent_consumer::in_store::attr`).
 pub mod attr {
+    use idempotent_consumer::in_store::attr as shared;
+
     /// The partition key: `cobro#<order id>`.
-    pub const PK: &str = "pk";
-    pub const STATE: &str = "estado";
+    pub const PK: &str = shared::PK;
+    pub const STATE: &str = shared::STATE;
     /// ms epoch of the first reservation.
-    pub const CREATED: &str = "creado";
+    pub const CREATED: &str = shared::CREATED;
     /// s epoch: the TTL attribute (retention only).
-    pub const EXPIRES: &str = "expira";
+    pub const EXPIRES: &str = shared::EXPIRES;
     pub const RECEIPT: &str = "recibo";
-    pub const FINGERPRINT: &str = "huella";
+    pub const FINGERPRINT: &str = shared::FINGERPRINT;
     pub const OWNER: &str = "titular";
     /// ms epoch when the current lease ends.
     pub const LEASE_UNTIL: &str = "en_curso_hasta";
@@ -56,7 +59,7 @@ pub const AWAITING_INDEX: &str = "espera";
 /// The stored values of `estado`.
 pub mod state {
     pub const IN_PROGRESS: &str = "en-curso";
-    pub const DONE: &str = "hecho";
+    pub const DONE: &str = idempotent_consumer::in_store::attr::DONE;
     pub const FREE: &str = "libre";
     pub const AWAITING: &str = "espera";
     pub const FAILED: &str = "fallido";
