@@ -151,28 +151,7 @@ impl Config {
             &[("group", FifoScope::Group), ("batch", FifoScope::Batch)],
             "must be `group` (a failure stops its message group) or `batch`",
         )?;
-        let payment_timeout = env.duration(
-            "PAYMENT_TIMEOUT",
-            "10s",
-            Duration::from_nanos(1)..=LAMBDA_MAX,
-            "must be above 0 and at most 15m",
-        )?;
-        let provider_key_lifetime = env.duration(
-            "PROVIDER_KEY_LIFETIME",
-            "24h",
-            KEY_TTL_HEADROOM + Duration::from_nanos(1)..=Duration::MAX,
-            "must be above 1h (how long the provider keeps idempotency keys; Stripe: 24h)",
-        )?;
-        let provider_key_ttl = env.duration(
-            "PROVIDER_KEY_TTL",
-            "23h",
-            Duration::from_nanos(1)..=provider_key_lifetime.saturating_sub(KEY_TTL_HEADROOM),
-            &format!(
-                "must be above 0 and at most PROVIDER_KEY_LIFETIME ({}) - 1h, or a key the \
-                 provider has forgotten is sent again and charges twice",
-                humantime::format_duration(provider_key_lifetime)
-            ),
-        )?;
+        let (payment_timeout, provider_key_lifetime, provider_key_ttl) = provider_times(&env)?;
         let max_declines = env.integer("MAX_DECLINES", 3, 1..=100)?;
         let deadline_margin = env.duration(
             "DEADLINE_MARGIN",
@@ -186,31 +165,8 @@ impl Config {
             deadline_margin + Duration::from_nanos(1)..=Duration::MAX,
             "must exceed DEADLINE_MARGIN, or no record could ever start",
         )?;
-        let retry_base = env.duration(
-            "RETRY_BASE",
-            "30s",
-            Duration::from_secs(1)..=MAX_VISIBILITY,
-            "must be between 1s and 12h (SQS counts visibility in whole seconds, and a \
-             delay of 0 would retry an outage in lockstep)",
-        )?;
-        let retry_cap = env.duration(
-            "RETRY_CAP",
-            "15m",
-            retry_base..=MAX_VISIBILITY,
-            "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
-        )?;
-        // Lambda's MaximumConcurrency of an SQS event source is 2..=1000.
-        let event_source_max_concurrency =
-            env.optional_integer("EVENT_SOURCE_MAX_CONCURRENCY", 2..=1000)?;
-        let payment_rate_budget = env.optional_integer("PAYMENT_RATE_BUDGET", 1..=100_000)?;
-        if let (Some(budget), None) = (payment_rate_budget, event_source_max_concurrency) {
-            return Err(invalid(
-                "PAYMENT_RATE_BUDGET",
-                &budget.to_string(),
-                "needs EVENT_SOURCE_MAX_CONCURRENCY (the event source's MaximumConcurrency), \
-                 which it is divided by: each environment's share of the fleet's budget",
-            ));
-        }
+        let (retry_base, retry_cap) = retries(&env)?;
+        let (event_source_max_concurrency, payment_rate_budget) = fleet_budget(&env)?;
         // 7 days: a customer asked by email or in the app comes back within days; a
         // shorter wait cancels payments they were about to confirm.
         let authentication_wait = env.duration(
@@ -317,6 +273,76 @@ fn invalid(var: &'static str, value: &str, problem: &str) -> ConfigError {
         value: value.to_owned(),
         problem: problem.to_owned(),
     }
+}
+
+/// A provider call's timeout, and how long the provider keeps a key and how long this
+/// consumer reuses one: `(PAYMENT_TIMEOUT, PROVIDER_KEY_LIFETIME, PROVIDER_KEY_TTL)`.
+fn provider_times(
+    env: &Env<impl Fn(&str) -> Option<String>>,
+) -> Result<(Duration, Duration, Duration), ConfigError> {
+    let payment_timeout = env.duration(
+        "PAYMENT_TIMEOUT",
+        "10s",
+        Duration::from_nanos(1)..=LAMBDA_MAX,
+        "must be above 0 and at most 15m",
+    )?;
+    let provider_key_lifetime = env.duration(
+        "PROVIDER_KEY_LIFETIME",
+        "24h",
+        KEY_TTL_HEADROOM + Duration::from_nanos(1)..=Duration::MAX,
+        "must be above 1h (how long the provider keeps idempotency keys; Stripe: 24h)",
+    )?;
+    let provider_key_ttl = env.duration(
+        "PROVIDER_KEY_TTL",
+        "23h",
+        Duration::from_nanos(1)..=provider_key_lifetime.saturating_sub(KEY_TTL_HEADROOM),
+        &format!(
+            "must be above 0 and at most PROVIDER_KEY_LIFETIME ({}) - 1h, or a key the \
+                 provider has forgotten is sent again and charges twice",
+            humantime::format_duration(provider_key_lifetime)
+        ),
+    )?;
+    Ok((payment_timeout, provider_key_lifetime, provider_key_ttl))
+}
+
+/// The backoff of transient failures: `(RETRY_BASE, RETRY_CAP)`.
+fn retries(
+    env: &Env<impl Fn(&str) -> Option<String>>,
+) -> Result<(Duration, Duration), ConfigError> {
+    let retry_base = env.duration(
+        "RETRY_BASE",
+        "30s",
+        Duration::from_secs(1)..=MAX_VISIBILITY,
+        "must be between 1s and 12h (SQS counts visibility in whole seconds, and a \
+             delay of 0 would retry an outage in lockstep)",
+    )?;
+    let retry_cap = env.duration(
+        "RETRY_CAP",
+        "15m",
+        retry_base..=MAX_VISIBILITY,
+        "must be at least RETRY_BASE and at most 12h (SQS's longest visibility)",
+    )?;
+    Ok((retry_base, retry_cap))
+}
+
+/// The fleet's provider budget and what divides it:
+/// `(EVENT_SOURCE_MAX_CONCURRENCY, PAYMENT_RATE_BUDGET)`.
+fn fleet_budget(
+    env: &Env<impl Fn(&str) -> Option<String>>,
+) -> Result<(Option<u32>, Option<u32>), ConfigError> {
+    // Lambda's MaximumConcurrency of an SQS event source is 2..=1000.
+    let event_source_max_concurrency =
+        env.optional_integer("EVENT_SOURCE_MAX_CONCURRENCY", 2..=1000)?;
+    let payment_rate_budget = env.optional_integer("PAYMENT_RATE_BUDGET", 1..=100_000)?;
+    if let (Some(budget), None) = (payment_rate_budget, event_source_max_concurrency) {
+        return Err(invalid(
+            "PAYMENT_RATE_BUDGET",
+            &budget.to_string(),
+            "needs EVENT_SOURCE_MAX_CONCURRENCY (the event source's MaximumConcurrency), \
+                 which it is divided by: each environment's share of the fleet's budget",
+        ));
+    }
+    Ok((event_source_max_concurrency, payment_rate_budget))
 }
 
 /// The typed readers of the settings: each reads one variable (unset when empty),
