@@ -41,6 +41,10 @@ pub mod attr {
     pub const DONE: &str = "hecho";
 }
 
+/// The most writes an effect adds to one transaction: DynamoDB takes 100 items, the
+/// record is one.
+pub const MOST_WRITES: usize = 99;
+
 /// A message that is not a fact this effect reads: it fails alone, with its reason.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -129,7 +133,7 @@ impl DynamoLedger {
         expires: Time,
         writes: Vec<TransactWriteItem>,
     ) -> Result<Applied, ApplyError> {
-        if writes.len() > 99 {
+        if writes.len() > MOST_WRITES {
             return Err(ApplyError::TooManyWrites(writes.len()));
         }
         let store = |source: BoxError| ApplyError::Store {
@@ -495,6 +499,11 @@ impl<E: InStoreEffect> Consumer<E> {
         let now = executor.now();
         let expires = now + self.retention;
         let writes = self.effect.writes(fact);
+        // Checked before the executor: a fact that asks too much says nothing of the
+        // store, so it must not count toward its breaker.
+        if writes.len() > MOST_WRITES {
+            return Err(ApplyError::TooManyWrites(writes.len()));
+        }
         let span = info_span!("store", operation = "apply");
         let call = self.ledger.apply(&key, &fingerprint, now, expires, writes);
         let answer = executor
@@ -518,3 +527,6 @@ impl<E: InStoreEffect> Consumer<E> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
