@@ -27,6 +27,7 @@ use crate::clock::{Clock, Time};
 use crate::deadline::{Budget, CallKind};
 use crate::jitter::Jitter;
 use crate::pacing::{LOCK_PAUSE, MAX_THROTTLED_TRIES, Pacer};
+use crate::queue::QueueError;
 
 /// Histogram of every store call, ms.
 pub const STORE_LATENCY: &str = "store_latency_ms";
@@ -269,7 +270,7 @@ impl<'s, O: Observe> Executor<'s, O> {
         answer
     }
 
-    /// One step of queue calls, bounded like every other call.
+    /// One queue call answering as a whole, bounded like every other call.
     pub async fn queue<T, E>(
         &self,
         call: impl Future<Output = Result<T, E>>,
@@ -285,6 +286,26 @@ impl<'s, O: Observe> Executor<'s, O> {
                 Ok(answer) => answer.map_err(NoAnswer::Failed),
                 Err(_elapsed) => Err(NoAnswer::TimedOut),
             },
+        }
+    }
+
+    /// One step of queue calls answering entry by entry (`entries` of them), bounded
+    /// like every other call: not started, or cut short, every entry says so.
+    pub async fn queue_step(
+        &self,
+        entries: usize,
+        call: impl Future<Output = Vec<Result<(), QueueError>>>,
+    ) -> Vec<Result<(), QueueError>> {
+        let now = self.now();
+        match self
+            .safeguards
+            .budget
+            .call_timeout(CallKind::Queue, now, self.deadline)
+        {
+            None => vec![Err(QueueError::NoTime); entries],
+            Some(timeout) => tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or_else(|_elapsed| vec![Err(QueueError::TimedOut); entries]),
         }
     }
 

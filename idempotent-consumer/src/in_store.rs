@@ -253,15 +253,15 @@ impl End {
         Self::DeadLetter { outcome, reason }
     }
 
-    /// The dead letter's note: why, as a JSON object.
-    fn note(&self, message_id: &str) -> String {
-        let (outcome, reason) = match self {
-            Self::DeadLetter { outcome, reason } => (*outcome, reason.as_str()),
-            Self::Acked(outcome) => (*outcome, ""),
-            Self::Retry(reason) => ("failed", reason.as_str()),
+    /// The dead letter's note, why, as a JSON object: `None` for a record that is not
+    /// one.
+    fn note(&self, message_id: &str) -> Option<String> {
+        let Self::DeadLetter { outcome, reason } = self else {
+            return None;
         };
-        serde_json::json!({"outcome": outcome, "reason": reason, "message_id": message_id})
-            .to_string()
+        let note =
+            serde_json::json!({"outcome": outcome, "reason": reason, "message_id": message_id});
+        Some(note.to_string())
     }
 
     /// Writes the record's one outcome line, given what became of its dead letter;
@@ -460,30 +460,30 @@ impl<E: InStoreEffect> Consumer<E> {
         let Some(queue) = &self.dead_letters else {
             return sent;
         };
-        let chosen: Vec<usize> = (0..ends.len())
-            .filter(|&i| matches!(ends[i], End::DeadLetter { .. }))
-            .collect();
+        let (chosen, letters): (Vec<usize>, Vec<DeadLetter<'_>>) = records
+            .iter()
+            .zip(ends)
+            .enumerate()
+            .filter_map(|(i, (message, end))| {
+                let message_id = message.message_id.as_deref().unwrap_or_default();
+                let note = end.note(message_id)?;
+                Some((
+                    i,
+                    DeadLetter {
+                        message,
+                        message_id,
+                        note,
+                    },
+                ))
+            })
+            .unzip();
         if chosen.is_empty() {
             return sent;
         }
-        let letters: Vec<DeadLetter<'_>> = chosen
-            .iter()
-            .map(|&i| DeadLetter {
-                message: &records[i],
-                message_id: records[i].message_id.as_deref().unwrap_or_default(),
-                note: ends[i].note(records[i].message_id.as_deref().unwrap_or_default()),
-            })
-            .collect();
         let executor = Executor::new(self.safeguards.clone(), &StoreOnly, deadline);
-        let results = match executor
-            .queue(async { Ok::<_, std::convert::Infallible>(queue.dead_letter(&letters).await) })
-            .await
-        {
-            Ok(results) => results,
-            Err(NoAnswer::NoTime) => vec![Err(QueueError::NoTime); chosen.len()],
-            Err(NoAnswer::TimedOut) => vec![Err(QueueError::TimedOut); chosen.len()],
-            Err(NoAnswer::Failed(never)) => match never {},
-        };
+        let results = executor
+            .queue_step(chosen.len(), queue.dead_letter(&letters))
+            .await;
         for (i, result) in chosen.into_iter().zip(results) {
             sent[i] = Some(result);
         }

@@ -35,7 +35,6 @@ use crate::policy::batch::plan::{
     self, Entry, InOrder, Message, Response, Retries, Schedule, Valid,
 };
 use crate::policy::deadline;
-use crate::policy::machine::NoAnswer;
 use crate::policy::retry::{self, Backoff, Jitter};
 
 /// How a batch is run (ARCHITECTURE.md, "The batch").
@@ -364,16 +363,9 @@ impl Consumer {
         entries: usize,
         call: impl std::future::Future<Output = Vec<Result<(), QueueError>>>,
     ) -> Vec<Result<(), QueueError>> {
-        let executor = executor(&self.settings, deadline);
-        let results = match executor
-            .queue(async { Ok::<_, std::convert::Infallible>(call.await) })
-            .await
-        {
-            Ok(results) => results,
-            Err(NoAnswer::NoTime) => vec![Err(QueueError::NoTime); entries],
-            Err(NoAnswer::TimedOut) => vec![Err(QueueError::TimedOut); entries],
-            Err(NoAnswer::Failed(never)) => match never {},
-        };
+        let results = executor(&self.settings, deadline)
+            .queue_step(entries, call)
+            .await;
         let failures = results
             .iter()
             .filter(|r| matches!(r, Err(e) if !matches!(e, QueueError::Offline)))
