@@ -62,6 +62,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench-like tool: fail loudly
 
+use charge_once::domain::{ForOrder, OrderKey};
 use std::fmt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -262,7 +263,7 @@ fn mutant(name: &str) -> Option<Params> {
         "open-payments-left-open" => {
             // A decline, a redelivery charging under the next key, and someone
             // confirming the first payment: no fault, crash or redrive needed.
-            p.rules.close_open_payments = false;
+            p.rules.close_open_attempts = false;
             p.msgs = &[Payload::Order];
             p.faults = 0;
             p.crashes = 0;
@@ -280,7 +281,7 @@ fn mutant(name: &str) -> Option<Params> {
         }
         "reserve-while-awaiting" => {
             // The wait, and a copy delivered while it lasts: no fault, crash or redrive.
-            p.rules.awaiting_holds_the_order = false;
+            p.rules.awaiting_holds_the_fact = false;
             p.msgs = &[Payload::Order, Payload::Order];
             p.faults = 0;
             p.crashes = 0;
@@ -290,7 +291,7 @@ fn mutant(name: &str) -> Option<Params> {
             // A decline (its payment cancelled before the next key), the next key's
             // payment awaiting the customer, and the late event of the first one's
             // cancellation: one copy, no fault, crash or redrive.
-            p.rules.settle_names_its_payment = false;
+            p.rules.settle_names_what_it_awaits = false;
             p.msgs = &[Payload::Order];
             p.faults = 0;
             p.crashes = 0;
@@ -312,7 +313,7 @@ fn mutant(name: &str) -> Option<Params> {
             match name {
                 "trust-the-event" => p.rules.event_is_a_hint = false,
                 "missing-ends-the-wait" => p.rules.missing_is_a_fault = false,
-                _ => p.rules.money_taken_is_recorded = false,
+                _ => p.rules.effect_found_is_recorded = false,
             }
             p.msgs = &[Payload::Order];
             p.crashes = 0;
@@ -627,8 +628,8 @@ impl ChargeModel {
     fn new(p: Params) -> Self {
         Self {
             p,
-            order: Identity::of(&Payload::Order.order()),
-            other: Identity::of(&Payload::Other.order()),
+            order: Identity::for_order(&Payload::Order.order()),
+            other: Identity::for_order(&Payload::Other.order()),
             event_now: [SUCCEEDED, CANCELED, PAYMENT_FAILED].map(event_now),
         }
     }
@@ -700,17 +701,17 @@ impl ChargeModel {
                 }
                 if let Some(old) = &s.table
                     && old.state == RecordState::Awaiting
-                    && !(new.state == RecordState::Awaiting && new.payment == old.payment)
+                    && !(new.state == RecordState::Awaiting && new.awaited == old.awaited)
                 {
                     let named = old
-                        .payment
+                        .awaited
                         .as_deref()
                         .and_then(receipt_index)
                         .and_then(|i| s.charges.get(i))
                         .map(|c| c.1);
                     let by_its_payment = match new.state {
                         RecordState::Done => {
-                            new.receipt == old.payment && named == Some(Status::Succeeded)
+                            new.receipt == old.awaited && named == Some(Status::Succeeded)
                         }
                         RecordState::Failed => named == Some(Status::Canceled),
                         _ => false,
@@ -1541,8 +1542,8 @@ impl fmt::Display for State {
                 r.owner.as_deref().unwrap_or("-"),
                 r.lease_until
                     .map_or("-".into(), |h| (h.as_ms() / TICK_MS).to_string()),
-                r.declines.map_or("-".into(), |n| n.to_string()),
-                match (&r.payment, r.wait_until) {
+                r.refusals.map_or("-".into(), |n| n.to_string()),
+                match (&r.awaited, r.wait_until) {
                     (Some(p), Some(w)) => {
                         format!(" pago={p} espera_hasta={}", w.as_ms() / TICK_MS)
                     }

@@ -6,6 +6,7 @@
 //! file with the simulator are the local member's binary (`local/`). Edge code: errors
 //! are `anyhow`. stdout carries only the command's JSON; logs go to stderr.
 
+use charge_once::domain::OrderKey;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::{ForOrder, OrderKey};
 use std::collections::{BTreeMap, HashMap};
 use std::process::{Command, Output};
 use std::sync::Arc;

@@ -311,6 +311,8 @@ impl Repository {
             "harness/src",
             "tests",
             "examples",
+            "idempotent-consumer/src",
+            "idempotent-consumer/examples",
         ] {
             rust_files(&root().join(dir), &mut files);
         }

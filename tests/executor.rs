@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::{ForOrder, OrderKey};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -114,7 +115,7 @@ async fn awaiting(h: &Harness<Counted>, id: &str) -> String {
     );
     let record = h.record(id).await.unwrap();
     assert_eq!(record.state, State::Awaiting);
-    record.payment.unwrap()
+    record.awaited.unwrap()
 }
 
 /// An order whose charge timed out: its record is `libre` with its key kept.
@@ -155,7 +156,7 @@ async fn on_the_record_path_an_open_breaker_defers_the_order_before_any_write_or
     open_the_providers_breaker(&h);
     let order = order("ex-rec");
     let outcome = charger(&h)
-        .process(&order, &Identity::of(&order), h.now() + INVOCATION)
+        .process(&order, &Identity::for_order(&order), h.now() + INVOCATION)
         .await;
     assert!(
         matches!(
@@ -176,7 +177,7 @@ async fn on_the_record_path_a_spent_budget_starts_no_step() {
     let h = harness().await;
     let order = order("ex-rec-late");
     let outcome = charger(&h)
-        .process(&order, &Identity::of(&order), h.now())
+        .process(&order, &Identity::for_order(&order), h.now())
         .await;
     assert!(matches!(outcome, Outcome::Deadline { .. }), "{outcome:?}");
     assert_eq!(h.provider.calls(), 0);

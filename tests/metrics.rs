@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::OrderKey;
 use std::time::Duration;
 
 use charge_once::adapters::emf::{Emf, Recorded};

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::{ForOrder, OrderKey};
 use std::process::{Command, Output};
 
 use std::time::Duration;
@@ -304,7 +305,7 @@ async fn resolve_refuses_a_legacy_format_record_until_a_human_checked_the_provid
         .unwrap();
     assert_eq!(
         record.fingerprint,
-        Some(Fingerprint::of(&order)),
+        Some(Fingerprint::for_order(&order)),
         "the record now has a fingerprint"
     );
 }

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::ForOrder;
 use std::time::Duration;
 
 use charge_once::contracts::store::IdempotencyStore;
@@ -74,7 +75,9 @@ impl Bench {
             provider: &self.provider,
             settings: &self.settings,
         };
-        charger.process(order, &Identity::of(order), deadline).await
+        charger
+            .process(order, &Identity::for_order(order), deadline)
+            .await
     }
 
     async fn record(&self, order: &Order) -> Record {
@@ -168,7 +171,7 @@ async fn a_decline_frees_the_record_under_the_next_key_and_the_limit_stops_the_c
         let record = b.record(&o).await;
         assert_eq!(record.state, State::Free);
         assert_eq!(record.attempt, Some(attempt + 1), "the next key");
-        assert_eq!(record.declines, Some(attempt));
+        assert_eq!(record.refusals, Some(attempt));
         b.later();
     }
     assert_eq!(
@@ -314,7 +317,7 @@ async fn a_pending_charge_found_by_reconciliation_is_awaited_under_its_key() {
     );
     let record = b.record(&o).await;
     assert_eq!((record.state, record.attempt), (State::Awaiting, Some(1)));
-    assert_eq!(record.payment.as_deref(), Some(pending.as_str()));
+    assert_eq!(record.awaited.as_deref(), Some(pending.as_str()));
     assert_eq!(b.provider.calls_for("p-9").len(), 1, "no new key was sent");
 }
 

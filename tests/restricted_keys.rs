@@ -11,6 +11,7 @@ use charge_once::config::Secret;
 use charge_once::contracts::payment::{
     Cancel, ChargePath, FailureKind, Lookup, PaymentError, PaymentListing,
 };
+use charge_once::domain::ForOrder;
 use charge_once::domain::clock::{Time, wall_ms};
 use charge_once::domain::order::Order;
 use charge_once::domain::{Key, State};

@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::OrderKey;
 use std::process::Command;
 use std::time::Duration;
 
@@ -442,7 +443,7 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
             charge_once::domain::State::Awaiting,
             "{record:?}"
         );
-        payments.push(record.payment.unwrap());
+        payments.push(record.awaited.unwrap());
     }
     authentication_after("0").await;
     // The first customer confirms; the second payment is cancelled (the Dashboard);

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::OrderKey;
 use std::time::Duration;
 
 use charge_once::contracts::schema::{Value, attr};
@@ -113,7 +114,7 @@ fn req<'a>(pk: &'a Key, fingerprint: &str, owner: &str, now: Time) -> ReserveReq
         now,
         lease_until: now + MINUTE,
         expires: now + Duration::from_secs(400 * 24 * 3600),
-        max_declines: MAX_DECLINES,
+        max_refusals: MAX_DECLINES,
     }
 }
 
@@ -132,7 +133,7 @@ fn complete<'a>(pk: &'a Key, owner: &str, attempt: u32, receipt: &'a str) -> Com
 /// A release by `titular`; `declined`: after a 402 (next key, one more decline).
 fn release<'a>(pk: &'a Key, owner: &str, declined: bool) -> ReleaseRequest<'a> {
     let kind = if declined {
-        ReleaseKind::Declined
+        ReleaseKind::Refused
     } else {
         ReleaseKind::KeepKey
     };
@@ -439,7 +440,7 @@ async fn a_declined_release_bumps_the_attempt_and_any_other_keeps_it(t: Fixture)
         "the same key is still the one sent at T"
     );
     won(t.store.as_ref(), &req(&pk, H1, "b", T + ms(1))).await;
-    assert_eq!(kept.declines, None, "only a decline is counted");
+    assert_eq!(kept.refusals, None, "only a decline is counted");
     let bumped = applied(
         t.store
             .write(&Write::Release(release(&pk, "b", true)))
@@ -447,7 +448,7 @@ async fn a_declined_release_bumps_the_attempt_and_any_other_keeps_it(t: Fixture)
             .unwrap(),
     );
     assert_eq!(bumped.attempt, Some(2));
-    assert_eq!(bumped.declines, Some(1));
+    assert_eq!(bumped.refusals, Some(1));
     assert_eq!(bumped.sent, None, "attempt 2's key has not been sent yet");
     let next = won(t.store.as_ref(), &req(&pk, H1, "c", T + ms(2))).await;
     assert_eq!(next.attempt, Some(2));
@@ -468,7 +469,7 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
     }
     assert_eq!(
         judged(t.store.as_ref(), &req(&pk, H1, "d", T + ms(10))).await,
-        Reservation::DeclineLimit { declines: 3 }
+        Reservation::RefusalLimit { refusals: 3 }
     );
     let stored = t.store.get(&pk).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.attempt), (State::Free, Some(4)));
@@ -491,11 +492,11 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
         pk: &pk,
         owner: tok("r1"),
         kind: ReleaseKind::NextKey {
-            reset_declines: false,
+            reset_refusals: false,
         },
     };
     assert_eq!(
-        applied(t.store.write(&Write::Release(kept.clone())).await.unwrap()).declines,
+        applied(t.store.write(&Write::Release(kept.clone())).await.unwrap()).refusals,
         Some(3)
     );
     applied(
@@ -508,11 +509,11 @@ async fn declines_up_to_the_limit_stop_the_reserve_until_resolve_resets_them(t: 
         pk: &pk,
         owner: tok("r2"),
         kind: ReleaseKind::NextKey {
-            reset_declines: true,
+            reset_refusals: true,
         },
     };
     let after = applied(t.store.write(&Write::Release(reset.clone())).await.unwrap());
-    assert_eq!((after.declines, after.attempt), (None, Some(6)));
+    assert_eq!((after.refusals, after.attempt), (None, Some(6)));
     won(t.store.as_ref(), &req(&pk, H1, "e", T + ms(30))).await;
 }
 
@@ -577,19 +578,19 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
         };
         let kind = [
             ReleaseKind::KeepKey,
-            ReleaseKind::Declined,
+            ReleaseKind::Refused,
             ReleaseKind::NextKey {
-                reset_declines: false,
+                reset_refusals: false,
             },
             ReleaseKind::NextKey {
-                reset_declines: true,
+                reset_refusals: true,
             },
         ][rng.random_range(0..4)];
         // A settle mostly names the payment the record awaits, so that it also wins.
         let awaited = model
             .as_ref()
             .filter(|r| r.state == State::Awaiting)
-            .and_then(|r| r.payment.clone());
+            .and_then(|r| r.awaited.clone());
         let payment_id = match &awaited {
             Some(named) if rng.random_bool(0.75) => {
                 if named == "pi_1" {
@@ -604,9 +605,9 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             // Paid by `pi_2` stands for paid with another card: what was paid is kept
             // beside the order's fingerprint (no draw of its own, so the walk is the
             // same).
-            0 => Settled::Paid {
+            0 => Settled::Done {
                 expires,
-                paid_fingerprint: (payment_id == "pi_2")
+                done_fingerprint: (payment_id == "pi_2")
                     .then(|| Fingerprint::new("paid-with-another-card")),
             },
             1 => Settled::Ended,
@@ -626,13 +627,13 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             7 | 8 => Write::Await(AwaitRequest {
                 pk,
                 owner,
-                payment_id,
+                awaited: payment_id,
                 wait_until: Time::from_secs(now.as_secs() + 60 * rng.random_range(0..5i64)),
                 expires: Time::from_secs(now.as_secs() + 3600),
             }),
             9 => Write::Settle(SettleRequest {
                 pk,
-                payment_id,
+                awaited: payment_id,
                 settled,
             }),
             // A corrected payload: mostly the one the record does not hold.
@@ -651,7 +652,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             }),
             10 => Write::Adopt(AdoptRequest {
                 pk,
-                payment_id,
+                receipt,
                 fingerprint,
                 now,
                 expires,
@@ -663,7 +664,7 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
                 now,
                 lease_until: now + MINUTE,
                 expires,
-                max_declines: 2,
+                max_refusals: 2,
             }),
             2 => Write::Complete(complete),
             3 => Write::CompleteAttempt(complete),

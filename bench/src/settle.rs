@@ -18,6 +18,7 @@
 //! read limit (100 a second in live mode) caps the settler's, and the figure says
 //! which bound holds.
 
+use charge_once::domain::OrderKey;
 use std::time::{Duration, Instant};
 
 use charge_once::adapters::payment_http::HttpProvider;
@@ -81,7 +82,7 @@ impl Reach {
                 fingerprint: Some(Fingerprint::new("bench")),
                 attempt: Some(1),
                 created: Some(now),
-                payment: Some(intent["id"].as_str().expect("its id").to_owned()),
+                awaited: Some(intent["id"].as_str().expect("its id").to_owned()),
                 wait_until: Some(Time::from_secs((now + week).as_secs())),
                 expires: Some(Time::from_secs((now + week * 20).as_secs())),
                 ..Record::new(Key::for_order_id(order_id), State::Awaiting)

@@ -4,6 +4,7 @@
 //! and each audit exits 1 naming exactly the orders tampered with so far. The audit
 //! reads the records of its window's payments: each tampered order has one.
 
+use charge_once::domain::ForOrder;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Output;
@@ -174,7 +175,7 @@ pub async fn clean_then_tampered_one_way_at_a_time(
     pair.overwrite(
         &Key::for_order(&changed),
         attr::FINGERPRINT,
-        &Fingerprint::of(&other),
+        &Fingerprint::for_order(&other),
     )
     .await;
     expected.push(("mismatch", &changed));

@@ -3,6 +3,7 @@
 //! consumer judges its own. (The store contract suite builds its raw requests itself:
 //! it tests the writes, not the consumer.)
 
+use charge_once::domain::ForOrder;
 use std::time::Duration;
 
 use charge_once::contracts::store::{
@@ -29,7 +30,7 @@ impl Lease {
     /// `order` reserved by `owner` at `now`: a lease of one minute, the default
     /// retention (400 days) and decline limit (3).
     pub fn of(order: &Order, owner: &str, now: Time) -> Self {
-        let identity = Identity::of(order);
+        let identity = Identity::for_order(order);
         Self {
             pk: identity.key,
             fingerprint: identity.fingerprint,
@@ -69,7 +70,7 @@ impl Lease {
             now: self.now,
             lease_until: self.lease_until,
             expires: self.expires,
-            max_declines: self.max_declines,
+            max_refusals: self.max_declines,
         }
     }
 
@@ -85,7 +86,7 @@ impl Lease {
         let release = Write::Release(ReleaseRequest {
             pk: &self.pk,
             owner: &self.owner,
-            kind: ReleaseKind::Declined,
+            kind: ReleaseKind::Refused,
         });
         store.write(&release).await.unwrap();
     }

@@ -2,6 +2,7 @@
 //! store wrapper that can fail or hang chosen `complete` calls, and helpers to invoke
 //! the handler with `LambdaEvent`s built from `events/`.
 
+use charge_once::domain::OrderKey;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -311,7 +311,7 @@ impl<'s, O: Observe> Executor<'s, O> {
 
     /// A provider call at this environment's pace, its answer told to the pace and to
     /// the breaker. Refused for the provider's rate, it waits for its next slot (the
-    /// pace is cut first) and is sent again; refused on a locked customer, it is sent
+    /// pace is cut first) and is sent again; refused on a locked object, it is sent
     /// again after a short jittered pause; each at most [`MAX_THROTTLED_TRIES`] times,
     /// only while the deadline rule allows, and never against the provider's advice.
     /// The same request each time, so an effect is a replay under its key. A call whose

@@ -14,6 +14,12 @@
 //! | [`envelope`] | the body inside an SNS or EventBridge envelope |
 //! | [`queue`], [`sqs`] | the queue calls of a batch: visibility changes (the backoff) and dead letters with their note |
 //! | [`in_store`] | effects inside the store: the record and the effect in one transaction |
+//! | [`record`] | the key, the fingerprint, the owner token, the record and its states |
+//! | [`store`] | the store contract: each conditional write as one value, the reads |
+//! | [`table`], [`rules`] | what each write requires and leaves; the safety rules, each switchable for a mutant |
+//! | [`schema`] | the table's storage format (the pattern card's Spanish names), mapped once |
+//! | [`lease`] | a holder's lease on a record: the fenced complete and release |
+//! | [`dynamodb`] | the store contract on DynamoDB |
 
 // The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
 // the default limit of 128.
@@ -22,14 +28,22 @@
 pub mod breaker;
 pub mod clock;
 pub mod deadline;
+pub mod dynamodb;
 pub mod emf;
 pub mod envelope;
 pub mod executor;
 pub mod in_store;
 pub mod jitter;
+pub mod lease;
+
 pub mod pacing;
 pub mod queue;
+pub mod record;
+pub mod rules;
+pub mod schema;
 pub mod sqs;
+pub mod store;
+pub mod table;
 
 /// A boxed source error, kept whole (never stringified).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -6,6 +6,7 @@
 //! `--db` SQLite file. Only `invoke` creates it. Edge code: errors are `anyhow`.
 //! stdout carries only the command's JSON; logs go to stderr.
 
+use charge_once::domain::OrderKey;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,7 +265,7 @@ async fn confirm(
     let record = store.get(&Key::for_order_id(order_id)).await?;
     let payment_id = match record {
         Some(r) if r.state == State::Awaiting => r
-            .payment
+            .awaited
             .with_context(|| format!("{order_id} awaits its customer but names no payment"))?,
         Some(r) => anyhow::bail!(
             "{order_id} does not await its customer: its record is {} {}",

@@ -119,7 +119,7 @@ const AWAIT: &str = "UPDATE idempotency
     RETURNING *";
 const SETTLE_PAID: &str = "UPDATE idempotency
     SET estado = :done, recibo = :payment, expira = :expires, pago = NULL, espera_hasta = NULL,
-        intento = NULL, enviado = NULL, rechazos = NULL, huella_pagada = :paid_fingerprint
+        intento = NULL, enviado = NULL, rechazos = NULL, huella_pagada = :done_fingerprint
     WHERE pk = :pk AND estado = :awaiting AND pago = :payment
     RETURNING *";
 const SETTLE_ENDED: &str = "UPDATE idempotency
@@ -135,7 +135,7 @@ const AWAITING: &str = "SELECT * FROM idempotency
       AND (:after_pk IS NULL OR espera_hasta > :after_until
            OR (espera_hasta = :after_until AND pk > :after_pk))
     ORDER BY espera_hasta, pk LIMIT :limit";
-/// Where the settler's last run stopped (`contracts/schema.rs`, the settle cursor): a
+/// Where the settler's last run stopped (`idempotent-consumer/src/schema.rs`, the settle cursor): a
 /// table of its own, one row.
 const CURSOR_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS settle_cursor (
     name      TEXT PRIMARY KEY NOT NULL,
@@ -305,7 +305,7 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
                 (":expires", int(req.expires.as_secs())),
                 (":now_ms", int(req.now.as_ms())),
                 (":now_s", int(req.now.as_secs())),
-                (":max_declines", int(i64::from(req.max_declines))),
+                (":max_declines", int(i64::from(req.max_refusals))),
             ],
         ),
         Write::Complete(req) => (
@@ -342,7 +342,7 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
             AWAIT,
             vec![
                 (":owner", text(req.owner)),
-                (":payment", text(req.payment_id)),
+                (":payment", text(req.awaited)),
                 (":wait_until", int(req.wait_until.as_secs())),
                 (":expires", int(req.expires.as_secs())),
             ],
@@ -351,36 +351,33 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
         Write::Adopt(req) => (
             ADOPT,
             vec![
-                (":receipt", text(req.payment_id)),
+                (":receipt", text(req.receipt)),
                 (":fingerprint", text(req.fingerprint)),
                 (":now_ms", int(req.now.as_ms())),
                 (":expires", int(req.expires.as_secs())),
             ],
         ),
         Write::Settle(req) => match &req.settled {
-            Settled::Paid {
+            Settled::Done {
                 expires,
-                paid_fingerprint,
+                done_fingerprint,
             } => (
                 SETTLE_PAID,
                 vec![
-                    (":payment", text(req.payment_id)),
+                    (":payment", text(req.awaited)),
                     (":expires", int(expires.as_secs())),
                     (
-                        ":paid_fingerprint",
-                        paid_fingerprint
+                        ":done_fingerprint",
+                        done_fingerprint
                             .as_ref()
                             .map_or(rusqlite::types::Value::Null, |f| text(f)),
                     ),
                 ],
             ),
-            Settled::Ended => (SETTLE_ENDED, vec![(":payment", text(req.payment_id))]),
+            Settled::Ended => (SETTLE_ENDED, vec![(":payment", text(req.awaited))]),
             Settled::Ending { at } => (
                 SETTLE_ENDING,
-                vec![
-                    (":payment", text(req.payment_id)),
-                    (":at", int(at.as_secs())),
-                ],
+                vec![(":payment", text(req.awaited)), (":at", int(at.as_secs()))],
             ),
         },
     }
@@ -390,12 +387,12 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
 fn release_sql(kind: ReleaseKind) -> &'static str {
     match kind {
         ReleaseKind::KeepKey => RELEASE,
-        ReleaseKind::Declined => RELEASE_DECLINED,
+        ReleaseKind::Refused => RELEASE_DECLINED,
         ReleaseKind::NextKey {
-            reset_declines: false,
+            reset_refusals: false,
         } => RELEASE_NEXT,
         ReleaseKind::NextKey {
-            reset_declines: true,
+            reset_refusals: true,
         } => RELEASE_NEXT_RESET,
     }
 }

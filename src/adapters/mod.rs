@@ -11,7 +11,8 @@
 //! | [`emf`] | metrics as EMF, one document per invocation (the library's) |
 
 pub mod api_key;
-pub mod dynamodb;
+/// The production store: the library's (`idempotent_consumer::dynamodb`).
+pub use idempotent_consumer::dynamodb;
 /// EMF: the library's (`idempotent_consumer::emf`).
 pub use idempotent_consumer::emf;
 pub mod payment_http;

@@ -5,5 +5,7 @@
 
 pub mod payment;
 pub mod queue;
-pub mod schema;
-pub mod store;
+/// The table's storage format: the library's (`idempotent_consumer::schema`).
+pub use idempotent_consumer::schema;
+/// The store contract: the library's (`idempotent_consumer::store`).
+pub use idempotent_consumer::store;

@@ -1,57 +1,57 @@
-//! The idempotency key (`cobro#<id>`) and the provider key derived from it.
+//! What the table knows an order by: its key (`cobro#<order id>`), its fingerprint and
+//! both together, as the library's record types ([`idempotent_consumer::record`])
+//! built from an order. The key's prefix is the orders' in the shared table.
 
-use std::fmt;
+use idempotent_consumer::record::{Fingerprint, Identity, Key};
 
 use crate::domain::order::Order;
 
-/// Partition key of the idempotency table: `cobro#<order id>`.
-///
-/// Built from the business fact (the order id), never from the SQS message id: an
-/// SNS fan-out or a producer retry gives the same order a new message id (trap 3).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+/// The prefix of an order's key in the table: `cobro#<order id>`.
+pub const ORDER_PREFIX: &str = "cobro#";
 
-impl Key {
-    pub const PREFIX: &'static str = "cobro#";
+/// The library's types, made from an order in this one place.
+pub trait ForOrder {
+    fn for_order(order: &Order) -> Self;
+}
 
-    /// The key of an order: built once per record and carried from there.
-    pub fn for_order(order: &Order) -> Self {
-        Self::for_order_id(order.id())
-    }
-
-    /// The key of an order id. Validation of the id (no `#`) is `Order`'s job.
-    pub fn for_order_id(order_id: &str) -> Self {
-        Self(format!("{}{order_id}", Self::PREFIX))
-    }
-
-    /// A key read back from the table; `None` unless it is `cobro#<something>`.
-    pub fn from_stored(pk: &str) -> Option<Self> {
-        pk.strip_prefix(Self::PREFIX)
-            .filter(|id| !id.is_empty())
-            .map(|_| Self(pk.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The order id part of the key.
-    pub fn order_id(&self) -> &str {
-        &self.0[Self::PREFIX.len()..]
-    }
-
-    /// The key the provider gets for an attempt: `<pk>#<attempt>`.
-    ///
-    /// A replay with the same attempt gets the provider's stored outcome, so a crash
-    /// between charging and `complete` cannot charge twice.
-    pub fn provider_key(&self, attempt: u32) -> String {
-        format!("{}#{attempt}", self.0)
+impl ForOrder for Key {
+    /// Built from the business fact (the order id), never from the SQS message id: an
+    /// SNS fan-out or a producer retry gives the same order a new message id (trap 3).
+    fn for_order(order: &Order) -> Self {
+        Key::for_order_id(order.id())
     }
 }
 
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+impl ForOrder for Fingerprint {
+    fn for_order(order: &Order) -> Self {
+        Fingerprint::new(order.fingerprint())
+    }
+}
+
+impl ForOrder for Identity {
+    fn for_order(order: &Order) -> Self {
+        Identity {
+            key: Key::for_order(order),
+            fingerprint: Fingerprint::for_order(order),
+        }
+    }
+}
+
+/// An order's key by its id, and its id back.
+pub trait OrderKey {
+    /// The key of an order id. Validation of the id (no `#`) is `Order`'s job.
+    fn for_order_id(order_id: &str) -> Self;
+    /// The order id part of the key.
+    fn order_id(&self) -> &str;
+}
+
+impl OrderKey for Key {
+    fn for_order_id(order_id: &str) -> Self {
+        Key::new(ORDER_PREFIX, order_id)
+    }
+
+    fn order_id(&self) -> &str {
+        self.id()
     }
 }
 

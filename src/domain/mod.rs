@@ -8,7 +8,6 @@ pub mod event;
 mod key;
 pub mod message;
 pub mod order;
-mod record;
 
-pub use key::Key;
-pub use record::{Fingerprint, Identity, Owner, Record, State};
+pub use idempotent_consumer::record::{Fingerprint, Identity, Key, Owner, Record, State};
+pub use key::{ForOrder, ORDER_PREFIX, OrderKey};

@@ -5,6 +5,7 @@
 //! answer; this module only makes the calls, counts and logs them. One loop ([`drive`]) runs the steps
 //! for both, so the sequence fetch, cancel, move the end, report, write exists once.
 
+use crate::domain::OrderKey;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -322,7 +323,7 @@ impl Settler<'_> {
     async fn settle(&self, run: &mut SettleRun, record: Record, deadline: Time) {
         run.read += 1;
         let key = record.pk.clone();
-        let payment = record.payment.clone().unwrap_or_default();
+        let payment = record.awaited.clone().unwrap_or_default();
         let now = self.settings.now();
         let (machine, step) = Settlement::new(
             key.clone(),

@@ -20,6 +20,7 @@
 //!   one awaiting its customer whose wait ended that long ago (the settler has not
 //!   run).
 
+use crate::domain::{ForOrder, OrderKey};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -42,7 +43,7 @@ fn payment_matches(payment: &ListedPayment, order_id: &str, fingerprint: &Finger
         customer,
         payment_method,
     )
-    .is_ok_and(|order| Fingerprint::of(&order) == *fingerprint)
+    .is_ok_and(|order| Fingerprint::for_order(&order) == *fingerprint)
 }
 
 fn payment_evidence(payment: &ListedPayment) -> Value {
@@ -235,7 +236,7 @@ fn named_payments(record: &Record) -> impl Iterator<Item = &str> {
         .receipt
         .as_deref()
         .into_iter()
-        .chain(record.payment.as_deref())
+        .chain(record.awaited.as_deref())
 }
 
 fn record_evidence(record: &Record) -> Value {
@@ -245,7 +246,7 @@ fn record_evidence(record: &Record) -> Value {
         "receipt": record.receipt,
         "attempt": record.attempt,
         "lease_until_ms": record.lease_until.map(Time::as_ms),
-        "payment": record.payment,
+        "payment": record.awaited,
         "wait_until_s": record.wait_until.map(Time::as_secs),
         "created_ms": record.created.map(Time::as_ms),
     })
@@ -309,7 +310,7 @@ fn payment_findings(
     // neither did.
     let settling = record.is_some_and(|r| {
         r.state == State::Awaiting
-            && r.payment.as_deref().is_some_and(|id| {
+            && r.awaited.as_deref().is_some_and(|id| {
                 payments.iter().any(|p| p.id == id)
                     && evidence.confirmed_at(id) + stuck_after >= now
             })
@@ -322,10 +323,10 @@ fn payment_findings(
     {
         // The payment an awaited order was paid by may carry another card (the
         // customer chose it on the shop's page): it is held to what the settle
-        // recorded of it (`paid_fingerprint`), every other payment to the order.
+        // recorded of it (`done_fingerprint`), every other payment to the order.
         let is_paid_as_recorded = |c: &ListedPayment| {
             r.receipt.as_deref() == Some(c.id.as_str())
-                && r.paid_fingerprint
+                && r.done_fingerprint
                     .as_ref()
                     .is_some_and(|paid| payment_matches(c, order_id, paid))
         };
@@ -382,7 +383,7 @@ fn record_finding(
         State::Awaiting => {
             // Its payment succeeded: `charged_not_recorded` names it once it is late.
             let paid = record
-                .payment
+                .awaited
                 .as_deref()
                 .and_then(|id| evidence.payment(id))
                 .is_some_and(ListedPayment::succeeded);

@@ -19,13 +19,16 @@
 pub mod audit;
 pub mod batch;
 pub use idempotent_consumer::deadline;
-pub mod lease;
+/// The lease core: the library's (`idempotent_consumer::lease`).
+pub use idempotent_consumer::lease;
 pub mod machine;
 pub mod outcome;
 pub mod outcome_kind;
 pub use idempotent_consumer::pacing;
 pub mod resolve;
 pub mod retry;
-pub mod rules;
+/// The safety rules: the library's (`idempotent_consumer::rules`).
+pub use idempotent_consumer::rules;
 pub mod settle;
-pub mod table;
+/// The write specification: the library's (`idempotent_consumer::table`).
+pub use idempotent_consumer::table;

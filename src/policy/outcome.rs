@@ -213,6 +213,17 @@ pub enum RetryCause {
     },
 }
 
+/// The table's reasons a refused reservation needs a person, as this consumer's.
+impl From<idempotent_consumer::table::Unsettled> for ReconcileCause {
+    fn from(cause: idempotent_consumer::table::Unsettled) -> Self {
+        use idempotent_consumer::table::Unsettled;
+        match cause {
+            Unsettled::LegacyItemNotDone => Self::LegacyItemNotDone,
+            Unsettled::UnknownState => Self::UnknownState,
+        }
+    }
+}
+
 impl ReconcileCause {
     /// The provider holds a payment that may still succeed.
     pub fn is_pending(&self) -> bool {

@@ -13,12 +13,13 @@ use crate::contracts::payment::{Cancel, Lookup, PaymentError};
 use crate::contracts::store::{
     CorrectRequest, ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome,
 };
+use crate::domain::ForOrder;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
 use crate::domain::{Identity, Key, Owner, Record, State};
 use crate::policy::lease::Lease;
 use crate::policy::retry::breaker::Dependency;
-use crate::policy::table::same_order;
+use crate::policy::table::same_fact;
 
 /// What `resolve` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,7 +207,7 @@ impl Resolver {
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
         let resolver = Self {
-            lease: Lease::new(Identity::of(order), owner, lease_until, expires),
+            lease: Lease::new(Identity::for_order(order), owner, lease_until, expires),
             now,
             confirmed,
             phase: Phase::Reading,
@@ -305,7 +306,7 @@ impl Resolver {
             }));
         }
         let legacy_format_checked = self.confirmed.legacy_format_checked;
-        let same = same_order(&record, &self.lease.fingerprint);
+        let same = same_fact(&record, &self.lease.fingerprint);
         // The order given is a corrected one: it takes the record if no payment of the
         // recorded order can still succeed (the write's condition decides).
         if !same
@@ -350,7 +351,7 @@ impl Resolver {
             Ok(Lookup::NotFound) => {
                 self.phase = Phase::ReleasingToNextKey;
                 ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
-                    reset_declines: self.confirmed.retry_declined,
+                    reset_refusals: self.confirmed.retry_declined,
                 }))
             }
         }
@@ -378,7 +379,7 @@ fn check(
     match (&record.state, record.lease_until) {
         (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),
         (State::Awaiting, _) => Err(ResolveError::Awaiting {
-            payment_id: record.payment.clone().unwrap_or_default(),
+            payment_id: record.awaited.clone().unwrap_or_default(),
             until: record.wait_until,
         }),
         _ => Ok(()),

@@ -5,7 +5,7 @@
 //! body says, since anyone allowed to send to the orders queue can write one. The
 //! consumer (an event in the batch), the scheduled settler and the model checker
 //! (`examples/model.rs`) all drive this one machine (`drivers/settle.rs`); the writes
-//! are the table's `Settle` and `Adopt` (`policy/table.rs`), each conditioned on the
+//! are the table's `Settle` and `Adopt` (`idempotent-consumer/src/table.rs`), each conditioned on the
 //! record, so a repeated event or a second settler changes nothing.
 
 use crate::contracts::payment::{Cancel, PaymentError};
@@ -13,6 +13,7 @@ use crate::contracts::queue::QueueError;
 use crate::contracts::store::{
     AdoptRequest, SettleRequest, Settled, StoreError, Write, WriteOutcome,
 };
+use crate::domain::OrderKey;
 use crate::domain::clock::Time;
 use crate::domain::{Fingerprint, Key, Record, State};
 use crate::policy::machine::NoAnswer;
@@ -119,7 +120,7 @@ impl Settlement {
                 claimed,
             } => (payment_id, Some(claimed), None),
             Trigger::Due(record) => (
-                record.payment.clone().unwrap_or_default(),
+                record.awaited.clone().unwrap_or_default(),
                 None,
                 Some(*record),
             ),
@@ -165,12 +166,12 @@ impl Settlement {
         match &self.phase {
             Phase::Writing(Writing::Settle(settled)) => Some(Write::Settle(SettleRequest {
                 pk: &self.key,
-                payment_id: &self.payment_id,
+                awaited: &self.payment_id,
                 settled: settled.clone(),
             })),
             Phase::Writing(Writing::Adopt(fingerprint)) => Some(Write::Adopt(AdoptRequest {
                 pk: &self.key,
-                payment_id: &self.payment_id,
+                receipt: &self.payment_id,
                 fingerprint,
                 now: self.now,
                 expires: self.paid_until,
@@ -306,7 +307,7 @@ impl Settlement {
                 payment_id: self.payment_id.clone(),
                 paid: false,
             }),
-            Writing::Settle(Settled::Paid { .. }) | Writing::Adopt(_) => {
+            Writing::Settle(Settled::Done { .. }) | Writing::Adopt(_) => {
                 SettleStep::Done(Outcome::Settled {
                     payment_id: self.payment_id.clone(),
                     paid: true,
@@ -341,8 +342,8 @@ impl Settlement {
         let record = self.record.clone();
         let awaits_it = record.as_ref().is_some_and(|r| {
             r.state == State::Awaiting
-                && (!self.rules.settle_names_its_payment
-                    || r.payment.as_deref() == Some(&self.payment_id))
+                && (!self.rules.settle_names_what_it_awaits
+                    || r.awaited.as_deref() == Some(&self.payment_id))
         });
         match found.status {
             PaymentNow::Succeeded if awaits_it => {
@@ -350,9 +351,9 @@ impl Settlement {
                 // what was paid kept beside the order's fingerprint.
                 let order = record.as_ref().and_then(|r| r.fingerprint.as_ref());
                 let paid = found.fingerprint.clone().filter(|f| Some(f) != order);
-                self.settle(Settled::Paid {
+                self.settle(Settled::Done {
                     expires: self.paid_until,
-                    paid_fingerprint: paid,
+                    done_fingerprint: paid,
                 })
             }
             PaymentNow::Succeeded => self.money_taken(record.as_ref(), &found),
@@ -422,7 +423,7 @@ impl Settlement {
                 payment_id: self.payment_id.clone(),
             });
         };
-        if !self.rules.money_taken_is_recorded {
+        if !self.rules.effect_found_is_recorded {
             // The mutant: Stripe's own success acknowledged as nothing.
             return self.ignored("the order does not await this payment");
         }

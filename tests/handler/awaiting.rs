@@ -2,6 +2,7 @@
 //! believed), the settler.
 
 use super::*;
+use charge_once::domain::{ForOrder, OrderKey};
 
 #[tokio::test]
 async fn a_declined_payment_is_cancelled_before_the_next_key_so_no_later_confirm_can_charge_twice()
@@ -57,7 +58,7 @@ async fn authentication_required_acknowledges_the_order_which_awaits_its_custome
     assert_eq!(fields["payment"], open[0].as_str(), "{fields}");
     let record = h.record("pi-sca").await.unwrap();
     assert_eq!((record.state, record.attempt), (State::Awaiting, Some(1)));
-    assert_eq!(record.payment.as_deref(), Some(open[0].as_str()));
+    assert_eq!(record.awaited.as_deref(), Some(open[0].as_str()));
     let wait_until = record.wait_until.unwrap();
     assert_eq!(
         wait_until.as_secs(),
@@ -177,7 +178,7 @@ async fn a_success_of_a_payment_the_awaiting_record_does_not_name_is_dead_letter
     );
     let after = events.h.record(&events.order_id(1)).await.unwrap();
     assert_eq!(after, before);
-    assert_eq!(after.payment.as_deref(), Some(awaited.as_str()));
+    assert_eq!(after.awaited.as_deref(), Some(awaited.as_str()));
     events.done().await;
 }
 
@@ -296,7 +297,7 @@ async fn an_event_that_arrives_while_the_order_is_leased_is_retried_and_complete
         .write(&Write::Await(AwaitRequest {
             pk: &key,
             owner: &Owner::new(other),
-            payment_id: &payment,
+            awaited: &payment,
             wait_until: events.h.now() + Duration::from_secs(7 * 24 * 3600),
             expires: events.h.now() + Duration::from_secs(97 * 24 * 3600),
         }))
@@ -332,7 +333,7 @@ async fn a_late_confirmation_of_an_old_payment_for_an_order_already_paid_is_dead
         .put_item(schema::attributes(&Record {
             state: State::Done,
             receipt: Some(paid.clone()),
-            payment: None,
+            awaited: None,
             wait_until: None,
             owner: None,
             lease_until: None,
@@ -484,7 +485,7 @@ async fn a_genuine_success_for_a_released_or_ended_record_completes_the_order() 
             .h
             .table
             .put_item(schema::attributes(&Record {
-                fingerprint: Some(charge_once::domain::Fingerprint::of(&order)),
+                fingerprint: Some(charge_once::domain::Fingerprint::for_order(&order)),
                 attempt: Some(1),
                 created: Some(events.h.now()),
                 expires: Some(events.h.now() + Duration::from_secs(30 * 24 * 3600)),
@@ -524,7 +525,7 @@ async fn a_payment_the_provider_does_not_know_ends_no_wait_and_the_run_names_the
     let awaiting = Record {
         fingerprint: Some(charge_once::domain::Fingerprint::new("f")),
         attempt: Some(1),
-        payment: Some(unknown.clone()),
+        awaited: Some(unknown.clone()),
         wait_until: Some(h.now() - Duration::from_secs(60)),
         expires: Some(h.now() + Duration::from_secs(30 * 24 * 3600)),
         ..Record::new(Key::for_order_id(&id), State::Awaiting)
@@ -579,7 +580,7 @@ async fn the_settler_reaches_a_wait_behind_more_than_one_runs_worth_of_open_wait
         // Each wait ends a minute after the one before: the last is last in the index.
         h.clock.advance(Duration::from_secs(60));
     }
-    let last = h.record("pg-5").await.unwrap().payment.unwrap();
+    let last = h.record("pg-5").await.unwrap().awaited.unwrap();
     assert!(h.provider.confirm(&last), "its customer confirms");
     let settler = Settler {
         limit: 2,

@@ -259,7 +259,7 @@ impl Events {
         );
         let record = self.h.record(&self.order_id(n)).await.unwrap();
         assert_eq!(record.state, State::Awaiting, "{record:?}");
-        record.payment.unwrap()
+        record.awaited.unwrap()
     }
 
     /// The event `kind` of `payment` as the queue delivers it (at most 10 s).

@@ -412,7 +412,7 @@ async fn a_processing_payment_that_succeeds_after_two_weeks_ends_done_with_no_de
     assert_eq!(outcome_lines(&logs).pop().unwrap().1, "payment_processing");
     let record = h.record("ord-1001").await.unwrap();
     assert_eq!(
-        (record.state, record.payment.as_deref()),
+        (record.state, record.awaited.as_deref()),
         (State::Awaiting, Some(debit.as_str()))
     );
     // Delivered again while it settles: acknowledged, no call.

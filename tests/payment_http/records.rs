@@ -163,7 +163,7 @@ async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_
     let intents = localstripe::payment_intents_of(&payer.customer).await;
     assert_eq!(statuses(&intents), ["requires_action"]);
     let payment_id = intents[0]["id"].as_str().unwrap().to_owned();
-    assert_eq!(record.payment.as_deref(), Some(payment_id.as_str()));
+    assert_eq!(record.awaited.as_deref(), Some(payment_id.as_str()));
 
     // Delivered again while it waits: no call, no other payment.
     h.redeliver_later();

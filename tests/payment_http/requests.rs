@@ -3,6 +3,7 @@
 //! pinned version.
 
 use super::*;
+use charge_once::domain::OrderKey;
 
 #[tokio::test]
 async fn a_payment_and_its_replay_are_one_payment_intent_made_under_the_pinned_version() {

@@ -2,6 +2,7 @@
 //! listeners, redirects, answers of every status, the key and its secret.
 
 use super::*;
+use charge_once::domain::ForOrder;
 
 #[tokio::test]
 async fn a_closed_port_fails_within_the_timeout_and_keeps_the_key() {

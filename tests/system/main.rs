@@ -20,6 +20,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use charge_once::domain::OrderKey;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -243,7 +244,7 @@ async fn awaited(table: &Table, plan: &Plan) -> BTreeMap<String, String> {
         assert_eq!(record.state, State::Awaiting, "{id}: {record:?}");
         assert!(record.wait_until.is_some(), "{id}: {record:?}");
         let payment = record
-            .payment
+            .awaited
             .clone()
             .expect("the record names its payment");
         let intent = localstripe::payment_intent(&payment).await;
@@ -691,7 +692,7 @@ impl Run {
             .filter(|item| {
                 item.get("pk")
                     .and_then(|pk| pk.as_s().ok())
-                    .is_some_and(|pk| pk.starts_with(Key::PREFIX))
+                    .is_some_and(|pk| pk.starts_with(charge_once::domain::ORDER_PREFIX))
             })
             .collect();
         let live: Vec<_> = orders

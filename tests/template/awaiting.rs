@@ -1,7 +1,7 @@
 //! An order that awaits its customer, as the template deploys it (ARCHITECTURE.md, "An
 //! order that awaits its customer"): Stripe's events routed to the orders queue only
 //! when `StripeEventSourceName` names their source, by a rule alone allowed to send;
-//! the sparse awaiting index the settler reads, as `contracts/schema.rs` names it; the
+//! the sparse awaiting index the settler reads, as `idempotent-consumer/src/schema.rs` names it; the
 //! report queue and the wait both functions are given. Checked after the SAM
 //! transform, with and without the parameter.
 
@@ -190,7 +190,7 @@ fn a_rule_on_another_bus_a_wider_pattern_or_a_policy_open_to_any_rule_is_caught(
     caught(t, "without StripeEventSourceName");
 }
 
-/// The awaiting index as the table declares it: `contracts/schema.rs`'s name and key
+/// The awaiting index as the table declares it: `idempotent-consumer/src/schema.rs`'s name and key
 /// attributes (HASH `estado` S, RANGE `espera_hasta` N), everything projected, no
 /// capacity of its own (on demand), and no other index.
 #[test]

@@ -1,5 +1,6 @@
 //! The unit tests of `sqlite.rs`.
 
+use charge_once::domain::OrderKey;
 use std::time::Duration;
 
 use super::*;
@@ -24,10 +25,10 @@ fn record(state: State, owner: Option<&str>, payment: Option<&str>) -> Record {
         lease_until: owner.map(|_| Time::from_ms(NOW_MS + 30_000)),
         attempt: Some(1),
         sent: Some(Time::from_ms(1)),
-        declines: None,
-        payment: payment.map(str::to_owned),
+        refusals: None,
+        awaited: payment.map(str::to_owned),
         wait_until: payment.map(|_| Time::from_secs(5_000)),
-        paid_fingerprint: None,
+        done_fingerprint: None,
     }
 }
 
@@ -68,7 +69,7 @@ async fn the_await_and_settle_writes_and_the_writes_beside_them_leave_what_the_t
     let settle = |settled| {
         Write::Settle(SettleRequest {
             pk: &pk,
-            payment_id: "pi_1",
+            awaited: "pi_1",
             settled,
         })
     };
@@ -76,17 +77,17 @@ async fn the_await_and_settle_writes_and_the_writes_beside_them_leave_what_the_t
         Write::Await(AwaitRequest {
             pk: &pk,
             owner: &me,
-            payment_id: "pi_1",
+            awaited: "pi_1",
             wait_until: Time::from_secs(5_000),
             expires: Time::from_secs(9_000),
         }),
-        settle(Settled::Paid {
+        settle(Settled::Done {
             expires: Time::from_secs(8_000),
-            paid_fingerprint: None,
+            done_fingerprint: None,
         }),
-        settle(Settled::Paid {
+        settle(Settled::Done {
             expires: Time::from_secs(8_000),
-            paid_fingerprint: Some(Fingerprint::new("another card")),
+            done_fingerprint: Some(Fingerprint::new("another card")),
         }),
         settle(Settled::Ended),
         settle(Settled::Ending {
@@ -99,7 +100,7 @@ async fn the_await_and_settle_writes_and_the_writes_beside_them_leave_what_the_t
             now,
             lease_until,
             expires: Time::from_secs(8_000),
-            max_declines: 3,
+            max_refusals: 3,
         }),
         Write::LeaseForResolve(ResolveLeaseRequest {
             pk: &pk,

@@ -62,7 +62,7 @@ fn unknown_fields_are_ignored_and_not_fingerprinted() {
 }
 
 #[test]
-fn sns_envelope_is_unwrapped_to_the_same_order() {
+fn sns_envelope_is_unwrapped_to_the_same_fact() {
     let envelope = serde_json::json!({
         "Type": "Notification",
         "MessageId": "abc",

@@ -24,7 +24,7 @@ fn payment(id: &str, order_id: &str, status: &str) -> ListedPayment {
 
 fn record(order_id: &str, state: State) -> Record {
     let mut r = Record::new(Key::for_order_id(order_id), state);
-    r.fingerprint = Some(Fingerprint::of(&order(order_id)));
+    r.fingerprint = Some(Fingerprint::for_order(&order(order_id)));
     r.created = Some(NOW - HOUR);
     r
 }
@@ -50,7 +50,7 @@ fn judge(payments: Vec<ListedPayment>, records: Vec<Record>) -> Vec<(Kind, Strin
 #[test]
 fn a_charged_and_recorded_order_is_no_finding_and_a_declined_free_one_neither() {
     let mut declined = record("o-2", State::Free);
-    declined.declines = Some(2);
+    declined.refusals = Some(2);
     let found = judge(
         vec![
             payment("ch_1", "o-1", "succeeded"),
@@ -122,7 +122,7 @@ fn an_awaited_order_paid_with_another_card_is_no_mismatch_and_any_other_change_i
     let paid_as = Order::new("o-1", 500, "EUR", "cus_1", "pm_another_card").unwrap();
     // The settle recorded what the customer paid with.
     let mut settled = done("o-1", "ch_1");
-    settled.paid_fingerprint = Some(Fingerprint::of(&paid_as));
+    settled.done_fingerprint = Some(Fingerprint::for_order(&paid_as));
     assert_eq!(judge(vec![other_card.clone()], vec![settled.clone()]), []);
     // Without that record of it, the other card is a mismatch, as before.
     assert_eq!(
@@ -178,7 +178,7 @@ fn confirmed(id: &str, order_id: &str, ago: Duration) -> Confirmation {
 
 fn awaiting(order_id: &str, payment_id: &str, wait_ends_in: i64) -> Record {
     let mut r = record(order_id, State::Awaiting);
-    r.payment = Some(payment_id.to_owned());
+    r.awaited = Some(payment_id.to_owned());
     let wait_until = NOW.as_ms() + wait_ends_in * 1000;
     r.wait_until = Some(Time::from_ms(wait_until));
     r

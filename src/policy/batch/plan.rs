@@ -7,6 +7,7 @@
 //! (`drivers/batch/`) converts them from and to the event source's types, runs the
 //! records, makes the queue calls, and hands the time and the jitter in.
 
+use crate::domain::{ForOrder, OrderKey};
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
@@ -178,7 +179,7 @@ pub fn parse<'a>(messages: &[Message<'a>]) -> Result<Vec<Entry<'a>>, BatchError>
                 Some(body) => Incoming::parse(body)
                     .map(|incoming| match incoming {
                         Incoming::Order(order) => Valid::Order {
-                            identity: Identity::of(&order),
+                            identity: Identity::for_order(&order),
                             order,
                         },
                         Incoming::PaymentEvent(event) => Valid::Event {

@@ -66,8 +66,8 @@ impl Machine {
     /// cancelled before the next attempt's key may make another: the one the decline
     /// names at once, then a lookup finds any other.
     pub(super) fn after_decline(&mut self, declined: Outcome, payment_id: Option<String>) -> Step {
-        if !self.rules.close_open_payments {
-            return self.release(ReleaseKind::Declined, declined);
+        if !self.rules.close_open_attempts {
+            return self.release(ReleaseKind::Refused, declined);
         }
         match payment_id {
             Some(payment_id) => {
@@ -85,14 +85,14 @@ impl Machine {
     /// time, even once the customer has confirmed it: what it is now is the
     /// provider's current word, so look it up.
     pub(super) fn after_authentication_request(&mut self, payment_id: Option<String>) -> Step {
-        if !self.rules.close_open_payments {
+        if !self.rules.close_open_attempts {
             // The mutant: as a decline, on to a new key and a new payment.
             let declined = Outcome::Declined {
                 code: "authentication_required".to_owned(),
                 decline_code: None,
                 attempt: self.lease.attempt,
             };
-            return self.release(ReleaseKind::Declined, declined);
+            return self.release(ReleaseKind::Refused, declined);
         }
         self.phase = Phase::Looking(Looking::AfterAuthentication(payment_id));
         Step::Lookup
@@ -105,7 +105,7 @@ impl Machine {
             ReleaseKind::KeepKey
         } else {
             ReleaseKind::NextKey {
-                reset_declines: false,
+                reset_refusals: false,
             }
         };
         self.release(kind, Outcome::retryable(cause, Some(self.lease.attempt)))

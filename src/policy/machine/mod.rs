@@ -4,7 +4,7 @@
 //! [`Outcome`]. No I/O, clock or randomness in here: the time and the owner token come
 //! in as inputs. The driver (`drivers/charge.rs`) performs each step with the real store and
 //! provider; the model checker (`examples/model.rs`) performs them against a model of
-//! both. What each write requires and leaves is the table's contract (`policy/table.rs`);
+//! both. What each write requires and leaves is the table's contract (`idempotent-consumer/src/table.rs`);
 //! each rule can be switched off through [`Rules`], for the mutants only.
 
 mod failures;
@@ -170,7 +170,7 @@ impl Machine {
             now: self.started_at,
             lease_until: self.lease.until,
             expires: self.lease.expires,
-            max_declines: self.max_declines,
+            max_refusals: self.max_declines,
         }
     }
 
@@ -193,7 +193,7 @@ impl Machine {
             WriteKind::Await => Write::Await(AwaitRequest {
                 pk: &self.lease.key,
                 owner: &self.lease.owner,
-                payment_id: self.awaited.as_ref().map_or("", |(id, _)| id.as_str()),
+                awaited: self.awaited.as_ref().map_or("", |(id, _)| id.as_str()),
                 wait_until: self.wait_until(),
                 expires: Time::from_secs(
                     self.lease.expires.as_secs() + self.wait().as_secs() as i64,
@@ -284,9 +284,13 @@ impl Machine {
             }
             Reservation::Conflict { .. } => Outcome::Conflict,
             Reservation::InProgress { until } => Outcome::InProgress { until },
-            Reservation::DeclineLimit { declines } => Outcome::DeclineLimit { declines },
-            Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation { cause },
-            Reservation::Awaiting { payment_id } => Outcome::AwaitingCustomer { payment_id },
+            Reservation::RefusalLimit { refusals: declines } => Outcome::DeclineLimit { declines },
+            Reservation::NeedsReconciliation { cause } => Outcome::NeedsReconciliation {
+                cause: cause.into(),
+            },
+            Reservation::Awaiting { awaited } => Outcome::AwaitingCustomer {
+                payment_id: awaited,
+            },
         };
         Step::Done(outcome)
     }

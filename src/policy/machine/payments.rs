@@ -99,7 +99,7 @@ impl Machine {
                 payment_id,
                 awaits_customer,
                 ..
-            } if self.rules.close_open_payments => self.on_open(why, payment_id, awaits_customer),
+            } if self.rules.close_open_attempts => self.on_open(why, payment_id, awaits_customer),
             Lookup::NotFound | Lookup::Pending { .. } | Lookup::Open { .. } => {
                 self.nothing_open(why)
             }
@@ -135,10 +135,10 @@ impl Machine {
                 self.phase = Phase::MovingKey;
                 Step::Write(WriteKind::NextAttempt)
             }
-            Looking::AfterDecline(declined) => self.release(ReleaseKind::Declined, declined),
+            Looking::AfterDecline(declined) => self.release(ReleaseKind::Refused, declined),
             Looking::AfterRejection(rejected) => self.release(
                 ReleaseKind::NextKey {
-                    reset_declines: false,
+                    reset_refusals: false,
                 },
                 rejected,
             ),
@@ -147,7 +147,7 @@ impl Machine {
             // Its payment is gone (cancelled): nothing under this key can succeed.
             Looking::InFlight => {
                 let declined = self.failed_in_flight();
-                self.release(ReleaseKind::Declined, declined)
+                self.release(ReleaseKind::Refused, declined)
             }
         }
     }

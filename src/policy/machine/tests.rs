@@ -5,6 +5,7 @@
 //! success per order, complete and release, and a call with no answer (no time left,
 //! a timeout, a store error). No store, provider or clock: they run in milliseconds.
 
+use crate::domain::ForOrder;
 use std::time::Duration;
 
 use super::{Input, Machine, NoAnswer, Start, Step, WriteKind};
@@ -36,7 +37,7 @@ fn order() -> Order {
 
 fn start() -> (Machine, Step) {
     Machine::new(Start {
-        identity: Identity::of(&order()),
+        identity: Identity::for_order(&order()),
         owner: Owner::new("me"),
         now: Time::from_ms(NOW_MS),
         deadline: Time::from_ms(NOW_MS + 60_000),
@@ -52,7 +53,7 @@ fn start() -> (Machine, Step) {
 /// The record as the reservation left it: ours, at `attempt`, its key first sent
 /// `sent_ago` before now, created an hour ago.
 fn reserved(attempt: u32, sent_ago: Duration) -> Record {
-    let identity = Identity::of(&order());
+    let identity = Identity::for_order(&order());
     let now = Time::from_ms(NOW_MS);
     Record {
         created: Some(now - Duration::from_secs(3600)),
@@ -231,7 +232,7 @@ fn a_decline_cancels_the_payment_it_names_then_looks_for_others_before_the_next_
             Input::Cancelled(Ok(Cancel::Cancelled)),
         ),
         (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
-        (release(ReleaseKind::Declined), written()),
+        (release(ReleaseKind::Refused), written()),
     ]);
     assert!(
         matches!(outcome, Outcome::Declined { attempt: 1, .. }),
@@ -422,7 +423,7 @@ fn a_lost_reserve_is_judged_by_the_record_it_returns_with_no_provider_call() {
                 state: State::Free,
                 owner: None,
                 lease_until: None,
-                declines: Some(3),
+                refusals: Some(3),
                 ..reserved(2, Duration::ZERO)
             }),
             Outcome::DeclineLimit { declines: 3 },
@@ -518,7 +519,7 @@ fn a_refusal_for_good_cancels_what_it_left_open_then_moves_to_the_next_key() {
         awaits_customer: false,
     };
     let next_key = release(ReleaseKind::NextKey {
-        reset_declines: false,
+        reset_refusals: false,
     });
     let outcome = run(vec![
         (RESERVE, won()),
@@ -550,7 +551,7 @@ fn other_payload(state: State, sent: bool) -> Record {
         fingerprint: Some(Fingerprint::new("another payload")),
         attempt: Some(2),
         sent: sent.then(|| Time::from_ms(NOW_MS - 60_000)),
-        ..Record::new(Identity::of(&order()).key, state)
+        ..Record::new(Identity::for_order(&order()).key, state)
     }
 }
 
@@ -599,7 +600,7 @@ fn a_decline_that_names_no_payment_looks_for_open_ones_before_the_next_key() {
         (RESERVE, won()),
         (charge("cobro#o-1#1"), failed(declined)),
         (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
-        (release(ReleaseKind::Declined), written()),
+        (release(ReleaseKind::Refused), written()),
     ]);
     assert!(matches!(outcome, Outcome::Declined { .. }), "{outcome:?}");
 }
@@ -621,7 +622,7 @@ fn a_failed_release_still_ends_the_record_with_the_outcome_it_released_for() {
             (RESERVE, won()),
             (charge("cobro#o-1#1"), failed(declined())),
             (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
-            (release(ReleaseKind::Declined), release_answer),
+            (release(ReleaseKind::Refused), release_answer),
         ]);
         assert!(matches!(outcome, Outcome::Declined { .. }), "{outcome:?}");
     }
@@ -804,7 +805,7 @@ fn a_payment_in_flight_that_failed_is_cancelled_and_counts_as_a_decline() {
             Input::Cancelled(Ok(Cancel::Cancelled)),
         ),
         (Step::Lookup, Input::Looked(Ok(Lookup::NotFound))),
-        (release(ReleaseKind::Declined), written()),
+        (release(ReleaseKind::Refused), written()),
     ]);
     assert!(
         matches!(&outcome, Outcome::Declined { code, .. } if code == "payment_failed"),
@@ -1201,12 +1202,12 @@ fn a_delivery_of_an_order_that_awaits_its_customer_is_acknowledged_with_no_provi
     let awaiting = Record {
         owner: None,
         lease_until: None,
-        payment: Some("pi_3ds".into()),
+        awaited: Some("pi_3ds".into()),
         wait_until: Some(Time::from_secs(NOW_MS / 1000 + 3600)),
-        ..Record::new(Identity::of(&order()).key, State::Awaiting)
+        ..Record::new(Identity::for_order(&order()).key, State::Awaiting)
     };
     let awaiting = Record {
-        fingerprint: Some(Identity::of(&order()).fingerprint),
+        fingerprint: Some(Identity::for_order(&order()).fingerprint),
         ..awaiting
     };
     let outcome = run(vec![(
@@ -1232,7 +1233,7 @@ fn the_await_write_names_the_payment_and_the_end_of_the_wait_fenced_on_the_lease
         panic!("not an await");
     };
     assert_eq!(
-        (req.payment_id, req.owner.to_string(), req.wait_until),
+        (req.awaited, req.owner.to_string(), req.wait_until),
         (
             "pi_3ds",
             "me".to_owned(),

@@ -13,15 +13,15 @@ fn record(state: State, until: Option<i64>) -> Record {
         created: Some(Time::from_ms(1)),
         expires: Some(Time::from_secs(10_000)),
         receipt: None,
-        fingerprint: Some(Fingerprint::of(&order)),
+        fingerprint: Some(Fingerprint::for_order(&order)),
         owner: until.map(|_| Owner::new("someone")),
         lease_until: until,
         attempt: Some(2),
         sent: Some(Time::from_ms(1)),
-        declines: Some(3),
-        payment: None,
+        refusals: Some(3),
+        awaited: None,
         wait_until: None,
-        paid_fingerprint: None,
+        done_fingerprint: None,
     }
 }
 
@@ -66,7 +66,7 @@ fn a_live_lease_is_refused_before_any_write() {
 fn an_order_that_awaits_its_payment_is_refused_before_any_write_naming_it() {
     let mut resolver = start(Confirmed::default());
     let waiting = Record {
-        payment: Some("pi_wait".into()),
+        awaited: Some("pi_wait".into()),
         wait_until: Some(Time::from_secs(5_000)),
         ..record(State::Awaiting, None)
     };
@@ -133,7 +133,7 @@ fn not_found_moves_to_the_next_key_resetting_declines_only_when_asked() {
         leased(&mut resolver);
         assert!(matches!(
             resolver.on(ResolveInput::Looked(Ok(Lookup::NotFound))),
-            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_declines: r }))
+            ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey { reset_refusals: r }))
                 if r == retry_declined
         ));
     }
@@ -164,7 +164,7 @@ fn every_write_of_resolve_is_its_own_lease_fenced_on_its_owner() {
     match resolver.write(ResolveWrite::Lease) {
         Write::LeaseForResolve(req) => {
             assert_eq!(req.owner, &owner);
-            assert_eq!(req.fingerprint, &Fingerprint::of(&order()));
+            assert_eq!(req.fingerprint, &Fingerprint::for_order(&order()));
             assert_eq!(req.lease_until, Time::from_ms(200));
         }
         other => panic!("{other:?}"),

@@ -3,6 +3,7 @@
 
 use crate::contracts::payment::{ListedPayment, Status};
 use crate::domain::Fingerprint;
+use crate::domain::ForOrder;
 use crate::domain::order::Order;
 
 /// What became of a payment, as the provider (or, for the mutant that trusts it, an
@@ -78,7 +79,7 @@ impl Found {
                 method,
             )
             .ok()
-            .map(|order| Fingerprint::of(&order)),
+            .map(|order| Fingerprint::for_order(&order)),
             _ => None,
         };
         Self {

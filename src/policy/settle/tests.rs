@@ -32,7 +32,7 @@ fn record(state: State) -> Record {
 /// already past).
 fn awaiting(ends_in: i64) -> Record {
     Record {
-        payment: Some(PI.to_owned()),
+        awaited: Some(PI.to_owned()),
         wait_until: Some(Time::from_secs(NOW.as_secs() + ends_in)),
         ..record(State::Awaiting)
     }
@@ -209,12 +209,12 @@ fn an_awaited_payment_paid_with_another_card_settles_with_what_was_paid_kept() {
     assert_eq!(done.state, State::Done);
     assert_eq!(done.receipt.as_deref(), Some(PI));
     assert_eq!(
-        done.paid_fingerprint,
+        done.done_fingerprint,
         Some(Fingerprint::new("another card"))
     );
     // Paid as the order said: nothing more to keep.
     let same = run(Some(awaiting(3600)), trigger(), paid("h"), Rules::ALL);
-    assert_eq!(same.table.expect("written").paid_fingerprint, None);
+    assert_eq!(same.table.expect("written").done_fingerprint, None);
 }
 
 #[test]
@@ -337,7 +337,7 @@ fn a_success_the_record_does_not_await_is_recorded_when_provably_the_orders_else
         ..record(State::Done)
     };
     let awaiting_another = Record {
-        payment: Some("pi_2".into()),
+        awaited: Some("pi_2".into()),
         ..awaiting(3600)
     };
     let cases = [
@@ -537,7 +537,7 @@ fn a_forged_event_moves_nothing_unless_the_rule_that_asks_the_provider_is_off() 
 
 #[test]
 fn a_success_the_record_does_not_await_is_ignored_only_when_the_rule_is_off() {
-    let mutant = without(|r| r.money_taken_is_recorded = false);
+    let mutant = without(|r| r.effect_found_is_recorded = false);
     let run = run(
         Some(record(State::Free)),
         event(PaymentNow::Succeeded),
@@ -554,18 +554,18 @@ fn only_the_payment_an_awaiting_record_names_settles_it_unless_the_rule_is_off()
     let settle = |payment_id| {
         Write::Settle(SettleRequest {
             pk: &pk,
-            payment_id,
+            awaited: payment_id,
             settled: Settled::Ended,
         })
     };
     let named = Record {
-        payment: Some("pi_2".into()),
+        awaited: Some("pi_2".into()),
         ..awaiting(3600)
     };
     assert!(holds(&settle("pi_2"), Some(&named), Rules::ALL));
     // An older attempt's payment (cancelled before the next key) is not the wait's.
     assert!(!holds(&settle("pi_1"), Some(&named), Rules::ALL));
-    let mutant = without(|r| r.settle_names_its_payment = false);
+    let mutant = without(|r| r.settle_names_what_it_awaits = false);
     assert!(holds(&settle("pi_1"), Some(&named), mutant));
 }
 
@@ -611,14 +611,14 @@ fn no_delivery_reserves_an_awaiting_order_even_past_its_retention_unless_the_rul
         now: NOW,
         lease_until: NOW + Duration::from_secs(60),
         expires: NOW + Duration::from_secs(3600),
-        max_declines: 3,
+        max_refusals: 3,
     });
     let record = Record {
         expires: Some(NOW - Duration::from_secs(1)),
         ..awaiting(3600)
     };
     assert!(!holds(&reserve, Some(&record), Rules::ALL));
-    let mutant = without(|r| r.awaiting_holds_the_order = false);
+    let mutant = without(|r| r.awaiting_holds_the_fact = false);
     assert!(holds(&reserve, Some(&record), mutant));
 }
 
@@ -628,7 +628,7 @@ fn adopt_takes_only_a_record_of_the_same_order_that_no_one_holds_and_that_is_not
     let fingerprint = print();
     let adopt = Write::Adopt(AdoptRequest {
         pk: &pk,
-        payment_id: PI,
+        receipt: PI,
         fingerprint: &fingerprint,
         now: NOW,
         expires: PAID_UNTIL,

@@ -1,15 +1,14 @@
-//! The table's write specification (ARCHITECTURE.md, "The table"): every conditional
-//! write as one value ([`Write`]), the condition it must meet ([`holds`]), the item it
-//! leaves ([`apply`]), and how a refused reservation is judged ([`judge`]). The
-//! DynamoDB expressions and the SQLite SQL implement this contract; the contract suite
-//! checks both adapters against these functions, and the model checker writes its
+//! The table's write specification: every conditional write as one value
+//! ([`Write`]), the condition it must meet ([`holds`]), the item it leaves ([`apply`]),
+//! and how a refused reservation is judged ([`judge`]). The DynamoDB expressions
+//! ([`crate::dynamodb`]) and any other adapter implement this contract; a contract
+//! suite checks an adapter against these functions, and a model checker writes its
 //! table only through them.
 
-use crate::contracts::store::{ReleaseKind, ReserveRequest, Settled, Write, WriteOutcome};
-use crate::domain::clock::Time;
-use crate::domain::{Fingerprint, Owner, Record, State};
-use crate::policy::outcome::ReconcileCause;
-use crate::policy::rules::Rules;
+use crate::clock::Time;
+use crate::record::{Fingerprint, Owner, Record, State};
+use crate::rules::Rules;
+use crate::store::{ReleaseKind, ReserveRequest, Settled, Write, WriteOutcome};
 
 /// Whether `write`'s condition holds on the stored item (`None`: absent). Comparisons
 /// with a missing attribute are false, as in DynamoDB condition expressions and SQL.
@@ -22,18 +21,18 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
     };
     match write {
         Write::Reserve(req) => {
-            let held = rules.awaiting_holds_the_order && r.state == State::Awaiting;
+            let held = rules.awaiting_holds_the_fact && r.state == State::Awaiting;
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
                 && !held
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
-            let same_payload = same_order(r, req.fingerprint);
-            let below_limit = r.declines.is_none_or(|n| n < req.max_declines);
+            let same_payload = same_fact(r, req.fingerprint);
+            let below_limit = r.refusals.is_none_or(|n| n < req.max_refusals);
             let free = matches!(r.state, State::Free | State::Failed)
                 || (!held && r.state == State::Awaiting)
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now));
-            // A wait that ended left no payment that can succeed: the shop may send the
-            // order again with another card (another fingerprint), which it takes.
+            // A wait that ended left no effect that can happen: the producer may send
+            // the fact again with other fields (another fingerprint), which it takes.
             let ended = r.state == State::Failed;
             counts_as_absent || ((same_payload || ended) && below_limit && free)
         }
@@ -45,12 +44,12 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
             r.state != State::Done
                 && r.state != State::Awaiting
                 && (r.state != State::InProgress || r.lease_until.is_none_or(|h| h < req.now))
-                && (r.fingerprint.is_none() || same_order(r, req.fingerprint))
+                && (r.fingerprint.is_none() || same_fact(r, req.fingerprint))
         }
         Write::Await(req) => fenced(req.owner),
         Write::Settle(req) => {
             r.state == State::Awaiting
-                && (!rules.settle_names_its_payment || r.payment.as_deref() == Some(req.payment_id))
+                && (!rules.settle_names_what_it_awaits || r.awaited.as_deref() == Some(req.awaited))
         }
         Write::Correct(req) => {
             matches!(r.state, State::Free | State::Failed)
@@ -60,13 +59,13 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::Adopt(req) => {
             (matches!(r.state, State::Free | State::Failed)
                 || (r.state == State::InProgress && r.lease_until.is_some_and(|h| h < req.now)))
-                && same_order(r, req.fingerprint)
+                && same_fact(r, req.fingerprint)
         }
     }
 }
 
-/// Whether the stored record is this order's: the same fingerprint.
-pub fn same_order(r: &Record, fingerprint: &Fingerprint) -> bool {
+/// Whether the stored record is this payload's: the same fingerprint.
+pub fn same_fact(r: &Record, fingerprint: &Fingerprint) -> bool {
     r.fingerprint.as_ref() == Some(fingerprint)
 }
 
@@ -89,12 +88,12 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
         Write::Complete(req) | Write::CompleteAttempt(req) => {
             done(&mut r, req.receipt, req.expires)
         }
-        Write::Adopt(req) => done(&mut r, req.payment_id, req.expires),
+        Write::Adopt(req) => done(&mut r, req.receipt, req.expires),
         Write::Correct(req) => {
             r.fingerprint = Some(req.fingerprint.clone());
             r.attempt = Some(r.attempt.unwrap_or(0) + 1);
             r.sent = None;
-            r.declines = None;
+            r.refusals = None;
         }
         Write::Release(req) => released(&mut r, req.kind),
         Write::NextAttempt { now, .. } => {
@@ -114,17 +113,17 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
             r.state = State::Awaiting;
             r.owner = None;
             r.lease_until = None;
-            r.payment = Some(req.payment_id.to_owned());
+            r.awaited = Some(req.awaited.to_owned());
             r.wait_until = Some(req.wait_until);
             r.expires = Some(req.expires);
         }
-        Write::Settle(req) => settled(&mut r, &req.settled, req.payment_id),
+        Write::Settle(req) => settled(&mut r, &req.settled, req.awaited),
     }
     r
 }
 
-/// A lease given back (`Free`): the key kept, or the next attempt's (a decline
-/// counted, or the count reset when a person says the card was fixed).
+/// A lease given back (`Free`): the key kept, or the next attempt's (a refusal
+/// counted, or the count reset when a person says the cause was fixed).
 fn released(r: &mut Record, kind: ReleaseKind) {
     r.state = State::Free;
     r.owner = None;
@@ -134,37 +133,37 @@ fn released(r: &mut Record, kind: ReleaseKind) {
         r.sent = None;
     }
     match kind {
-        ReleaseKind::Declined => r.declines = Some(r.declines.unwrap_or(0) + 1),
+        ReleaseKind::Refused => r.refusals = Some(r.refusals.unwrap_or(0) + 1),
         ReleaseKind::NextKey {
-            reset_declines: true,
-        } => r.declines = None,
+            reset_refusals: true,
+        } => r.refusals = None,
         _ => {}
     }
 }
 
-/// How an awaited payment settled, on its record.
-fn settled(r: &mut Record, settled: &Settled, payment_id: &str) {
+/// How an awaited effect settled, on its record.
+fn settled(r: &mut Record, settled: &Settled, awaited: &str) {
     match settled {
         // Still awaiting: only the wait's end moves (whole seconds, the attribute's
         // unit).
         Settled::Ending { at } => r.wait_until = Some(Time::from_secs(at.as_secs())),
-        Settled::Paid {
+        Settled::Done {
             expires,
-            paid_fingerprint,
+            done_fingerprint,
         } => {
-            r.paid_fingerprint = paid_fingerprint.clone();
+            r.done_fingerprint = done_fingerprint.clone();
             r.state = State::Done;
-            r.receipt = Some(payment_id.to_owned());
+            r.receipt = Some(awaited.to_owned());
             r.expires = Some(*expires);
-            r.payment = None;
+            r.awaited = None;
             r.wait_until = None;
             r.attempt = None;
             r.sent = None;
-            r.declines = None;
+            r.refusals = None;
         }
         Settled::Ended => {
             r.state = State::Failed;
-            r.payment = None;
+            r.awaited = None;
             r.wait_until = None;
             r.attempt = r.attempt.map(|i| i + 1);
             r.sent = None;
@@ -172,9 +171,9 @@ fn settled(r: &mut Record, settled: &Settled, payment_id: &str) {
     }
 }
 
-/// The smallest done record: what a redelivery, `resolve` and the audit read of a
-/// done order (key, state, receipt, fingerprint, creation, retention); the attempt,
-/// its first send and the decline count only served to charge it.
+/// The smallest done record: what a redelivery, `resolve` and an audit read of a done
+/// fact (key, state, receipt, fingerprint, creation, retention); the attempt, its first
+/// send and the refusal count only served to apply it.
 fn done(r: &mut Record, receipt: &str, expires: Time) {
     r.state = State::Done;
     r.receipt = Some(receipt.to_owned());
@@ -183,38 +182,51 @@ fn done(r: &mut Record, receipt: &str, expires: Time) {
     r.lease_until = None;
     r.attempt = None;
     r.sent = None;
-    r.declines = None;
-    r.payment = None;
+    r.refusals = None;
+    r.awaited = None;
     r.wait_until = None;
 }
 
 /// How a reservation was judged.
+// One per reservation, moved once into the machine: boxing the won record would cost
+// an allocation on every reservation for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reservation {
     /// We hold the lease; the record as written.
     Won(Record),
-    /// Already charged: ack with the stored receipt.
+    /// Already done: ack with the stored receipt.
     Duplicate { receipt: Option<String> },
-    /// Same key, other payload: never charged as it stands. `ended`: the record is
-    /// `Free` or `Failed`, so a corrected copy may take it if no payment of the order
-    /// can still succeed (the `Correct` write's condition decides).
+    /// Same key, other payload: never applied as it stands. `ended`: the record is
+    /// `Free` or `Failed`, so a corrected copy may take it if no effect of the fact
+    /// can still happen (the `Correct` write's condition decides).
     Conflict {
         stored_fingerprint: Option<Fingerprint>,
         ended: bool,
     },
     /// Someone else holds a live lease.
     InProgress { until: Option<Time> },
-    /// The order was declined `max_declines` times: no provider call until a human
-    /// resets the count (`resolve --retry-declined`).
-    DeclineLimit { declines: u32 },
-    /// A human (or `resolve`) must look at the provider first.
-    NeedsReconciliation { cause: ReconcileCause },
-    /// The order awaits its customer's confirmation of this payment: nothing to do
-    /// until it settles (an event, the settler).
-    Awaiting { payment_id: Option<String> },
+    /// The fact was refused `max_refusals` times: no provider call until a person
+    /// resets the count.
+    RefusalLimit { refusals: u32 },
+    /// A person (or `resolve`) must look at the provider first.
+    NeedsReconciliation { cause: Unsettled },
+    /// The fact awaits someone else's step on this reference: nothing to do until it
+    /// settles (an event, the settler).
+    Awaiting { awaited: Option<String> },
 }
 
-/// Judges the answer to a reserve (ARCHITECTURE.md, "The state machine").
+/// Why a refused reservation needs a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unsettled {
+    /// An item of the legacy consumer that is not done: it gave the provider no
+    /// idempotency key, so it is never taken over.
+    LegacyItemNotDone,
+    /// An item whose state no consumer of this library writes.
+    UnknownState,
+}
+
+/// Judges the answer to a reserve.
 pub fn judge(answer: WriteOutcome, req: &ReserveRequest<'_>) -> Reservation {
     match answer {
         WriteOutcome::Applied(record) => Reservation::Won(record),
@@ -232,11 +244,11 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
                 receipt: old.receipt,
             },
             _ => Reservation::NeedsReconciliation {
-                cause: ReconcileCause::LegacyItemNotDone,
+                cause: Unsettled::LegacyItemNotDone,
             },
         };
     }
-    if !same_order(&old, req.fingerprint) && old.state != State::Failed {
+    if !same_fact(&old, req.fingerprint) && old.state != State::Failed {
         return Reservation::Conflict {
             ended: matches!(old.state, State::Free | State::Failed),
             stored_fingerprint: old.fingerprint,
@@ -252,9 +264,9 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         State::InProgress if lease_live => Reservation::InProgress {
             until: old.lease_until,
         },
-        // Past its end the wait is being ended (its payment cancelled, the shop told):
-        // a copy sent now is retried, and once the record says `fallido` it is a new
-        // attempt; acknowledged, it would be lost.
+        // Past its end the wait is being ended (its attempt cancelled, the producer
+        // told): a copy sent now is retried, and once the record says `Failed` it is a
+        // new attempt; acknowledged, it would be lost.
         State::Awaiting
             if old
                 .wait_until
@@ -263,18 +275,18 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
             Reservation::InProgress { until: None }
         }
         State::Awaiting => Reservation::Awaiting {
-            payment_id: old.payment,
+            awaited: old.awaited,
         },
-        State::InProgress | State::Free | State::Failed if old.declines() >= req.max_declines => {
-            Reservation::DeclineLimit {
-                declines: old.declines(),
+        State::InProgress | State::Free | State::Failed if old.refusals() >= req.max_refusals => {
+            Reservation::RefusalLimit {
+                refusals: old.refusals(),
             }
         }
         State::InProgress | State::Free | State::Failed => Reservation::InProgress {
             until: old.lease_until,
         },
         State::Other(_) => Reservation::NeedsReconciliation {
-            cause: ReconcileCause::UnknownState,
+            cause: Unsettled::UnknownState,
         },
     }
 }
@@ -282,11 +294,11 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Key;
+    use crate::record::Key;
 
     fn record(state: State, fingerprint: Option<&str>, owner: Option<&str>) -> Record {
         Record {
-            pk: Key::for_order_id("a"),
+            pk: Key::new("hecho#", "a"),
             state,
             created: Some(Time::from_ms(1)),
             expires: Some(Time::from_secs(10)),
@@ -296,16 +308,16 @@ mod tests {
             lease_until: Some(Time::from_ms(5)),
             attempt: Some(1),
             sent: Some(Time::from_ms(1)),
-            declines: None,
-            payment: None,
+            refusals: None,
+            awaited: None,
             wait_until: None,
-            paid_fingerprint: None,
+            done_fingerprint: None,
         }
     }
 
     fn judge(old: Record) -> Reservation {
         let (pk, fingerprint, owner) = (
-            Key::for_order_id("a"),
+            Key::new("hecho#", "a"),
             Fingerprint::new("h"),
             Owner::new("me"),
         );
@@ -316,7 +328,7 @@ mod tests {
             now: Time::from_ms(0),
             lease_until: Time::from_ms(1),
             expires: Time::from_secs(2),
-            max_declines: 3,
+            max_refusals: 3,
         };
         classify_lost(old, &req)
     }
@@ -360,30 +372,30 @@ mod tests {
     }
 
     #[test]
-    fn an_order_at_its_decline_limit_is_refused_whatever_copy_asks() {
+    fn a_fact_at_its_refusal_limit_is_refused_whatever_copy_asks() {
         let mut free = record(State::Free, Some("h"), None);
-        free.declines = Some(3);
+        free.refusals = Some(3);
         assert_eq!(
             judge(free.clone()),
-            Reservation::DeclineLimit { declines: 3 }
+            Reservation::RefusalLimit { refusals: 3 }
         );
-        free.declines = Some(2);
+        free.refusals = Some(2);
         assert!(matches!(judge(free), Reservation::InProgress { .. }));
         // A live lease is in progress whatever the count; another payload a conflict.
         let mut live = record(State::InProgress, Some("h"), Some("other"));
-        live.declines = Some(3);
+        live.refusals = Some(3);
         live.lease_until = Some(Time::from_ms(10));
         assert!(matches!(judge(live), Reservation::InProgress { .. }));
         let mut other = record(State::Free, Some("x"), None);
-        other.declines = Some(3);
+        other.refusals = Some(3);
         assert!(matches!(judge(other), Reservation::Conflict { .. }));
     }
 
     #[test]
-    fn an_ended_wait_takes_the_order_again_even_with_another_card_but_an_awaiting_one_never() {
+    fn an_ended_wait_takes_the_fact_again_even_with_another_payload_but_an_awaiting_one_never() {
         let (pk, other, owner) = (
-            Key::for_order_id("a"),
-            Fingerprint::new("another card"),
+            Key::new("hecho#", "a"),
+            Fingerprint::new("another payload"),
             Owner::new("me"),
         );
         let req = ReserveRequest {
@@ -393,7 +405,7 @@ mod tests {
             now: Time::from_ms(100),
             lease_until: Time::from_ms(200),
             expires: Time::from_secs(20),
-            max_declines: 3,
+            max_refusals: 3,
         };
         let reserve = Write::Reserve(req);
         let mut ended = record(State::Failed, Some("h"), None);
@@ -404,27 +416,27 @@ mod tests {
             (taken.state, taken.fingerprint, taken.attempt),
             (State::InProgress, Some(other.clone()), Some(2))
         );
-        // Past its retention too: an awaiting record is held by its payment.
-        let mut awaiting = record(State::Awaiting, Some("another card"), None);
+        // Past its retention too: an awaiting record is held by what it awaits.
+        let mut awaiting = record(State::Awaiting, Some("another payload"), None);
         awaiting.expires = Some(Time::from_secs(0));
         assert!(!holds(&reserve, Some(&awaiting), Rules::ALL));
         let mutant = Rules {
-            awaiting_holds_the_order: false,
+            awaiting_holds_the_fact: false,
             ..Rules::ALL
         };
         assert!(holds(&reserve, Some(&awaiting), mutant));
     }
 
     #[test]
-    fn a_copy_of_an_order_whose_wait_is_past_its_end_is_retried_not_acknowledged() {
+    fn a_copy_of_a_fact_whose_wait_is_past_its_end_is_retried_not_acknowledged() {
         let mut awaiting = record(State::Awaiting, Some("h"), None);
-        awaiting.payment = Some("pi_1".into());
+        awaiting.awaited = Some("pi_1".into());
         awaiting.wait_until = Some(Time::from_secs(1));
         // `judge` reserves at 0 ms: the wait still runs.
         assert_eq!(
             judge(awaiting.clone()),
             Reservation::Awaiting {
-                payment_id: Some("pi_1".into())
+                awaited: Some("pi_1".into())
             }
         );
         awaiting.wait_until = Some(Time::from_secs(0));
@@ -433,14 +445,14 @@ mod tests {
 
     #[test]
     fn ending_a_wait_early_moves_its_end_and_nothing_else() {
-        let pk = Key::for_order_id("a");
+        let pk = Key::new("hecho#", "a");
         let mut awaiting = record(State::Awaiting, Some("h"), None);
-        awaiting.payment = Some("pi_1".into());
+        awaiting.awaited = Some("pi_1".into());
         awaiting.wait_until = Some(Time::from_secs(900));
-        let ending = |payment_id| {
-            Write::Settle(crate::contracts::store::SettleRequest {
+        let ending = |awaited| {
+            Write::Settle(crate::store::SettleRequest {
                 pk: &pk,
-                payment_id,
+                awaited,
                 settled: Settled::Ending {
                     at: Time::from_secs(100),
                 },
@@ -461,21 +473,21 @@ mod tests {
     #[test]
     fn a_corrected_payload_takes_only_a_record_that_ended_with_no_key_sent_unless_the_rule_is_off()
     {
-        use crate::contracts::store::CorrectRequest;
-        let (pk, fingerprint) = (Key::for_order_id("a"), Fingerprint::new("corrected"));
+        use crate::store::CorrectRequest;
+        let (pk, fingerprint) = (Key::new("hecho#", "a"), Fingerprint::new("corrected"));
         let correct = Write::Correct(CorrectRequest {
             pk: &pk,
             fingerprint: &fingerprint,
         });
         let ended = |state: State, sent: bool| Record {
             sent: sent.then(|| Time::from_ms(1)),
-            declines: Some(3),
+            refusals: Some(3),
             ..record(state, Some("h"), None)
         };
         let cases = [
             (ended(State::Free, false), true),
             (ended(State::Failed, false), true),
-            // Its key was sent: a payment under it may still succeed.
+            // Its key was sent: an effect under it may still happen.
             (ended(State::Free, true), false),
             (ended(State::Done, false), false),
             (ended(State::InProgress, false), false),
@@ -499,7 +511,7 @@ mod tests {
         let taken = apply(&correct, Some(&ended(State::Free, false)));
         assert_eq!(taken.fingerprint.as_ref(), Some(&fingerprint));
         assert_eq!(
-            (taken.attempt, taken.sent, taken.declines),
+            (taken.attempt, taken.sent, taken.refusals),
             (Some(2), None, None)
         );
         assert_eq!(taken.state, State::Free);

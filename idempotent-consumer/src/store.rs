@@ -1,12 +1,13 @@
-//! The store contract: the conditional writes the state machine needs, each one value
-//! ([`Write`]) and one request, a read, and the audit's listing (ARCHITECTURE.md, "The
-//! table"). `policy/table.rs` specifies what each write requires and leaves.
+//! The store contract: the conditional writes the machines need, each one value
+//! ([`Write`]) and one request, a read, and the awaiting index's listing. What each
+//! write requires and leaves is specified in [`crate::table`]; [`crate::dynamodb`]
+//! implements it.
 
 use async_trait::async_trait;
 
 use crate::BoxError;
-use crate::domain::clock::Time;
-use crate::domain::{Fingerprint, Key, Owner, Record};
+use crate::clock::Time;
+use crate::record::{Fingerprint, Key, Owner, Record};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -43,7 +44,7 @@ impl StoreError {
     }
 }
 
-/// Reserve `pk` for this fingerprint (ARCHITECTURE.md, "The state machine").
+/// Reserve `pk` for this fingerprint.
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {
     pub pk: &'a Key,
@@ -55,9 +56,9 @@ pub struct ReserveRequest<'a> {
     pub lease_until: Time,
     /// Retention: the TTL attribute written with the reservation.
     pub expires: Time,
-    /// A record with this many declines (`declines`) is not reserved again: the lost
-    /// condition returns it, and the order fails as declined without a provider call.
-    pub max_declines: u32,
+    /// A record with this many refusals (`refusals`) is not reserved again: the lost
+    /// condition returns it, and the fact fails as refused without a provider call.
+    pub max_refusals: u32,
 }
 
 /// Mark `pk` `Done` with `receipt`.
@@ -79,18 +80,18 @@ pub struct ReleaseRequest<'a> {
     pub kind: ReleaseKind,
 }
 
-/// What a release does to the provider key and the decline count (ARCHITECTURE.md, "The state machine").
+/// What a release does to the provider key and the refusal count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReleaseKind {
     /// Keep `attempt`: the next attempt replays the same key. Every failure whose
     /// outcome at the provider is unknown or transient.
     KeepKey,
-    /// After a 402: the provider stored a decline under this key, so nothing was
-    /// charged under it. `attempt` + 1, `sent` removed, `declines` + 1.
-    Declined,
-    /// `resolve` found no charge: `attempt` + 1, `sent` removed; `declines`
-    /// removed too when a human says the customer fixed the card.
-    NextKey { reset_declines: bool },
+    /// After a refusal the provider stored under this key (a card's decline), so
+    /// nothing was done under it: `attempt` + 1, `sent` removed, `refusals` + 1.
+    Refused,
+    /// `resolve` found nothing done: `attempt` + 1, `sent` removed; `refusals`
+    /// removed too when a person says the cause is fixed.
+    NextKey { reset_refusals: bool },
 }
 
 /// Take a record for `resolve` (a human settling it): any non-`Done` record with the
@@ -104,75 +105,76 @@ pub struct ResolveLeaseRequest<'a> {
     pub lease_until: Time,
 }
 
-/// Hand the order to its customer (`Awaiting`): the payment they are asked to confirm
-/// and when the wait ends, the lease removed, the key kept; same fence as `Complete`.
+/// Hand the fact to someone else (`Awaiting`): the reference it awaits and when the
+/// wait ends, the lease removed, the key kept; same fence as `Complete`.
 #[derive(Clone, Debug)]
 pub struct AwaitRequest<'a> {
     pub pk: &'a Key,
     pub owner: &'a Owner,
-    pub payment_id: &'a str,
+    pub awaited: &'a str,
     pub wait_until: Time,
     /// Retention counted from the wait's end, so that TTL never sweeps a record whose
-    /// payment may still succeed.
+    /// awaited effect may still happen.
     pub expires: Time,
 }
 
-/// How an awaited payment settled (ARCHITECTURE.md, "An order that awaits its customer").
+/// How an awaited effect settled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Settled {
-    /// It succeeded: `Done`, its id the receipt, retention until `expires`; with
-    /// `paid_fingerprint` when what was paid differs from the order (another card the
-    /// customer chose), kept so the audit holds the payment to it.
-    Paid {
+    /// It happened: `Done`, the awaited reference its receipt, retention until
+    /// `expires`; with `done_fingerprint` when what was done differs from the fact
+    /// (another card the person chose), kept so an audit holds the effect to it.
+    Done {
         expires: Time,
-        paid_fingerprint: Option<Fingerprint>,
+        done_fingerprint: Option<Fingerprint>,
     },
     /// It was cancelled (or the wait expired and it was cancelled): `Failed`, the
-    /// attempt + 1, so a later message for the order starts a new key.
+    /// attempt + 1, so a later message for the fact starts a new key.
     Ended,
-    /// It can no longer succeed but its end is not written yet: the wait's end moved to
-    /// `at` (still `Awaiting`), so that a copy of the order sent meanwhile is retried,
-    /// not acknowledged, while the shop hears of the end and the record says it.
+    /// It can no longer happen but its end is not written yet: the wait's end moved to
+    /// `at` (still `Awaiting`), so that a copy of the fact sent meanwhile is retried,
+    /// not acknowledged, while its producer hears of the end and the record says it.
     Ending { at: Time },
 }
 
-/// Settle an awaiting record by the payment it names: on `state = Awaiting AND
-/// payment = payment_id`, which makes a repeated event or a second settler a refused
+/// Settle an awaiting record by the reference it names: on `state = Awaiting AND
+/// awaited = awaited`, which makes a repeated event or a second settler a refused
 /// no-op.
 #[derive(Clone, Debug)]
 pub struct SettleRequest<'a> {
     pub pk: &'a Key,
-    pub payment_id: &'a str,
+    pub awaited: &'a str,
     pub settled: Settled,
 }
 
-/// Record a payment the provider says succeeded for this order, which the record does
+/// Record an effect the provider says happened for this fact, which the record does
 /// not await (released after a lost answer, an ended wait, a lease that ended): `Done`
 /// with it, on `state IN (Free, Failed) OR (InProgress AND lease ended)` and the same
-/// `fingerprint`, so money taken is never left unrecorded and a live lease, a done
-/// order or another order's payload refuses it.
+/// `fingerprint`, so an effect that happened is never left unrecorded and a live
+/// lease, a done fact or another payload refuses it.
 #[derive(Clone, Debug)]
 pub struct AdoptRequest<'a> {
     pub pk: &'a Key,
-    pub payment_id: &'a str,
-    /// The fingerprint of the order the provider's payment describes.
+    /// The provider's reference of the effect: the record's receipt.
+    pub receipt: &'a str,
+    /// The fingerprint of the fact the provider's object describes.
     pub fingerprint: &'a Fingerprint,
     pub now: Time,
     pub expires: Time,
 }
 
-/// The order's payload corrected (another amount, currency, customer or card): the
-/// record takes `fingerprint`, the next attempt's key and no declines, on `state IN
-/// (Free, Failed) AND sent absent AND fingerprint <> mine`: only an order that ended
-/// without any payment that can still succeed (every earlier key's payment cancelled,
-/// the current key never sent) takes another payload. A reserve follows.
+/// The fact's payload corrected: the record takes `fingerprint`, the next attempt's key
+/// and no refusals, on `state IN (Free, Failed) AND sent absent AND fingerprint <>
+/// mine`: only a fact that ended without any effect that can still happen (every
+/// earlier key's attempt cancelled, the current key never sent) takes another payload.
+/// A reserve follows.
 #[derive(Clone, Debug)]
 pub struct CorrectRequest<'a> {
     pub pk: &'a Key,
     pub fingerprint: &'a Fingerprint,
 }
 
-/// A place in the awaiting index, which is read in the order of the wait's end, then
+/// A place in the awaiting index, which is read by the wait's end, then
 /// the key: a read after it starts with the next record. Where a settler run stopped,
 /// so the next run goes on from there (every wait is reached, however many there are).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,14 +204,14 @@ pub enum WriteOutcome {
 }
 
 /// One conditional write to the idempotency table: the unit of the store contract.
-/// What each one requires and leaves is specified in `policy/table.rs` (`holds`,
+/// What each one requires and leaves is specified in [`crate::table`] (`holds`,
 /// `apply`); the adapters implement exactly that.
 #[derive(Clone, Debug)]
 pub enum Write<'a> {
     /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`, or
-    /// the item has the same `fingerprint`, fewer than `max_declines` declines, and is
+    /// the item has the same `fingerprint`, fewer than `max_refusals` refusals, and is
     /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
-    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`declines` kept
+    /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`refusals` kept
     /// if present.
     Reserve(ReserveRequest<'a>),
     /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
@@ -217,7 +219,7 @@ pub enum Write<'a> {
     /// The fallback when the fence is lost: the success is still a fact about its
     /// attempt, so `Done` + `receipt` on `attempt = mine AND state <> Done`.
     CompleteAttempt(CompleteRequest<'a>),
-    /// `Free`, lease removed, the key and decline count as `kind` says; same fence as
+    /// `Free`, lease removed, the key and refusal count as `kind` says; same fence as
     /// `Complete`.
     Release(ReleaseRequest<'a>),
     /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the provider
@@ -232,13 +234,13 @@ pub enum Write<'a> {
     /// `fingerprint` (which it then gets). `attempt`, `sent`, `created` are kept or
     /// started.
     LeaseForResolve(ResolveLeaseRequest<'a>),
-    /// While holding the lease: `Awaiting` the customer's confirmation of a payment.
+    /// While holding the lease: `Awaiting` someone else's step on the effect.
     Await(AwaitRequest<'a>),
-    /// By whoever learns how the awaited payment ended (an event, the settler).
+    /// By whoever learns how the awaited effect ended (an event, the settler).
     Settle(SettleRequest<'a>),
-    /// By whoever learns of a succeeded payment the record does not await.
+    /// By whoever learns of an effect that happened, which the record does not await.
     Adopt(AdoptRequest<'a>),
-    /// A corrected copy of an order that ended without a payment.
+    /// A corrected copy of a fact that ended without its effect.
     Correct(CorrectRequest<'a>),
 }
 
@@ -277,7 +279,7 @@ impl<'a> Write<'a> {
 
 /// The idempotency table, one item per key: the few primitives every backend offers.
 /// Implementations do only I/O; deciding what a refused write means is the state
-/// machine's job, so every refused write returns the old record.
+/// machines' job, so every refused write returns the old record.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
     /// Performs one conditional write as one request.
@@ -286,7 +288,7 @@ pub trait IdempotencyStore: Send + Sync {
     /// Strongly consistent read.
     async fn get(&self, pk: &Key) -> Result<Option<Record>, StoreError>;
 
-    /// Every record that awaits its customer whose wait ends before `until` (all of
+    /// Every record that awaits someone else whose wait ends before `until` (all of
     /// them with a far `until`), soonest first (then by key), starting after `after`
     /// when given, at most `limit`: the settler's and the audit's reads, from the
     /// awaiting index (never a scan of the table).

@@ -1,4 +1,5 @@
-//! The production store: the idempotency table in DynamoDB. Each contract operation
+//! The idempotency table in DynamoDB (the store contract's production adapter). Each
+//! contract operation
 //! is one conditional `UpdateItem`; a lost condition returns the old item in the same
 //! round trip (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), or, on backends that
 //! ignore that flag, through one strongly consistent `GetItem`.
@@ -15,16 +16,16 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use crate::contracts::schema::{self, Problem, Value, attr};
-use crate::contracts::store::{
+use crate::clock::Time;
+use crate::record::{Key, Record};
+use crate::schema::{self, Problem, Value, attr};
+use crate::store::{
     AwaitingCursor, IdempotencyStore, ReleaseKind, Settled, StoreError, Write, WriteOutcome,
 };
-use crate::domain::clock::Time;
-use crate::domain::{Key, Record};
 
 type Item = HashMap<String, AttributeValue>;
 
-/// Attribute names of ARCHITECTURE.md, "The table", aliased as `#<alias>` in every
+/// The table's attribute names ([`crate::schema::attr`]), aliased as `#<alias>` in every
 /// expression (several are DynamoDB reserved words; aliasing all avoids the trap).
 const NAMES: &[(&str, &str)] = &[
     ("#pk", attr::PK),
@@ -37,10 +38,10 @@ const NAMES: &[(&str, &str)] = &[
     ("#lease_until", attr::LEASE_UNTIL),
     ("#attempt", attr::ATTEMPT),
     ("#sent", attr::SENT),
-    ("#declines", attr::DECLINES),
-    ("#payment", attr::PAYMENT),
+    ("#refusals", attr::REFUSALS),
+    ("#awaited", attr::AWAITED),
     ("#wait_until", attr::WAIT_UNTIL),
-    ("#paid_fingerprint", attr::PAID_FINGERPRINT),
+    ("#done_fingerprint", attr::DONE_FINGERPRINT),
 ];
 
 const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
@@ -48,29 +49,29 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
      #attempt = if_not_exists(#attempt, :one), #sent = if_not_exists(#sent, :now_ms)";
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// legacy consumer have no `huella` and are never taken over); or the same payload
-/// (its fingerprint), below the decline limit, `libre` or with an expired lease.
-/// `hecho` is never matched: it is final; nor `espera`: the payment it names may still
-/// succeed. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
-/// whatever the fingerprint: the shop may send the order again with another card.
+/// (its fingerprint), below the refusal limit, `libre` or with an expired lease.
+/// `hecho` is never matched: it is final; nor `espera`: what it awaits may still
+/// happen. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
+/// whatever the fingerprint: the producer may send the fact again with other fields.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#state <> :done AND #state <> :awaiting AND #expires < :now_s \
          AND attribute_exists(#fingerprint)) \
      OR ((#fingerprint = :fingerprint OR #state = :failed) \
-         AND (attribute_not_exists(#declines) OR #declines < :max_declines) \
+         AND (attribute_not_exists(#refusals) OR #refusals < :max_refusals) \
          AND (#state = :free OR #state = :failed \
               OR (#state = :in_progress AND #lease_until < :now_ms)))";
 const FENCE: &str = "#state = :in_progress AND #owner = :owner";
-/// A done record keeps only what a done order is read for (`policy/table.rs`, `apply`).
+/// A done record keeps only what a done fact is read for ([`crate::table::apply`]).
 const COMPLETE_UPDATE: &str = "SET #state = :done, #receipt = :receipt, #expires = :expires \
-     REMOVE #owner, #lease_until, #attempt, #sent, #declines, #payment, #wait_until";
+     REMOVE #owner, #lease_until, #attempt, #sent, #refusals, #awaited, #wait_until";
 const COMPLETE_ATTEMPT_CONDITION: &str = "#attempt = :attempt AND #state <> :done";
 const RELEASE_UPDATE: &str = "SET #state = :free REMOVE #owner, #lease_until";
-const RELEASE_DECLINED_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one, \
-     #declines = if_not_exists(#declines, :zero) + :one REMOVE #owner, #lease_until, #sent";
+const RELEASE_REFUSED_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one, \
+     #refusals = if_not_exists(#refusals, :zero) + :one REMOVE #owner, #lease_until, #sent";
 const RELEASE_NEXT_UPDATE: &str =
     "SET #state = :free, #attempt = #attempt + :one REMOVE #owner, #lease_until, #sent";
 const RELEASE_NEXT_RESET_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one \
-     REMOVE #owner, #lease_until, #sent, #declines";
+     REMOVE #owner, #lease_until, #sent, #refusals";
 const RESOLVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease_until = :lease_until, \
      #fingerprint = if_not_exists(#fingerprint, :fingerprint), #attempt = if_not_exists(#attempt, :one), \
      #sent = if_not_exists(#sent, :now_ms), #created = if_not_exists(#created, :now_ms)";
@@ -79,26 +80,27 @@ const RESOLVE_CONDITION: &str = "attribute_exists(#pk) AND #state <> :done AND #
      AND (attribute_not_exists(#fingerprint) OR #fingerprint = :fingerprint)";
 const NEXT_ATTEMPT_UPDATE: &str = "SET #attempt = #attempt + :one, #sent = :now_ms";
 /// Writing `espera_hasta` puts the record in the awaiting index; settling removes it.
-const AWAIT_UPDATE: &str = "SET #state = :awaiting, #payment = :payment, \
+const AWAIT_UPDATE: &str = "SET #state = :awaiting, #awaited = :awaited, \
      #wait_until = :wait_until, #expires = :expires REMOVE #owner, #lease_until";
 const SETTLE_ENDING_UPDATE: &str = "SET #wait_until = :at";
-/// A corrected payload takes a record that ended without a payment (`policy/table.rs`).
+/// A corrected payload takes a record that ended without its effect ([`crate::table`]).
 const CORRECT_UPDATE: &str = "SET #fingerprint = :fingerprint, \
-     #attempt = if_not_exists(#attempt, :zero) + :one REMOVE #sent, #declines";
+     #attempt = if_not_exists(#attempt, :zero) + :one REMOVE #sent, #refusals";
 const CORRECT_CONDITION: &str = "(#state = :free OR #state = :failed) \
      AND attribute_not_exists(#sent) AND attribute_exists(#fingerprint) \
      AND #fingerprint <> :fingerprint";
-/// A succeeded payment the record does not await: the same done record as a complete.
+/// An effect that happened, which the record does not await: the same done record as
+/// a complete.
 const ADOPT_CONDITION: &str = "(#state = :free OR #state = :failed \
      OR (#state = :in_progress AND #lease_until < :now_ms)) AND #fingerprint = :fingerprint";
-const SETTLE_CONDITION: &str = "#state = :awaiting AND #payment = :payment";
-const SETTLE_PAID_UPDATE: &str = "SET #state = :done, #receipt = :payment, #expires = :expires \
-     REMOVE #payment, #wait_until, #attempt, #sent, #declines";
-const SETTLE_PAID_OTHER_UPDATE: &str = "SET #state = :done, #receipt = :payment, \
-     #expires = :expires, #paid_fingerprint = :paid_fingerprint \
-     REMOVE #payment, #wait_until, #attempt, #sent, #declines";
+const SETTLE_CONDITION: &str = "#state = :awaiting AND #awaited = :awaited";
+const SETTLE_DONE_UPDATE: &str = "SET #state = :done, #receipt = :awaited, #expires = :expires \
+     REMOVE #awaited, #wait_until, #attempt, #sent, #refusals";
+const SETTLE_DONE_OTHER_UPDATE: &str = "SET #state = :done, #receipt = :awaited, \
+     #expires = :expires, #done_fingerprint = :done_fingerprint \
+     REMOVE #awaited, #wait_until, #attempt, #sent, #refusals";
 const SETTLE_ENDED_UPDATE: &str = "SET #state = :failed, #attempt = #attempt + :one \
-     REMOVE #payment, #wait_until, #sent";
+     REMOVE #awaited, #wait_until, #sent";
 /// The awaiting index's key condition: the records whose wait ends before `:until`.
 const AWAITING_KEY: &str = "#state = :awaiting AND #wait_until < :until";
 
@@ -220,7 +222,7 @@ impl DynamoStore {
                 .expression_attribute_values(":expires", n(req.expires.as_secs()))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms()))
                 .expression_attribute_values(":now_s", n(req.now.as_secs()))
-                .expression_attribute_values(":max_declines", n(i64::from(req.max_declines))),
+                .expression_attribute_values(":max_refusals", n(i64::from(req.max_refusals))),
             Write::Complete(req) => self
                 .update(req.pk, COMPLETE_UPDATE, FENCE)
                 .expression_attribute_values(":owner", s(req.owner))
@@ -247,35 +249,35 @@ impl DynamoStore {
             Write::Await(req) => self
                 .update(req.pk, AWAIT_UPDATE, FENCE)
                 .expression_attribute_values(":owner", s(req.owner))
-                .expression_attribute_values(":payment", s(req.payment_id))
+                .expression_attribute_values(":awaited", s(req.awaited))
                 .expression_attribute_values(":wait_until", n(req.wait_until.as_secs()))
                 .expression_attribute_values(":expires", n(req.expires.as_secs())),
             Write::Settle(req) => match &req.settled {
-                Settled::Paid {
+                Settled::Done {
                     expires,
-                    paid_fingerprint: None,
+                    done_fingerprint: None,
                 } => self
-                    .update(req.pk, SETTLE_PAID_UPDATE, SETTLE_CONDITION)
+                    .update(req.pk, SETTLE_DONE_UPDATE, SETTLE_CONDITION)
                     .expression_attribute_values(":expires", n(expires.as_secs())),
-                Settled::Paid {
+                Settled::Done {
                     expires,
-                    paid_fingerprint: Some(paid),
+                    done_fingerprint: Some(done),
                 } => self
-                    .update(req.pk, SETTLE_PAID_OTHER_UPDATE, SETTLE_CONDITION)
+                    .update(req.pk, SETTLE_DONE_OTHER_UPDATE, SETTLE_CONDITION)
                     .expression_attribute_values(":expires", n(expires.as_secs()))
-                    .expression_attribute_values(":paid_fingerprint", s(paid)),
+                    .expression_attribute_values(":done_fingerprint", s(done)),
                 Settled::Ended => self.update(req.pk, SETTLE_ENDED_UPDATE, SETTLE_CONDITION),
                 Settled::Ending { at } => self
                     .update(req.pk, SETTLE_ENDING_UPDATE, SETTLE_CONDITION)
                     .expression_attribute_values(":at", n(at.as_secs())),
             }
-            .expression_attribute_values(":payment", s(req.payment_id)),
+            .expression_attribute_values(":awaited", s(req.awaited)),
             Write::Correct(req) => self
                 .update(req.pk, CORRECT_UPDATE, CORRECT_CONDITION)
                 .expression_attribute_values(":fingerprint", s(req.fingerprint)),
             Write::Adopt(req) => self
                 .update(req.pk, COMPLETE_UPDATE, ADOPT_CONDITION)
-                .expression_attribute_values(":receipt", s(req.payment_id))
+                .expression_attribute_values(":receipt", s(req.receipt))
                 .expression_attribute_values(":fingerprint", s(req.fingerprint))
                 .expression_attribute_values(":now_ms", n(req.now.as_ms()))
                 .expression_attribute_values(":expires", n(req.expires.as_secs())),
@@ -283,16 +285,16 @@ impl DynamoStore {
     }
 }
 
-/// The update of a release: what it does to the key and the decline count.
+/// The update of a release: what it does to the key and the refusal count.
 fn release_update(kind: ReleaseKind) -> &'static str {
     match kind {
         ReleaseKind::KeepKey => RELEASE_UPDATE,
-        ReleaseKind::Declined => RELEASE_DECLINED_UPDATE,
+        ReleaseKind::Refused => RELEASE_REFUSED_UPDATE,
         ReleaseKind::NextKey {
-            reset_declines: false,
+            reset_refusals: false,
         } => RELEASE_NEXT_UPDATE,
         ReleaseKind::NextKey {
-            reset_declines: true,
+            reset_refusals: true,
         } => RELEASE_NEXT_RESET_UPDATE,
     }
 }

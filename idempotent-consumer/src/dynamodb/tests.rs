@@ -12,14 +12,14 @@ fn every_attribute_in_every_expression_is_aliased() {
         COMPLETE_ATTEMPT_CONDITION,
         RELEASE_UPDATE,
         RELEASE_NEXT_UPDATE,
-        RELEASE_DECLINED_UPDATE,
+        RELEASE_REFUSED_UPDATE,
         RELEASE_NEXT_RESET_UPDATE,
         NEXT_ATTEMPT_UPDATE,
         RESOLVE_UPDATE,
         RESOLVE_CONDITION,
         AWAIT_UPDATE,
         SETTLE_CONDITION,
-        SETTLE_PAID_UPDATE,
+        SETTLE_DONE_UPDATE,
         SETTLE_ENDED_UPDATE,
         SETTLE_ENDING_UPDATE,
         ADOPT_CONDITION,
@@ -51,7 +51,7 @@ fn placeholders_are_whole_names_and_values() {
 #[test]
 fn a_wrongly_typed_attribute_is_malformed() {
     let mut item = Item::new();
-    item.insert("pk".into(), s("cobro#a"));
+    item.insert("pk".into(), s("hecho#a"));
     item.insert("estado".into(), s("hecho"));
     item.insert("intento".into(), s("uno"));
     assert!(matches!(

@@ -1,20 +1,20 @@
-//! The table's storage format (ARCHITECTURE.md, "The table"), written once. Items keep the pattern's reference consumer's
-//! Spanish attribute names and state values (`estado = hecho`, `recibo`, `huella`…):
-//! they are what the table holds, what the card's own consumer wrote, and what an
-//! operator reads in the console. The Rust code speaks English (`state = Done`,
-//! `receipt`, `fingerprint`…). The DynamoDB adapter, the local member's SQLite store,
-//! `inspect`'s JSON and the tests' legacy-format items all map between the two here.
+//! The table's storage format, written once. Items keep the pattern card's reference
+//! consumer's Spanish attribute names and state values (`estado = hecho`, `recibo`,
+//! `huella`…): they are what the table holds, what the card's own consumer wrote, and
+//! what an operator reads in the console. The Rust code speaks English (`state =
+//! Done`, `receipt`, `fingerprint`…). The DynamoDB adapter and every other store or
+//! tool that reads items map between the two here.
 
-use crate::contracts::store::StoreError;
-use crate::domain::clock::Time;
-use crate::domain::{Fingerprint, Key, Owner, Record, State};
+use crate::clock::Time;
+use crate::record::{Fingerprint, Key, Owner, Record, State};
+use crate::store::StoreError;
 
-/// Attribute (and SQLite column) names. Those every record of the table has, whatever
-/// its consumer, are the library's (`idempotent_consumer::in_store::attr`).
+/// Attribute (and column) names. Those every record of the table has, whatever its
+/// consumer, are the in-store effects' too ([`crate::in_store::attr`]).
 pub mod attr {
-    use idempotent_consumer::in_store::attr as shared;
+    use crate::in_store::attr as shared;
 
-    /// The partition key: `cobro#<order id>`.
+    /// The partition key: `<prefix>#<id>`.
     pub const PK: &str = shared::PK;
     pub const STATE: &str = shared::STATE;
     /// ms epoch of the first reservation.
@@ -29,20 +29,21 @@ pub mod attr {
     pub const ATTEMPT: &str = "intento";
     /// ms epoch when the current attempt's key was first sent.
     pub const SENT: &str = "enviado";
-    pub const DECLINES: &str = "rechazos";
-    /// While `espera`: the PaymentIntent the customer is asked to confirm.
-    pub const PAYMENT: &str = "pago";
+    pub const REFUSALS: &str = "rechazos";
+    /// While `espera`: the provider's reference of what the record awaits (the card's
+    /// consumer named it `pago`).
+    pub const AWAITED: &str = "pago";
     /// While `espera`: s epoch when the wait ends; the awaiting index's sort key, so
     /// that only awaiting records are in that index.
     pub const WAIT_UNTIL: &str = "espera_hasta";
-    /// `hecho` by the awaited payment, paid with another card: the fingerprint of what
-    /// was paid.
-    pub const PAID_FINGERPRINT: &str = "huella_pagada";
+    /// `hecho` by what it awaited, done with other fields: the fingerprint of what was
+    /// done.
+    pub const DONE_FINGERPRINT: &str = "huella_pagada";
 }
 
 /// The item that keeps where the settler's last run stopped in the awaiting index
-/// (`contracts/store.rs`, `AwaitingCursor`): not an order's (no `cobro#` prefix), and
-/// never in the index (no `espera_hasta`).
+/// ([`crate::store::AwaitingCursor`]): no fact's, and never in the index (no
+/// `espera_hasta`).
 pub const SETTLE_CURSOR_PK: &str = "cursor#settle";
 
 /// The settle cursor's attributes: the end of the wait (s epoch) and the key of the
@@ -52,14 +53,14 @@ pub mod cursor {
     pub const PK: &str = "tras_pk";
 }
 
-/// The table's one secondary index: the records that await their customer (sparse:
+/// The table's one secondary index: the records that await someone (sparse:
 /// only items with `espera_hasta` are in it), partitioned by `estado`.
 pub const AWAITING_INDEX: &str = "espera";
 
 /// The stored values of `estado`.
 pub mod state {
     pub const IN_PROGRESS: &str = "en-curso";
-    pub const DONE: &str = idempotent_consumer::in_store::attr::DONE;
+    pub const DONE: &str = crate::in_store::attr::DONE;
     pub const FREE: &str = "libre";
     pub const AWAITING: &str = "espera";
     pub const FAILED: &str = "fallido";
@@ -166,18 +167,18 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
         lease_until: number(attr::LEASE_UNTIL)?.map(Time::from_ms),
         attempt: count(attr::ATTEMPT)?,
         sent: number(attr::SENT)?.map(Time::from_ms),
-        declines: count(attr::DECLINES)?,
-        payment: string(attr::PAYMENT)?,
+        refusals: count(attr::REFUSALS)?,
+        awaited: string(attr::AWAITED)?,
         wait_until: number(attr::WAIT_UNTIL)?.map(Time::from_secs),
-        paid_fingerprint: string(attr::PAID_FINGERPRINT)?.map(Fingerprint::new),
+        done_fingerprint: string(attr::DONE_FINGERPRINT)?.map(Fingerprint::new),
         pk: Key::from_stored(&pk)
-            .ok_or_else(|| malformed(&pk, attr::PK, "is not `cobro#<order id>`"))?,
+            .ok_or_else(|| malformed(&pk, attr::PK, "is not `<prefix>#<id>`"))?,
     };
     Ok(record)
 }
 
-/// A record's attributes under their table names, absent ones left out, in the
-/// order of ARCHITECTURE.md, "The table".
+/// A record's attributes under their table names, absent ones left out, listed
+/// as the table's documentation lists them.
 pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
     let s = |v: &str| Some(Value::S(v.to_owned()));
     let n = |v: Option<i64>| v.map(Value::N);
@@ -192,12 +193,12 @@ pub fn attributes(record: &Record) -> Vec<(&'static str, Value)> {
         (attr::LEASE_UNTIL, n(record.lease_until.map(Time::as_ms))),
         (attr::ATTEMPT, n(record.attempt.map(i64::from))),
         (attr::SENT, n(record.sent.map(Time::as_ms))),
-        (attr::DECLINES, n(record.declines.map(i64::from))),
-        (attr::PAYMENT, record.payment.as_deref().and_then(s)),
+        (attr::REFUSALS, n(record.refusals.map(i64::from))),
+        (attr::AWAITED, record.awaited.as_deref().and_then(s)),
         (attr::WAIT_UNTIL, n(record.wait_until.map(Time::as_secs))),
         (
-            attr::PAID_FINGERPRINT,
-            record.paid_fingerprint.as_deref().and_then(s),
+            attr::DONE_FINGERPRINT,
+            record.done_fingerprint.as_deref().and_then(s),
         ),
     ];
     fields
@@ -220,7 +221,7 @@ mod tests {
 
     fn record() -> Record {
         Record {
-            pk: Key::for_order_id("A-1"),
+            pk: Key::new("hecho#", "A-1"),
             state: State::Done,
             created: Some(Time::from_ms(1_000)),
             expires: Some(Time::from_secs(2)),
@@ -230,10 +231,10 @@ mod tests {
             lease_until: None,
             attempt: Some(2),
             sent: Some(Time::from_ms(1_500)),
-            declines: Some(1),
-            payment: Some("pi_1".into()),
+            refusals: Some(1),
+            awaited: Some("pi_1".into()),
             wait_until: Some(Time::from_secs(3)),
-            paid_fingerprint: Some(Fingerprint::new("paid")),
+            done_fingerprint: Some(Fingerprint::new("paid")),
         }
     }
 

@@ -1,14 +1,13 @@
-//! The lease core that the record's machine (`policy/machine/`) and `resolve`'s
-//! (`policy/resolve.rs`) share (ARCHITECTURE.md, "The state machine": complete and
-//! release): whose record it is (key, fingerprint, owner), which attempt's key it is
-//! on, until when the lease holds, and the payment to record. Both end a lease with
-//! the same two fenced writes, built here once.
+//! The lease core that the record's machine and `resolve`'s share: whose record it is
+//! (key, fingerprint, owner), which attempt's key it is on, until when the lease holds,
+//! and the receipt to record. Both end a lease with the same two fenced writes, built
+//! here once.
 
-use crate::contracts::store::{CompleteRequest, ReleaseKind, ReleaseRequest};
-use crate::domain::clock::Time;
-use crate::domain::{Fingerprint, Identity, Key, Owner, Record};
+use crate::clock::Time;
+use crate::record::{Fingerprint, Identity, Key, Owner, Record};
+use crate::store::{CompleteRequest, ReleaseKind, ReleaseRequest};
 
-/// One holder's lease on one order's record.
+/// One holder's lease on one fact's record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub key: Key,
@@ -21,9 +20,9 @@ pub struct Lease {
     pub expires: Time,
     /// The attempt whose provider key the holder is on (1 until the record says).
     pub attempt: u32,
-    /// The record's creation, once leased: where lookups of its payments start.
+    /// The record's creation, once leased: where lookups of its effects start.
     pub created: Option<Time>,
-    /// The payment to record, once there is one.
+    /// The receipt to record, once there is one.
     pub receipt: Option<String>,
 }
 
@@ -79,13 +78,15 @@ impl Lease {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::State;
-    use crate::domain::order::Order;
+    use crate::record::State;
 
     fn lease() -> Lease {
-        let order = Order::new("o-l", 100, "EUR", "cus_l", "pm_card_visa").unwrap();
+        let identity = Identity {
+            key: Key::new("hecho#", "o-l"),
+            fingerprint: Fingerprint::new("f"),
+        };
         Lease::new(
-            Identity::of(&order),
+            identity,
             Owner::new("me"),
             Time::from_ms(60_000),
             Time::from_secs(9_000),
@@ -95,14 +96,14 @@ mod tests {
     #[test]
     fn a_lease_starts_at_the_first_attempt_and_takes_the_records_once_granted() {
         let mut lease = lease();
-        assert_eq!(lease.provider_key(), "cobro#o-l#1");
+        assert_eq!(lease.provider_key(), "hecho#o-l#1");
         let record = Record {
             attempt: Some(3),
             created: Some(Time::from_ms(5)),
             ..Record::new(lease.key.clone(), State::InProgress)
         };
         lease.granted(&record);
-        assert_eq!(lease.provider_key(), "cobro#o-l#3");
+        assert_eq!(lease.provider_key(), "hecho#o-l#3");
         assert_eq!(lease.created, Some(Time::from_ms(5)));
     }
 
