@@ -1,8 +1,9 @@
 //! The model checker of ARCHITECTURE.md, "The proof" (`make model`, `make model MUTANT=<name>`).
 //!
 //! It explores, breadth first, every interleaving of a few consumer invocations that
-//! run the product's own state machine (`charge_once::policy::machine::Machine`)
-//! against models of the other parts:
+//! run the product's own state machine (`charge_once::policy::machine::Machine`: the
+//! library's, `idempotent_consumer::machine`, with a payment as its effect) against
+//! models of the other parts:
 //!
 //! * the table: one linearisable item, written only through the table's own
 //!   condition and effect functions (`holds`, `apply`), which the contract suite

@@ -19,6 +19,7 @@
 //! | [`table`], [`rules`] | what each write requires and leaves; the safety rules, each switchable for a mutant |
 //! | [`schema`] | the table's storage format (the pattern card's Spanish names), mapped once |
 //! | [`lease`] | a holder's lease on a record: the fenced complete and release |
+//! | [`machine`] | the state machine of one record, for any effect under a provider key |
 //! | [`dynamodb`] | the store contract on DynamoDB |
 
 // The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
@@ -35,7 +36,7 @@ pub mod executor;
 pub mod in_store;
 pub mod jitter;
 pub mod lease;
-
+pub mod machine;
 pub mod pacing;
 pub mod queue;
 pub mod record;

@@ -62,15 +62,9 @@ pub enum Lookup {
     NotFound,
 }
 
-/// What a cancel of an open payment did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cancel {
-    /// Cancelled: nobody can confirm it any more.
-    Cancelled,
-    /// It can no longer be cancelled (it succeeded, is processing, or was cancelled):
-    /// look again.
-    NotCancellable,
-}
+/// What a cancel of an open payment did: the library machine's (`Cancelled`, or
+/// `NotCancellable`: it succeeded, is processing, or was cancelled; look again).
+pub use idempotent_consumer::machine::Cancel;
 
 /// The status `requires_action` of an open payment: the customer is asked to
 /// authenticate, and only they can confirm it.

@@ -8,7 +8,7 @@
 //! | [`table`] | the write specification: each write's condition and effect, how a refused reservation is judged |
 //! | [`rules`] | the safety rules, each switchable for a mutant of the model |
 //! | [`lease`] | the lease core the two machines share: whose record, which attempt, the complete and release writes |
-//! | [`machine`] | the state machine of one record |
+//! | [`machine`] | the state machine of one record: the library's, with a payment as its effect |
 //! | [`resolve`] | the state machine of `resolve` |
 //! | [`pacing`] | the pace of provider calls (the library's, `idempotent_consumer::pacing`) |
 //! | [`deadline`] | the invocation's time, one budget (the library's, `idempotent_consumer::deadline`) |

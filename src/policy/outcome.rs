@@ -4,8 +4,6 @@
 //! batch's.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use crate::contracts::payment::PaymentError;
 use crate::contracts::schema;
@@ -396,47 +394,8 @@ impl Outcome {
 }
 
 /// A source error shared by the clones of an outcome (the model checker clones and
-/// hashes states). Two are equal when they read the same, cause by cause.
-#[derive(Debug)]
-pub struct Shared<E>(pub Arc<E>);
-
-impl<E> Shared<E> {
-    pub fn new(error: E) -> Self {
-        Self(Arc::new(error))
-    }
-}
-
-impl<E> Clone for Shared<E> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
-
-impl<E: std::error::Error + 'static> PartialEq for Shared<E> {
-    fn eq(&self, other: &Self) -> bool {
-        crate::error_chain(&*self.0) == crate::error_chain(&*other.0)
-    }
-}
-
-impl<E: std::error::Error + 'static> Eq for Shared<E> {}
-
-impl<E: std::error::Error + 'static> Hash for Shared<E> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        crate::error_chain(&*self.0).hash(state);
-    }
-}
-
-impl<E: fmt::Display> fmt::Display for Shared<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for Shared<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
+/// hashes states): the library's.
+pub use idempotent_consumer::machine::Shared;
 
 mod log_line;
 pub use log_line::Details;

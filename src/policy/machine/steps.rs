@@ -1,27 +1,15 @@
-//! What the machine and its driver say to each other: the step the machine asks for,
-//! and the answer the driver feeds back (a store write's, a charge's, a lookup's, a
-//! cancel's, a read's), with why a call gave none.
+//! What the machine and its driver say to each other, in a payment's words: the step
+//! the machine asks for, and the answer the driver feeds back (a store write's, a
+//! charge's, a lookup's, a cancel's), with why a call gave none.
 
 use crate::contracts::payment::{Cancel, Lookup, PaymentError, Receipt};
-use crate::contracts::store::{ReleaseKind, StoreError, WriteOutcome};
+use crate::contracts::store::{StoreError, WriteOutcome};
 use crate::policy::outcome::Outcome;
 
 /// Why a call gave no answer (a store or provider call of the driver): the library's.
 pub use idempotent_consumer::executor::NoAnswer;
-
-/// The kinds of write the machine asks for; [`super::Machine::write`] builds the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WriteKind {
-    Reserve,
-    Complete,
-    CompleteAttempt,
-    Release(ReleaseKind),
-    NextAttempt,
-    /// The record awaits the customer's confirmation of the payment the machine holds.
-    Await,
-    /// The record takes this delivery's payload, corrected, as a new attempt.
-    Correct,
-}
+/// The kinds of write the machine asks for: the library's.
+pub use idempotent_consumer::machine::WriteKind;
 
 /// What the driver does next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -46,15 +34,4 @@ pub enum Input {
     Charged(Result<Receipt, NoAnswer<PaymentError>>),
     Looked(Result<Lookup, NoAnswer<PaymentError>>),
     Cancelled(Result<Cancel, NoAnswer<PaymentError>>),
-}
-
-impl Input {
-    pub(super) fn name(&self) -> &'static str {
-        match self {
-            Self::Written(_) => "written",
-            Self::Charged(_) => "charged",
-            Self::Looked(_) => "looked up",
-            Self::Cancelled(_) => "cancelled",
-        }
-    }
 }

@@ -1,0 +1,203 @@
+//! How one record ends in the machine: what happened, and why, in the library's words
+//! (an application names each end in its own, and gives it its log line). A cause
+//! keeps its source error, shared by the clones of a state.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use super::steps::{Class, Classify, Receipt};
+use crate::clock::Time;
+use crate::record::State;
+use crate::store::StoreError;
+use crate::table::Unsettled;
+
+/// The end of one record. `F` is the effect's failure.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum End<F> {
+    /// The effect is done under the record's key and recorded; `found`: found by a
+    /// lookup (after an unknown outcome, an old key, a replayed 5xx), not answered.
+    Done {
+        receipt: Receipt,
+        attempt: u32,
+        found: bool,
+    },
+    /// Already done: acknowledged with the stored receipt.
+    Duplicate { receipt: Option<String> },
+    /// Same key, other payload: never applied.
+    Conflict,
+    /// Another delivery holds a live lease, until then (`None`: not known).
+    InProgress { until: Option<Time> },
+    /// Refused under this key, counted; the next attempt gets the next key.
+    Refused { refusal: Refusal<F>, attempt: u32 },
+    /// The fact has `max_refusals` refusals: not sent to the provider.
+    RefusalLimit { refusals: u32 },
+    /// Refused for good; whatever it left open cancelled, the next key is the next
+    /// attempt's.
+    RefusedForGood { failure: F, attempt: u32 },
+    /// Transient or unknown: the retry is safe (same key, or looked up first).
+    Retry {
+        cause: Retry<F>,
+        attempt: Option<u32>,
+    },
+    /// The next call could not end before the invocation deadline, so it was not
+    /// started; the lease ends at the deadline and the retry goes on from there.
+    Deadline { before: Call, attempt: Option<u32> },
+    /// Cannot be settled by a machine: a person looks at the provider first.
+    Unresolved { cause: Unresolved },
+    /// The record awaits someone else's step on `reference`, until `wait_until`: no
+    /// other attempt is made while it may happen.
+    Awaiting {
+        reference: String,
+        attempt: u32,
+        wait_until: Time,
+        awaited: Awaited,
+    },
+    /// A delivery of a fact that awaits someone: nothing to do, no call made.
+    AlreadyAwaiting { reference: Option<String> },
+}
+
+impl<F> End<F> {
+    pub(crate) fn retry(cause: Retry<F>, attempt: Option<u32>) -> Self {
+        Self::Retry { cause, attempt }
+    }
+}
+
+/// Why a record awaits the reference it names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Awaited {
+    /// A person must confirm it (a customer's authentication).
+    #[default]
+    Someone,
+    /// The provider is processing it (a bank debit): it settles by itself.
+    Processing,
+}
+
+/// What refused an attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal<F> {
+    /// The provider's refusal.
+    Failure(F),
+    /// An effect that was in flight failed (a bank debit returned).
+    FailedInFlight,
+    /// A request for someone's confirmation taken as a refusal: only with the
+    /// `close_open_attempts` rule off, for its mutant.
+    AwaitsSomeone,
+}
+
+/// A call of the machine, as its ends name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    Reserve,
+    NextAttempt,
+    Perform,
+    Lookup,
+    Cancel,
+    Complete,
+    Await,
+}
+
+/// Why a record failed with a safe retry. The source error is kept whole.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Retry<F> {
+    StoreTimedOut(Call),
+    Store {
+        call: Call,
+        source: Shared<StoreError>,
+    },
+    LookupTimedOut,
+    Lookup(F),
+    /// The effect timed out: its outcome is unknown.
+    EffectTimedOut,
+    /// The effect failed with its outcome unknown or transient.
+    Effect(F),
+    LeaseLostBeforeNextAttempt,
+    LeaseLostBeforeAwaiting,
+    /// The provider replayed a stored 5xx and nothing is found yet: the outcome is
+    /// indeterminate (an effect may still appear), so the key is kept.
+    ServerErrorUnsettled {
+        status: u16,
+    },
+    CancelTimedOut,
+    Cancel(F),
+    /// Still an open attempt after cancelling this many.
+    OpenAttemptsLeft(u8),
+    /// A bug: the machine got an answer its phase does not expect.
+    OutOfPhase {
+        phase: &'static str,
+        answer: &'static str,
+    },
+}
+
+/// Why a record cannot be settled by a machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Unresolved {
+    /// The table's judgement of a refused reservation.
+    Table(Unsettled),
+    /// The effect answered with an object in a state the machine does not settle.
+    Unexpected { reference: String, status: String },
+    /// The effect itself answered with an object in flight, not final.
+    InFlightAnswer { reference: String, status: String },
+    /// The provider says the key was used with other parameters.
+    KeyReused { provider_key: String },
+    /// Someone must confirm an attempt, but neither the answer nor a lookup names it.
+    AwaitsWithoutReference,
+    /// Done, but the record no longer belongs to this attempt.
+    RecordMovedOn {
+        receipt: String,
+        attempt: u32,
+        state: Option<State>,
+        record_attempt: Option<u32>,
+        record_receipt: Option<String>,
+    },
+}
+
+/// A source error shared by the clones of an end (a model checker clones and hashes
+/// states). Two are equal when they read the same, cause by cause.
+#[derive(Debug)]
+pub struct Shared<E>(pub Arc<E>);
+
+impl<E> Shared<E> {
+    pub fn new(error: E) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl<E> Clone for Shared<E> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<E: std::error::Error + 'static> PartialEq for Shared<E> {
+    fn eq(&self, other: &Self) -> bool {
+        crate::error_chain(&*self.0) == crate::error_chain(&*other.0)
+    }
+}
+
+impl<E: std::error::Error + 'static> Eq for Shared<E> {}
+
+impl<E: std::error::Error + 'static> Hash for Shared<E> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        crate::error_chain(&*self.0).hash(state);
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Shared<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Shared<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// A shared failure reads as the failure it shares.
+impl<E: Classify> Classify for Shared<E> {
+    fn class(&self) -> Class {
+        self.0.class()
+    }
+}
