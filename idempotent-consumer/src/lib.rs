@@ -20,6 +20,8 @@
 //! | [`schema`] | the table's storage format (the pattern card's Spanish names), mapped once |
 //! | [`lease`] | a holder's lease on a record: the fenced complete and release |
 //! | [`machine`] | the state machine of one record, for any effect under a provider key |
+//! | [`settle`] | the settlement of an awaited effect, by the provider's answer |
+//! | [`resolve`] | a person settling a record by the provider's answer, under a lease |
 //! | [`dynamodb`] | the store contract on DynamoDB |
 
 // The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
@@ -40,8 +42,10 @@ pub mod machine;
 pub mod pacing;
 pub mod queue;
 pub mod record;
+pub mod resolve;
 pub mod rules;
 pub mod schema;
+pub mod settle;
 pub mod sqs;
 pub mod store;
 pub mod table;

@@ -21,7 +21,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-pub use end::{Awaited, Call, End, Refusal, Retry, Shared, Unresolved};
+pub use end::{Awaited, Call, End, Ignored, Refusal, Retry, Shared, Unproven, Unresolved};
 use looking::Looking;
 pub use looking::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Cancel, Class, Classify, Found, Input, Receipt, Step, WriteKind};

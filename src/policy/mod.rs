@@ -9,7 +9,8 @@
 //! | [`rules`] | the safety rules, each switchable for a mutant of the model |
 //! | [`lease`] | the lease core the two machines share: whose record, which attempt, the complete and release writes |
 //! | [`machine`] | the state machine of one record: the library's, with a payment as its effect |
-//! | [`resolve`] | the state machine of `resolve` |
+//! | [`resolve`] | the state machine of `resolve`: the library's, with a payment's words |
+//! | [`settle`] | how an awaited payment settles: the library's settlement, with a payment's words |
 //! | [`pacing`] | the pace of provider calls (the library's, `idempotent_consumer::pacing`) |
 //! | [`deadline`] | the invocation's time, one budget (the library's, `idempotent_consumer::deadline`) |
 //! | [`retry`] | a failed record's delay by cause, the DLQ at once, the breakers |

@@ -388,6 +388,8 @@ impl Outcome {
         }
     }
 
+    /// A failure with a safe retry (the machines' ends make these; the tests too).
+    #[cfg(test)]
     pub(crate) fn retryable(cause: RetryCause, attempt: Option<u32>) -> Self {
         Self::FailedRetryable { cause, attempt }
     }

@@ -1,36 +1,30 @@
 //! `resolve`: a human settles a record that cannot settle itself (a DLQ'd
 //! `needs_reconciliation`, a stuck lease, an order at its decline limit) by asking the
-//! provider. Succeeded → `Done` with that charge; pending → nothing changes (it may
-//! still succeed); not found → `Free` with the next attempt, so a redrive charges
-//! once under a new key. Every write goes through a lease, so it never races a
-//! consumer.
+//! provider: the library's resolve machine (`idempotent_consumer::resolve`), with a
+//! payment as the effect. Succeeded → `Done` with that charge; pending → nothing
+//! changes (it may still succeed); not found → `Free` with the next attempt, so a
+//! redrive charges once under a new key. Every write goes through a lease, so it never
+//! races a consumer. This module gives it a payment's words: a lookup in, each stop out
+//! as a [`ResolveError`] that tells the operator what to do.
 //!
 //! "Not found" moves the order to a new key only when it is certain: a lookup that
 //! failed keeps the key and refuses. The provider asked is the one the function sends
 //! every key to, so its certain "not found" stands.
 
+use idempotent_consumer::resolve::{self as library, Stopped};
+
 use crate::contracts::payment::{Cancel, Lookup, PaymentError};
-use crate::contracts::store::{
-    CorrectRequest, ReleaseKind, ResolveLeaseRequest, StoreError, Write, WriteOutcome,
-};
+use crate::contracts::store::{StoreError, Write, WriteOutcome};
 use crate::domain::ForOrder;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
-use crate::domain::{Identity, Key, Owner, Record, State};
-use crate::policy::lease::Lease;
+use crate::domain::{Identity, Key, Owner, Record};
+use crate::policy::machine::found;
 use crate::policy::retry::breaker::Dependency;
-use crate::policy::table::same_fact;
 
-/// What `resolve` did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Resolution {
-    /// The provider has the charge: the record is now `Done` with it.
-    Completed { receipt: String, attempt: u32 },
-    /// The provider has no charge: the record is `Free` with the next attempt.
-    Released { next_attempt: u32 },
-    /// Already `Done`: nothing to do.
-    AlreadyDone { receipt: Option<String> },
-}
+/// What `resolve` did (`Completed` with the charge, `Released` to the next attempt,
+/// `AlreadyDone`), and the writes it makes: the library's.
+pub use idempotent_consumer::resolve::{Resolution, ResolveWrite};
 
 /// Why `resolve` did nothing (or stopped).
 #[derive(Debug, thiserror::Error)]
@@ -143,16 +137,6 @@ pub enum ResolveStep {
     Done(Result<Resolution, ResolveError>),
 }
 
-/// The writes `resolve` makes, each under its own lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolveWrite {
-    /// The corrected order takes a record that ended without a payment.
-    Correct,
-    Lease,
-    Complete,
-    Release(ReleaseKind),
-}
-
 /// The answer to the last step.
 #[derive(Debug)]
 pub enum ResolveInput {
@@ -162,38 +146,11 @@ pub enum ResolveInput {
     Cancelled(Result<Cancel, PaymentError>),
 }
 
+/// `resolve` as a pure machine (the library's): the record read, the provider's answer
+/// and each write's outcome come in; the next step comes out. Time and the owner token
+/// are inputs.
 #[derive(Debug)]
-enum Phase {
-    Reading,
-    /// The corrected order taking the record; then the lease.
-    Correcting,
-    Leasing,
-    Looking,
-    /// Cancelling an open payment; then looking again (once).
-    Cancelling {
-        payment_id: String,
-    },
-    /// Looking again after a cancel: an open payment now is refused.
-    LookingAgain,
-    Completing,
-    /// Releasing the key (`NotFound`): the answer is the resolution.
-    ReleasingToNextKey,
-    /// Releasing after a lookup that settled nothing; then this error.
-    ReleasingThen(ResolveError),
-    Done,
-}
-
-/// `resolve` as a pure machine: the record read, the provider's answer and each write's
-/// outcome come in; the next step comes out. Time and the owner token are inputs.
-#[derive(Debug)]
-pub struct Resolver {
-    /// The record's key, owner, attempt, lease end, creation once leased, and the
-    /// charge to record: shared with the record's machine.
-    lease: Lease,
-    now: Time,
-    confirmed: Confirmed,
-    phase: Phase,
-}
+pub struct Resolver(library::Resolver<PaymentError>);
 
 impl Resolver {
     /// A resolution of `order` started at `now` by `owner`, whose lease ends at
@@ -206,183 +163,82 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
-        let resolver = Self {
-            lease: Lease::new(Identity::for_order(order), owner, lease_until, expires),
-            now,
-            confirmed,
-            phase: Phase::Reading,
+        let confirmed = library::Confirmed {
+            legacy_format_checked: confirmed.legacy_format_checked,
+            reset_refusals: confirmed.retry_declined,
         };
-        (resolver, ResolveStep::Read)
+        let identity = Identity::for_order(order);
+        let (resolver, step) =
+            library::Resolver::new(identity, owner, now, lease_until, expires, confirmed);
+        (Self(resolver), step_of(step))
     }
 
     pub fn key(&self) -> &Key {
-        &self.lease.key
+        self.0.key()
     }
 
     /// Where a lookup of the order's payments starts: the record's creation less a
-    /// margin for clocks (`policy/machine/payments.rs`).
+    /// margin for clocks.
     pub fn lookup_since(&self) -> Time {
-        crate::policy::machine::lookup_since(self.lease.created)
+        self.0.lookup_since()
     }
 
     /// The request of a write step.
     pub fn write(&self, kind: ResolveWrite) -> Write<'_> {
-        match kind {
-            ResolveWrite::Correct => Write::Correct(CorrectRequest {
-                pk: &self.lease.key,
-                fingerprint: &self.lease.fingerprint,
-            }),
-            ResolveWrite::Lease => Write::LeaseForResolve(ResolveLeaseRequest {
-                pk: &self.lease.key,
-                fingerprint: &self.lease.fingerprint,
-                owner: &self.lease.owner,
-                now: self.now,
-                lease_until: self.lease.until,
-            }),
-            ResolveWrite::Complete => Write::Complete(self.lease.complete_request()),
-            ResolveWrite::Release(kind) => Write::Release(self.lease.release_request(kind)),
-        }
+        self.0.write(kind)
     }
 
     /// Feeds the answer to the last step; returns the next one.
     pub fn on(&mut self, input: ResolveInput) -> ResolveStep {
-        let phase = std::mem::replace(&mut self.phase, Phase::Done);
-        match (phase, input) {
-            (_, ResolveInput::Read(Err(e)) | ResolveInput::Written(Err(e))) => {
-                ResolveStep::Done(Err(ResolveError::Store(e)))
-            }
-            (Phase::Reading, ResolveInput::Read(Ok(record))) => self.on_read(record),
-            (Phase::Correcting, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
-                self.phase = Phase::Leasing;
-                ResolveStep::Write(ResolveWrite::Lease)
-            }
-            (Phase::Correcting, ResolveInput::Written(Ok(WriteOutcome::Refused(_)))) => {
-                ResolveStep::Done(Err(ResolveError::FingerprintMismatch))
-            }
-            (Phase::Leasing, ResolveInput::Written(Ok(WriteOutcome::Applied(record)))) => {
-                self.lease.granted(&record);
-                self.phase = Phase::Looking;
-                ResolveStep::Lookup
-            }
-            (Phase::Looking, ResolveInput::Looked(found)) => self.on_looked(found, true),
-            (Phase::LookingAgain, ResolveInput::Looked(found)) => self.on_looked(found, false),
-            (Phase::Cancelling { payment_id }, ResolveInput::Cancelled(answer)) => match answer {
-                Ok(_) => {
-                    self.phase = Phase::LookingAgain;
-                    ResolveStep::Lookup
-                }
-                Err(source) => self.release(
-                    ReleaseKind::KeepKey,
-                    ResolveError::Cancel { payment_id, source },
-                ),
-            },
-            (Phase::Completing, ResolveInput::Written(Ok(WriteOutcome::Applied(_)))) => {
-                ResolveStep::Done(Ok(Resolution::Completed {
-                    receipt: self.lease.receipt.take().unwrap_or_default(),
-                    attempt: self.lease.attempt,
-                }))
-            }
-            (Phase::ReleasingToNextKey, ResolveInput::Written(Ok(WriteOutcome::Applied(r)))) => {
-                ResolveStep::Done(Ok(Resolution::Released {
-                    next_attempt: r.attempt(),
-                }))
-            }
-            (Phase::ReleasingThen(error), ResolveInput::Written(Ok(_))) => {
-                ResolveStep::Done(Err(error))
-            }
-            // A lease or a fenced write refused: someone else moved the record.
-            _ => ResolveStep::Done(Err(ResolveError::Changed)),
-        }
-    }
-
-    /// The record as read: settled already, refused, or leased.
-    fn on_read(&mut self, record: Option<Record>) -> ResolveStep {
-        let Some(record) = record else {
-            return ResolveStep::Done(Err(ResolveError::NoRecord));
+        let input = match input {
+            ResolveInput::Read(answer) => library::ResolveInput::Read(answer),
+            ResolveInput::Written(answer) => library::ResolveInput::Written(answer),
+            ResolveInput::Looked(answer) => library::ResolveInput::Looked(answer.map(found)),
+            ResolveInput::Cancelled(answer) => library::ResolveInput::Cancelled(answer),
         };
-        if record.state == State::Done {
-            return ResolveStep::Done(Ok(Resolution::AlreadyDone {
-                receipt: record.receipt,
-            }));
-        }
-        let legacy_format_checked = self.confirmed.legacy_format_checked;
-        let same = same_fact(&record, &self.lease.fingerprint);
-        // The order given is a corrected one: it takes the record if no payment of the
-        // recorded order can still succeed (the write's condition decides).
-        if !same
-            && record.fingerprint.is_some()
-            && matches!(record.state, State::Free | State::Failed)
-        {
-            self.phase = Phase::Correcting;
-            return ResolveStep::Write(ResolveWrite::Correct);
-        }
-        if let Err(refused) = check(&record, same, self.now, legacy_format_checked) {
-            return ResolveStep::Done(Err(refused));
-        }
-        self.phase = Phase::Leasing;
-        ResolveStep::Write(ResolveWrite::Lease)
-    }
-
-    /// The provider's answer: succeeded → complete; pending → keep the key; open →
-    /// cancel it (so nobody can confirm it later) and look again; not found → the next
-    /// key.
-    fn on_looked(&mut self, found: Result<Lookup, PaymentError>, may_cancel: bool) -> ResolveStep {
-        match found {
-            Ok(Lookup::Open { payment_id, .. }) if may_cancel => {
-                self.phase = Phase::Cancelling {
-                    payment_id: payment_id.clone(),
-                };
-                ResolveStep::Cancel { payment_id }
-            }
-            Ok(Lookup::Open { payment_id, .. }) => {
-                self.release(ReleaseKind::KeepKey, ResolveError::StillOpen { payment_id })
-            }
-            Err(e) => self.release(ReleaseKind::KeepKey, ResolveError::Provider(e)),
-            // It may still succeed: no new key while it is live.
-            Ok(Lookup::Pending { payment_id, status }) => self.release(
-                ReleaseKind::KeepKey,
-                ResolveError::Pending { payment_id, status },
-            ),
-            Ok(Lookup::Succeeded(receipt)) => {
-                self.lease.receipt = Some(receipt.id);
-                self.phase = Phase::Completing;
-                ResolveStep::Write(ResolveWrite::Complete)
-            }
-            Ok(Lookup::NotFound) => {
-                self.phase = Phase::ReleasingToNextKey;
-                ResolveStep::Write(ResolveWrite::Release(ReleaseKind::NextKey {
-                    reset_refusals: self.confirmed.retry_declined,
-                }))
-            }
-        }
-    }
-
-    fn release(&mut self, kind: ReleaseKind, then: ResolveError) -> ResolveStep {
-        self.phase = Phase::ReleasingThen(then);
-        ResolveStep::Write(ResolveWrite::Release(kind))
+        step_of(self.0.on(input))
     }
 }
 
-/// Refuses what a human must look at first.
-fn check(
-    record: &Record,
-    same_order: bool,
-    now: Time,
-    legacy_format_checked: bool,
-) -> Result<(), ResolveError> {
-    if record.fingerprint.is_some() && !same_order {
-        return Err(ResolveError::FingerprintMismatch);
+fn step_of(step: library::ResolveStep<PaymentError>) -> ResolveStep {
+    match step {
+        library::ResolveStep::Read => ResolveStep::Read,
+        library::ResolveStep::Write(kind) => ResolveStep::Write(kind),
+        library::ResolveStep::Lookup => ResolveStep::Lookup,
+        library::ResolveStep::Cancel { reference } => ResolveStep::Cancel {
+            payment_id: reference,
+        },
+        library::ResolveStep::Done(done) => ResolveStep::Done(done.map_err(ResolveError::from)),
     }
-    if record.is_legacy_format() && !legacy_format_checked {
-        return Err(ResolveError::LegacyFormat);
-    }
-    match (&record.state, record.lease_until) {
-        (State::InProgress, Some(until)) if until >= now => Err(ResolveError::LiveLease { until }),
-        (State::Awaiting, _) => Err(ResolveError::Awaiting {
-            payment_id: record.awaited.clone().unwrap_or_default(),
-            until: record.wait_until,
-        }),
-        _ => Ok(()),
+}
+
+/// A stop of the library's machine, as the operator reads it.
+impl From<Stopped<PaymentError>> for ResolveError {
+    fn from(stopped: Stopped<PaymentError>) -> Self {
+        match stopped {
+            Stopped::NoRecord => Self::NoRecord,
+            Stopped::LiveLease { until } => Self::LiveLease { until },
+            Stopped::FingerprintMismatch => Self::FingerprintMismatch,
+            Stopped::LegacyFormat => Self::LegacyFormat,
+            Stopped::Changed => Self::Changed,
+            Stopped::Awaiting { reference, until } => Self::Awaiting {
+                payment_id: reference,
+                until,
+            },
+            Stopped::InFlight { reference, status } => Self::Pending {
+                payment_id: reference,
+                status,
+            },
+            Stopped::Store(e) => Self::Store(e),
+            Stopped::Provider(e) => Self::Provider(e),
+            Stopped::StillOpen { reference } => Self::StillOpen {
+                payment_id: reference,
+            },
+            Stopped::Cancel { reference, source } => Self::Cancel {
+                payment_id: reference,
+                source,
+            },
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::steps::{Class, Classify, Receipt};
 use crate::clock::Time;
+use crate::queue::QueueError;
 use crate::record::State;
 use crate::store::StoreError;
 use crate::table::Unsettled;
@@ -55,6 +56,40 @@ pub enum End<F> {
     },
     /// A delivery of a fact that awaits someone: nothing to do, no call made.
     AlreadyAwaiting { reference: Option<String> },
+    /// An awaited reference settled ([`crate::settle`]): `done` → the record is `Done`
+    /// with it; otherwise the wait ended without the effect, and a later message for
+    /// the fact is a new attempt.
+    Settled { reference: String, done: bool },
+    /// A settlement that changes nothing here (another fact's object, a reference the
+    /// record does not await, one already settled, one not final): acknowledged.
+    Ignored { reference: String, why: Ignored },
+    /// The provider says an effect is done for a fact the table does not know (its
+    /// record swept, or never made here): acknowledged, and told.
+    Unrecorded { reference: String },
+}
+
+/// Why a settlement changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ignored {
+    /// The record is already done with this reference.
+    AlreadyDone,
+    /// The provider says the object is another fact's.
+    AnotherFacts,
+    /// No answer of the provider to decide on.
+    AnswerMissing,
+    /// The record does not await this reference.
+    NotAwaited,
+    /// Not final: it may still be done, and the fact waits for it.
+    NotFinal,
+}
+
+/// Why an effect the provider says is done cannot be recorded as the fact's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unproven {
+    /// The record awaits another reference, which may be done too.
+    AwaitsAnother,
+    /// The object's fields differ from the recorded fact's.
+    OtherFields,
 }
 
 impl<F> End<F> {
@@ -95,6 +130,8 @@ pub enum Call {
     Cancel,
     Complete,
     Await,
+    /// A settlement's read or write.
+    Settle,
 }
 
 /// Why a record failed with a safe retry. The source error is kept whole.
@@ -122,6 +159,14 @@ pub enum Retry<F> {
     Cancel(F),
     /// Still an open attempt after cancelling this many.
     OpenAttemptsLeft(u8),
+    /// The provider has no object the record names. It never deletes one, so a
+    /// setting is wrong; nothing ends, and the retry asks again once it is fixed.
+    Missing {
+        reference: String,
+    },
+    /// The producer's report of an ended wait could not be sent: the record is left
+    /// awaiting, so the retry reports it again.
+    Report(Shared<QueueError>),
     /// A bug: the machine got an answer its phase does not expect.
     OutOfPhase {
         phase: &'static str,
@@ -142,6 +187,12 @@ pub enum Unresolved {
     KeyReused { provider_key: String },
     /// Someone must confirm an attempt, but neither the answer nor a lookup names it.
     AwaitsWithoutReference,
+    /// An effect done, which the record does not await, that cannot be recorded as the
+    /// fact's.
+    Unproven { reference: String, why: Unproven },
+    /// An effect of the fact was done though the fact was already done with another:
+    /// applied twice (an open attempt confirmed late).
+    LateConfirmation { reference: String, receipt: String },
     /// Done, but the record no longer belongs to this attempt.
     RecordMovedOn {
         receipt: String,

@@ -4,7 +4,8 @@
 //! and log lines charge-once has always given them (`policy/outcome.rs`).
 
 use idempotent_consumer::machine::{
-    self as library, Awaited, Class, Classify, End, Found, Refusal, Retry, Unresolved,
+    self as library, Awaited, Class, Classify, End, Found, Ignored, Refusal, Retry, Unproven,
+    Unresolved,
 };
 
 use super::steps::{Input, NoAnswer, Step};
@@ -63,7 +64,8 @@ fn receipt(receipt: Receipt) -> library::Receipt {
     }
 }
 
-fn found(lookup: Lookup) -> Found {
+/// A lookup of the order's payments, in the machines' words.
+pub fn found(lookup: Lookup) -> Found {
     match lookup {
         Lookup::Succeeded(paid) => Found::Done(receipt(paid)),
         Lookup::Pending { payment_id, status } => Found::InFlight {
@@ -92,12 +94,12 @@ pub(super) fn step(step: library::Step<Shared<PaymentError>>) -> Step {
         library::Step::Cancel { reference } => Step::Cancel {
             payment_id: reference,
         },
-        library::Step::Done(end) => Step::Done(outcome(end)),
+        library::Step::Done(end) => Step::Done(outcome_of(end)),
     }
 }
 
-/// The machine's end as the record's outcome.
-fn outcome(end: End<Shared<PaymentError>>) -> Outcome {
+/// A machine's end (the record's, a settlement's) as the record's outcome.
+pub fn outcome_of(end: End<Shared<PaymentError>>) -> Outcome {
     match end {
         End::Done {
             receipt,
@@ -168,6 +170,28 @@ fn outcome(end: End<Shared<PaymentError>>) -> Outcome {
         End::AlreadyAwaiting { reference } => Outcome::AwaitingCustomer {
             payment_id: reference,
         },
+        End::Settled { reference, done } => Outcome::Settled {
+            payment_id: reference,
+            paid: done,
+        },
+        End::Ignored { reference, why } => Outcome::EventIgnored {
+            payment_id: reference,
+            why: ignored(why),
+        },
+        End::Unrecorded { reference } => Outcome::PaymentUnrecorded {
+            payment_id: reference,
+        },
+    }
+}
+
+/// Why an event changes nothing, as the log line says it.
+fn ignored(why: Ignored) -> &'static str {
+    match why {
+        Ignored::AlreadyDone => "the order is already done with this payment",
+        Ignored::AnotherFacts => "the provider says the payment is not this order's",
+        Ignored::AnswerMissing => "the provider's answer is missing",
+        Ignored::NotAwaited => "the order does not await this payment",
+        Ignored::NotFinal => "not final: the payment may still succeed, and the order waits for it",
     }
 }
 
@@ -201,6 +225,7 @@ fn call(call: library::Call) -> Call {
         library::Call::Cancel => Call::Cancel,
         library::Call::Complete => Call::Complete,
         library::Call::Await => Call::Await,
+        library::Call::Settle => Call::Settle,
     }
 }
 
@@ -221,6 +246,10 @@ fn retry(cause: Retry<Shared<PaymentError>>) -> RetryCause {
         Retry::CancelTimedOut => RetryCause::CancelTimedOut,
         Retry::Cancel(e) => RetryCause::Cancel(e),
         Retry::OpenAttemptsLeft(n) => RetryCause::OpenPaymentsLeft(n),
+        Retry::Missing { reference } => RetryCause::PaymentMissing {
+            payment_id: reference,
+        },
+        Retry::Report(e) => RetryCause::Report(e),
         Retry::OutOfPhase { phase, answer } => RetryCause::OutOfPhase { phase, answer },
     }
 }
@@ -237,6 +266,22 @@ fn unresolved(cause: Unresolved) -> ReconcileCause {
             status,
         },
         Unresolved::KeyReused { provider_key } => ReconcileCause::KeyReused { provider_key },
+        Unresolved::Unproven { reference, why } => ReconcileCause::UnprovenPayment {
+            payment_id: reference,
+            why: match why {
+                Unproven::AwaitsAnother => {
+                    "the order awaits another payment, which may succeed too"
+                }
+                Unproven::OtherFields => {
+                    "its amount, currency, customer or payment method differ from the recorded \
+                     order's"
+                }
+            },
+        },
+        Unresolved::LateConfirmation { reference, receipt } => ReconcileCause::LateConfirmation {
+            payment_id: reference,
+            receipt,
+        },
         Unresolved::AwaitsWithoutReference => ReconcileCause::AuthenticationWithoutPayment,
         Unresolved::RecordMovedOn {
             receipt,

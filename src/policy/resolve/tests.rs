@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::contracts::payment::Receipt;
-use crate::domain::Fingerprint;
+use crate::contracts::store::ReleaseKind;
+use crate::domain::{Fingerprint, State};
 
 fn record(state: State, until: Option<i64>) -> Record {
     let until = until.map(Time::from_ms);

@@ -1,6 +1,8 @@
 //! The provider's answer about one payment, as settling reads it (and, for the mutant
 //! that trusts events, what an event's body claims).
 
+use idempotent_consumer::settle::{Now, Seen};
+
 use crate::contracts::payment::{ListedPayment, Status};
 use crate::domain::Fingerprint;
 use crate::domain::ForOrder;
@@ -39,6 +41,17 @@ impl PaymentNow {
         }
     }
 
+    /// What became of the payment, in the settlement machine's words.
+    pub fn now(self) -> Now {
+        match self {
+            Self::Succeeded => Now::Done,
+            Self::Canceled => Now::Cancelled,
+            Self::AttemptFailed => Now::AttemptFailed,
+            Self::Open => Now::Open,
+            Self::Processing => Now::InFlight,
+        }
+    }
+
     /// What an event's type claims of its payment (only the mutant that trusts events
     /// reads it), else the status its body carries.
     pub fn claimed(kind: &str, status: &str) -> Self {
@@ -63,6 +76,15 @@ pub struct Found {
 }
 
 impl Found {
+    /// The provider's answer, in the settlement machine's words.
+    pub fn seen(self) -> Seen {
+        Seen {
+            now: self.status.now(),
+            fact_id: self.order_id,
+            fingerprint: self.fingerprint,
+        }
+    }
+
     /// What settling reads of a payment the provider holds: its status, its order, and
     /// the fingerprint of the order its fields describe.
     pub fn of(payment: &ListedPayment) -> Self {

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::domain::Fingerprint;
+use crate::contracts::store::{AdoptRequest, SettleRequest, Settled};
+use crate::domain::{Fingerprint, OrderKey, State};
 use crate::policy::table::{apply, holds};
 
 const NOW: Time = Time::from_ms(1_800_000_000_000);
