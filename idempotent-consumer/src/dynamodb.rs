@@ -54,7 +54,7 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
 /// happen. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
 /// whatever the fingerprint: the producer may send the fact again with other fields.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
-     OR (#state <> :done AND #state <> :awaiting AND #expires < :now_s \
+     OR (#state <> :done AND #state <> :awaiting AND #state <> :uncertain AND #expires < :now_s \
          AND attribute_exists(#fingerprint)) \
      OR ((#fingerprint = :fingerprint OR #state = :failed) \
          AND (attribute_not_exists(#refusals) OR #refusals < :max_refusals) \
@@ -68,6 +68,8 @@ const COMPLETE_ATTEMPT_CONDITION: &str = "#attempt = :attempt AND #state <> :don
 const RELEASE_UPDATE: &str = "SET #state = :free REMOVE #owner, #lease_until";
 const RELEASE_REFUSED_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one, \
      #refusals = if_not_exists(#refusals, :zero) + :one REMOVE #owner, #lease_until, #sent";
+/// An at-most-once effect whose outcome is unknown: `incierto`, never reserved again.
+const RELEASE_UNCERTAIN_UPDATE: &str = "SET #state = :uncertain REMOVE #owner, #lease_until";
 const RELEASE_NEXT_UPDATE: &str =
     "SET #state = :free, #attempt = #attempt + :one REMOVE #owner, #lease_until, #sent";
 const RELEASE_NEXT_RESET_UPDATE: &str = "SET #state = :free, #attempt = #attempt + :one \
@@ -111,6 +113,7 @@ const CONSTANTS: &[(&str, Constant)] = &[
     (":free", Constant::S(schema::state::FREE)),
     (":awaiting", Constant::S(schema::state::AWAITING)),
     (":failed", Constant::S(schema::state::FAILED)),
+    (":uncertain", Constant::S(schema::state::UNCERTAIN)),
     (":one", Constant::N(1)),
     (":zero", Constant::N(0)),
 ];
@@ -289,6 +292,7 @@ impl DynamoStore {
 fn release_update(kind: ReleaseKind) -> &'static str {
     match kind {
         ReleaseKind::KeepKey => RELEASE_UPDATE,
+        ReleaseKind::Uncertain => RELEASE_UNCERTAIN_UPDATE,
         ReleaseKind::Refused => RELEASE_REFUSED_UPDATE,
         ReleaseKind::NextKey {
             reset_refusals: false,

@@ -75,6 +75,24 @@ impl<F> Phase<F> {
     }
 }
 
+/// What an unknown outcome of the effect (a timeout, a lost answer, a 5xx) means, by
+/// what its provider offers: stated by the effect, never guessed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Unknown {
+    /// The provider keeps each idempotency key and can be asked what it did: the key
+    /// is replayed (the provider answers as the first time), or looked up before a new
+    /// one. Exactly once in effect.
+    #[default]
+    LookedUp,
+    /// No key or no lookup, and a second application is acceptable (a notification):
+    /// the next delivery performs it again, under the next key.
+    AtLeastOnce,
+    /// No key or no lookup, and a second application is not acceptable: the record
+    /// becomes `Uncertain`, final for every delivery, and the fact goes to a person
+    /// (the dead-letter queue) instead of being performed again.
+    AtMostOnce,
+}
+
 /// What one record starts from: all of it comes from outside the machine.
 #[derive(Clone, Debug)]
 pub struct Start {
@@ -95,6 +113,8 @@ pub struct Start {
     pub someone_wait: Duration,
     /// How long a fact awaits an effect the provider processes.
     pub processing_wait: Duration,
+    /// What an unknown outcome means for this effect.
+    pub unknown: Unknown,
     pub rules: Rules,
 }
 
@@ -109,6 +129,7 @@ pub struct Machine<F> {
     key_ttl: Duration,
     someone_wait: Duration,
     processing_wait: Duration,
+    unknown: Unknown,
     rules: Rules,
     phase: Phase<F>,
     must_reconcile: bool,
@@ -132,6 +153,7 @@ impl<F: Classify + Clone> Machine<F> {
             key_ttl: start.key_ttl,
             someone_wait: start.someone_wait,
             processing_wait: start.processing_wait,
+            unknown: start.unknown,
             rules: start.rules,
             phase: Phase::Reserving,
             must_reconcile: false,
@@ -264,7 +286,8 @@ impl<F: Classify + Clone> Machine<F> {
                     .sent
                     .unwrap_or(self.started_at)
                     .until(self.started_at);
-                self.must_reconcile = self.rules.reconcile_old_keys && age > self.key_ttl;
+                self.must_reconcile =
+                    self.rules.reconcile_old_keys && self.looks_up() && age > self.key_ttl;
                 return self.perform_or_look();
             }
             Reservation::Duplicate { receipt } => End::Duplicate { receipt },
@@ -341,6 +364,9 @@ impl<F: Classify + Clone> Machine<F> {
             Err(NoAnswer::TimedOut) => return self.after_uncertain(Retry::EffectTimedOut),
             Err(NoAnswer::Failed(failure)) => failure,
         };
+        if !self.looks_up() {
+            return self.after_failure(failure);
+        }
         match failure.class() {
             // The original outcome is unknown and may still become an effect: look
             // it up, and keep the key whatever the lookup finds not.
@@ -401,6 +427,11 @@ impl<F: Classify + Clone> Machine<F> {
                 },
             }),
         }
+    }
+
+    /// Whether the provider keeps the key and can be asked what it did.
+    fn looks_up(&self) -> bool {
+        self.unknown == Unknown::LookedUp
     }
 
     fn perform_or_look(&mut self) -> Step<F> {

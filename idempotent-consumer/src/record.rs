@@ -130,6 +130,10 @@ pub enum State {
     /// `Failed`: the wait ended without the effect (cancelled, or expired and
     /// cancelled); a later message for the fact starts a new attempt.
     Failed,
+    /// `Uncertain`: the effect's outcome is unknown and its provider offers no key or
+    /// no lookup; an at-most-once effect is never performed again, so the record is
+    /// final for every delivery, and a person settles it.
+    Uncertain,
     /// Anything else: written by something we do not know. Never taken over.
     Other(String),
 }

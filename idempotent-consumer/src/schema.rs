@@ -64,6 +64,7 @@ pub mod state {
     pub const FREE: &str = "libre";
     pub const AWAITING: &str = "espera";
     pub const FAILED: &str = "fallido";
+    pub const UNCERTAIN: &str = "incierto";
 }
 
 /// A record state as stored.
@@ -74,6 +75,7 @@ pub fn state_value(state: &State) -> &str {
         State::Free => state::FREE,
         State::Awaiting => state::AWAITING,
         State::Failed => state::FAILED,
+        State::Uncertain => state::UNCERTAIN,
         State::Other(value) => value,
     }
 }
@@ -104,6 +106,7 @@ pub fn parse_state(value: &str) -> State {
         state::FREE => State::Free,
         state::AWAITING => State::Awaiting,
         state::FAILED => State::Failed,
+        state::UNCERTAIN => State::Uncertain,
         other => State::Other(other.to_owned()),
     }
 }
@@ -266,6 +269,7 @@ mod tests {
             State::Free,
             State::Awaiting,
             State::Failed,
+            State::Uncertain,
         ] {
             assert_eq!(parse_state(state_value(&state)), state);
         }

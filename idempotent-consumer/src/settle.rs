@@ -464,6 +464,9 @@ impl Settlement {
                 })
             }
             State::Awaiting => unproven(Unproven::AwaitsAnother, &self.reference),
+            State::Uncertain => SettleStep::Done(End::Unresolved {
+                cause: Unresolved::Table(crate::table::Unsettled::UncertainOutcome),
+            }),
             State::Other(_) => SettleStep::Done(End::Unresolved {
                 cause: Unresolved::Table(crate::table::Unsettled::UnknownState),
             }),

@@ -92,6 +92,10 @@ pub enum ReleaseKind {
     /// `resolve` found nothing done: `attempt` + 1, `sent` removed; `refusals`
     /// removed too when a person says the cause is fixed.
     NextKey { reset_refusals: bool },
+    /// The effect's outcome is unknown and it must happen at most once (its provider
+    /// offers no key or no lookup): `Uncertain`, never reserved again, whatever
+    /// `expires` says; the key and the count kept for the person who settles it.
+    Uncertain,
 }
 
 /// Take a record for `resolve` (a human settling it): any non-`Done` record with the

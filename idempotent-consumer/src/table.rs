@@ -23,6 +23,7 @@ pub fn holds(write: &Write<'_>, stored: Option<&Record>, rules: Rules) -> bool {
         Write::Reserve(req) => {
             let held = rules.awaiting_holds_the_fact && r.state == State::Awaiting;
             let counts_as_absent = (!rules.done_is_final || r.state != State::Done)
+                && r.state != State::Uncertain
                 && !held
                 && r.expires.is_some_and(|e| e.as_secs() < req.now.as_secs())
                 && r.fingerprint.is_some();
@@ -125,10 +126,13 @@ pub fn apply(write: &Write<'_>, stored: Option<&Record>) -> Record {
 /// A lease given back (`Free`): the key kept, or the next attempt's (a refusal
 /// counted, or the count reset when a person says the cause was fixed).
 fn released(r: &mut Record, kind: ReleaseKind) {
-    r.state = State::Free;
+    r.state = match kind {
+        ReleaseKind::Uncertain => State::Uncertain,
+        _ => State::Free,
+    };
     r.owner = None;
     r.lease_until = None;
-    if kind != ReleaseKind::KeepKey {
+    if !matches!(kind, ReleaseKind::KeepKey | ReleaseKind::Uncertain) {
         r.attempt = r.attempt.map(|i| i + 1);
         r.sent = None;
     }
@@ -224,6 +228,8 @@ pub enum Unsettled {
     LegacyItemNotDone,
     /// An item whose state no consumer of this library writes.
     UnknownState,
+    /// An at-most-once effect whose outcome is unknown: never performed again.
+    UncertainOutcome,
 }
 
 /// Judges the answer to a reserve.
@@ -284,6 +290,9 @@ fn classify_lost(old: Record, req: &ReserveRequest<'_>) -> Reservation {
         }
         State::InProgress | State::Free | State::Failed => Reservation::InProgress {
             until: old.lease_until,
+        },
+        State::Uncertain => Reservation::NeedsReconciliation {
+            cause: Unsettled::UncertainOutcome,
         },
         State::Other(_) => Reservation::NeedsReconciliation {
             cause: Unsettled::UnknownState,

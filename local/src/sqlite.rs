@@ -54,7 +54,8 @@ const RESERVE: &str = "INSERT INTO idempotency
         huella = :fingerprint, expira = :expires,
         creado = COALESCE(creado, :now_ms), intento = COALESCE(intento, 1),
         enviado = COALESCE(enviado, :now_ms)
-    WHERE (estado <> :done AND estado <> :awaiting AND expira < :now_s AND huella IS NOT NULL)
+    WHERE (estado <> :done AND estado <> :awaiting AND estado <> :uncertain AND expira < :now_s
+           AND huella IS NOT NULL)
        OR ((huella = :fingerprint OR estado = :failed)
            AND (rechazos IS NULL OR rechazos < :max_declines)
            AND (estado = :free OR estado = :failed
@@ -77,6 +78,10 @@ const RELEASE: &str = "UPDATE idempotency
 const RELEASE_DECLINED: &str = "UPDATE idempotency
     SET estado = :free, titular = NULL, en_curso_hasta = NULL, intento = intento + 1, enviado = NULL,
         rechazos = COALESCE(rechazos, 0) + 1
+    WHERE pk = :pk AND estado = :in_progress AND titular = :owner
+    RETURNING *";
+const RELEASE_UNCERTAIN: &str = "UPDATE idempotency
+    SET estado = :uncertain, titular = NULL, en_curso_hasta = NULL
     WHERE pk = :pk AND estado = :in_progress AND titular = :owner
     RETURNING *";
 const RELEASE_NEXT: &str = "UPDATE idempotency
@@ -235,12 +240,13 @@ impl SqliteStore {
 
 /// The `estado` values the statements bind (never SQL literals): one mapping, the
 /// schema's.
-const STATES: [(&str, &str); 5] = [
+const STATES: [(&str, &str); 6] = [
     (":in_progress", schema::state::IN_PROGRESS),
     (":done", schema::state::DONE),
     (":free", schema::state::FREE),
     (":awaiting", schema::state::AWAITING),
     (":failed", schema::state::FAILED),
+    (":uncertain", schema::state::UNCERTAIN),
 ];
 
 /// A malformed row is `Malformed`, as DynamoDB's adapter reports it; anything else
@@ -387,6 +393,7 @@ fn statement(write: &Write<'_>) -> (&'static str, Vec<(&'static str, rusqlite::t
 fn release_sql(kind: ReleaseKind) -> &'static str {
     match kind {
         ReleaseKind::KeepKey => RELEASE,
+        ReleaseKind::Uncertain => RELEASE_UNCERTAIN,
         ReleaseKind::Refused => RELEASE_DECLINED,
         ReleaseKind::NextKey {
             reset_refusals: false,

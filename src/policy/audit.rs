@@ -399,7 +399,8 @@ fn record_finding(
                 }),
             })
         }
-        State::Free | State::Failed | State::Other(_) => None,
+        // charge-once never writes `Uncertain` (its provider keeps every key).
+        State::Free | State::Failed | State::Uncertain | State::Other(_) => None,
     }
 }
 

@@ -217,7 +217,9 @@ impl From<idempotent_consumer::table::Unsettled> for ReconcileCause {
         use idempotent_consumer::table::Unsettled;
         match cause {
             Unsettled::LegacyItemNotDone => Self::LegacyItemNotDone,
-            Unsettled::UnknownState => Self::UnknownState,
+            // charge-once never writes `Uncertain` (its provider keeps every key): a
+            // state it does not write.
+            Unsettled::UnknownState | Unsettled::UncertainOutcome => Self::UnknownState,
         }
     }
 }

@@ -12,6 +12,7 @@ fn every_attribute_in_every_expression_is_aliased() {
         COMPLETE_ATTEMPT_CONDITION,
         RELEASE_UPDATE,
         RELEASE_NEXT_UPDATE,
+        RELEASE_UNCERTAIN_UPDATE,
         RELEASE_REFUSED_UPDATE,
         RELEASE_NEXT_RESET_UPDATE,
         NEXT_ATTEMPT_UPDATE,

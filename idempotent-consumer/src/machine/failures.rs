@@ -4,8 +4,9 @@
 //! before any new key).
 
 use super::looking::Looking;
-use super::{Class, Classify, End, Machine, Phase, Refusal, Retry, Step, Unresolved};
+use super::{Class, Classify, End, Machine, Phase, Refusal, Retry, Step, Unknown, Unresolved};
 use crate::store::ReleaseKind;
+use crate::table::Unsettled;
 
 impl<F: Classify + Clone> Machine<F> {
     pub(super) fn after_failure(&mut self, failure: F) -> Step<F> {
@@ -31,15 +32,25 @@ impl<F: Classify + Clone> Machine<F> {
             // again).
             Class::RefusedForGood => {
                 let rejected = End::RefusedForGood { failure, attempt };
+                if !self.looks_up() {
+                    let next = ReleaseKind::NextKey {
+                        reset_refusals: false,
+                    };
+                    return self.release(next, rejected);
+                }
                 self.phase = Phase::Looking(Looking::AfterRefusalForGood(rejected));
                 Step::Lookup
             }
-            Class::InFlight { reference, status } if self.rules.pending_is_live => self.release(
-                ReleaseKind::KeepKey,
-                End::Unresolved {
-                    cause: Unresolved::InFlightAnswer { reference, status },
-                },
-            ),
+            Class::InFlight { reference, status }
+                if self.rules.pending_is_live && self.looks_up() =>
+            {
+                self.release(
+                    ReleaseKind::KeepKey,
+                    End::Unresolved {
+                        cause: Unresolved::InFlightAnswer { reference, status },
+                    },
+                )
+            }
             Class::KeyReused => self.release(
                 ReleaseKind::KeepKey,
                 End::Unresolved {
@@ -48,6 +59,7 @@ impl<F: Classify + Clone> Machine<F> {
                     },
                 },
             ),
+            // Without a lookup, what is in flight or replayed is as unknown as a timeout.
             _ => self.after_uncertain(Retry::Effect(failure)),
         }
     }
@@ -56,7 +68,7 @@ impl<F: Classify + Clone> Machine<F> {
     /// cancelled before the next attempt's key may make another: the one the refusal
     /// names at once, then a lookup finds any other.
     pub(super) fn after_refusal(&mut self, refused: End<F>, open: Option<String>) -> Step<F> {
-        if !self.rules.close_open_attempts {
+        if !self.rules.close_open_attempts || !self.looks_up() {
             return self.release(ReleaseKind::Refused, refused);
         }
         match open {
@@ -83,13 +95,32 @@ impl<F: Classify + Clone> Machine<F> {
             };
             return self.release(ReleaseKind::Refused, refused);
         }
+        if !self.looks_up() {
+            return self.await_someone(reference);
+        }
         self.phase = Phase::Looking(Looking::AfterConfirmationRequest(reference));
         Step::Lookup
     }
 
     /// Uncertain: the provider may hold an effect under this key, so the next attempt
-    /// must replay it.
+    /// must replay it; an effect without a key or a lookup goes the way it states.
     pub(super) fn after_uncertain(&mut self, cause: Retry<F>) -> Step<F> {
+        let attempt = Some(self.lease.attempt);
+        match self.unknown {
+            Unknown::LookedUp => {}
+            Unknown::AtLeastOnce => {
+                let next = ReleaseKind::NextKey {
+                    reset_refusals: false,
+                };
+                return self.release(next, End::retry(cause, attempt));
+            }
+            Unknown::AtMostOnce => {
+                let end = End::Unresolved {
+                    cause: Unresolved::Table(Unsettled::UncertainOutcome),
+                };
+                return self.release(ReleaseKind::Uncertain, end);
+            }
+        }
         let kind = if self.rules.keep_key_when_uncertain {
             ReleaseKind::KeepKey
         } else {

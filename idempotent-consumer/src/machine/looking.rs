@@ -174,7 +174,7 @@ impl<F: Classify + Clone> Machine<F> {
     /// attempt is made while it may happen; its event or a settler completes the
     /// fact), and the message is acknowledged. An attempt nobody names cannot be
     /// awaited: the key is kept and a person finds it.
-    fn await_someone(&mut self, reference: Option<String>) -> Step<F> {
+    pub(super) fn await_someone(&mut self, reference: Option<String>) -> Step<F> {
         let Some(reference) = reference else {
             let end = End::Unresolved {
                 cause: Unresolved::AwaitsWithoutReference,

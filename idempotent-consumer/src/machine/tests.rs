@@ -24,7 +24,7 @@ const NOW: Time = Time::from_ms(1_800_000_000_000);
 const RESERVE: Step<Failure> = Step::Write(WriteKind::Reserve);
 const COMPLETE: Step<Failure> = Step::Write(WriteKind::Complete);
 
-fn start(rules: Rules) -> (M, Step<Failure>) {
+fn start_with(rules: Rules, unknown: Unknown) -> (M, Step<Failure>) {
     Machine::new(Start {
         identity: Identity {
             key: Key::new("transfer#", "t-1"),
@@ -38,6 +38,7 @@ fn start(rules: Rules) -> (M, Step<Failure>) {
         key_ttl: Duration::from_secs(23 * 3600),
         someone_wait: Duration::from_secs(3600),
         processing_wait: Duration::from_secs(7200),
+        unknown,
         rules,
     })
 }
@@ -71,7 +72,15 @@ fn done(id: &str) -> Receipt {
 
 /// Feeds each answer after checking the step it answers; the end.
 fn run(rules: Rules, script: Vec<(Step<Failure>, Input<Failure>)>) -> End<Failure> {
-    let (mut machine, mut step) = start(rules);
+    run_with(Unknown::LookedUp, rules, script)
+}
+
+fn run_with(
+    unknown: Unknown,
+    rules: Rules,
+    script: Vec<(Step<Failure>, Input<Failure>)>,
+) -> End<Failure> {
+    let (mut machine, mut step) = start_with(rules, unknown);
     for (expected, answer) in script {
         assert_eq!(step, expected);
         step = machine.on(answer);
@@ -263,4 +272,92 @@ fn no_time_left_starts_no_call() {
             attempt: Some(1)
         }
     );
+}
+
+#[test]
+fn an_effect_without_a_key_or_lookup_goes_the_way_it_states_after_an_unknown_outcome() {
+    // At least once: performed again under the next key, never looked up.
+    let next = Step::Write(WriteKind::Release(ReleaseKind::NextKey {
+        reset_refusals: false,
+    }));
+    let in_flight = Class::InFlight {
+        reference: "tr_5".to_owned(),
+        status: "queued".to_owned(),
+    };
+    for unknown in [Input::Performed(Err(NoAnswer::TimedOut)), failed(in_flight)] {
+        let end = run_with(
+            Unknown::AtLeastOnce,
+            Rules::ALL,
+            vec![
+                (RESERVE, won()),
+                (perform(), unknown),
+                (next.clone(), written()),
+            ],
+        );
+        assert!(
+            matches!(
+                end,
+                End::Retry {
+                    attempt: Some(1),
+                    ..
+                }
+            ),
+            "{end:?}"
+        );
+    }
+    // At most once: the record becomes `Uncertain` and the fact goes to a person.
+    let uncertain = Step::Write(WriteKind::Release(ReleaseKind::Uncertain));
+    let end = run_with(
+        Unknown::AtMostOnce,
+        Rules::ALL,
+        vec![
+            (RESERVE, won()),
+            (perform(), Input::Performed(Err(NoAnswer::TimedOut))),
+            (uncertain, written()),
+        ],
+    );
+    assert_eq!(
+        end,
+        End::Unresolved {
+            cause: Unresolved::Table(crate::table::Unsettled::UncertainOutcome)
+        }
+    );
+}
+
+#[test]
+fn an_uncertain_record_is_never_performed_again_by_any_delivery() {
+    let uncertain = Record {
+        fingerprint: Some(Fingerprint::new("f")),
+        // Past its retention too: an uncertain record is final, as a done one is.
+        expires: Some(Time::from_secs(0)),
+        ..Record::new(Key::new("transfer#", "t-1"), State::Uncertain)
+    };
+    let (mut machine, _) = start_with(Rules::ALL, Unknown::AtMostOnce);
+    let reserve = machine.write(WriteKind::Reserve, NOW);
+    assert!(!crate::table::holds(&reserve, Some(&uncertain), Rules::ALL));
+    let step = machine.on(Input::Written(Ok(WriteOutcome::Refused(Some(uncertain)))));
+    assert_eq!(
+        step,
+        Step::Done(End::Unresolved {
+            cause: Unresolved::Table(crate::table::Unsettled::UncertainOutcome)
+        })
+    );
+}
+
+#[test]
+fn a_refusal_without_a_lookup_moves_to_the_next_key_with_no_cancel() {
+    let open = Class::Refused {
+        open: Some("tr_open".to_owned()),
+    };
+    let refused = Step::Write(WriteKind::Release(ReleaseKind::Refused));
+    let end = run_with(
+        Unknown::AtLeastOnce,
+        Rules::ALL,
+        vec![
+            (RESERVE, won()),
+            (perform(), failed(open)),
+            (refused, written()),
+        ],
+    );
+    assert!(matches!(end, End::Refused { attempt: 1, .. }));
 }

@@ -69,6 +69,9 @@ impl Machine {
             key_ttl: start.key_ttl,
             someone_wait: start.authentication_wait,
             processing_wait: start.processing_wait,
+            // Stripe keeps each idempotency key for 24 hours (replayed as the first
+            // answer) and lists an order's PaymentIntents: an unknown outcome is looked up.
+            unknown: library::Unknown::LookedUp,
             rules: start.rules,
         });
         (Self(machine), words::step(step))
