@@ -15,7 +15,9 @@ use crate::pacing::Pacer;
 /// The two dependencies a record needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dependency {
+    /// The store: the idempotency table.
     Store,
+    /// The provider that applies the effect.
     Provider,
 }
 
@@ -28,7 +30,10 @@ pub enum Admission {
     Probe,
     /// Open until then (the next probe, or the running probe's deadline): do not
     /// call; the record is deferred.
-    Open { until: Time },
+    Open {
+        /// When the next probe may go, or the running probe's deadline.
+        until: Time,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +153,7 @@ impl Breaker {
         });
     }
 
+    /// Whether the breaker is closed: calls go freely.
     pub fn is_closed(&self) -> bool {
         self.with(|state| matches!(state, State::Closed { .. }))
     }
@@ -157,13 +163,16 @@ impl Breaker {
 /// calls ([`crate::pacing`]): what every invocation of the process shares.
 #[derive(Debug)]
 pub struct Breakers {
+    /// The store's breaker.
     pub store: Breaker,
+    /// The provider's breaker.
     pub provider: Breaker,
     /// Off unless [`Self::with_pacer`] sets one.
     pub pacer: Pacer,
 }
 
 impl Breakers {
+    /// A breaker for each dependency, each as [`Breaker::new`] makes it; no pace.
     pub fn new(threshold: u32, first_period: Duration, longest_period: Duration) -> Self {
         Self {
             store: Breaker::new(threshold, first_period, longest_period),

@@ -15,14 +15,17 @@ use std::time::Duration;
 pub struct Time(i64);
 
 impl Time {
+    /// The instant `ms` milliseconds after the epoch.
     pub const fn from_ms(ms: i64) -> Self {
         Self(ms)
     }
 
+    /// The instant `secs` whole seconds after the epoch (saturating).
     pub const fn from_secs(secs: i64) -> Self {
         Self(secs.saturating_mul(1000))
     }
 
+    /// Milliseconds since the epoch.
     pub const fn as_ms(self) -> i64 {
         self.0
     }

@@ -15,6 +15,7 @@ pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The SDK's own bounds on one connection and one attempt of a call, so that a hung
 /// connection fails the record well before the deadline rather than hanging it.
 pub const SDK_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The SDK's bound on one attempt of a call (see [`SDK_CONNECT_TIMEOUT`]).
 pub const SDK_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A store call is started with less than its full timeout left, but not with less
 /// than this: a healthy store answers in milliseconds, and `complete` is worth trying.

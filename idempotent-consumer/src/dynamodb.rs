@@ -142,6 +142,7 @@ pub struct DynamoStore {
 }
 
 impl DynamoStore {
+    /// The idempotency table `table`, reached through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,

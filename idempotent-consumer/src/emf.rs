@@ -72,6 +72,7 @@ pub struct Emf {
     units: Mutex<HashMap<String, Unit>>,
 }
 
+/// [`Emf::install`] failed: the process has one installed already.
 #[derive(Debug, thiserror::Error)]
 #[error("the metrics recorder could not be installed (one per process)")]
 pub struct InstallError(#[source] metrics::SetRecorderError<Router>);

@@ -85,6 +85,7 @@ pub trait ProviderFailure: Sized {
 pub trait Observe: Send + Sync {
     /// The application's name of one provider operation.
     type Call: Copy;
+    /// A provider call's failure, as the executor reads it.
     type Failure: ProviderFailure;
     /// The histogram of provider call latency, ms.
     const PROVIDER_LATENCY: &'static str = "provider_latency_ms";
@@ -149,8 +150,11 @@ impl Observe for StoreOnly {
 /// by every invocation: the clock, the deadline budget, the breakers and the pace.
 #[derive(Clone)]
 pub struct Safeguards {
+    /// Where "now" comes from.
     pub clock: Clock,
+    /// Every margin before the invocation deadline.
     pub budget: Budget,
+    /// The breakers and the pace, shared by every invocation.
     pub breakers: Arc<Breakers>,
 }
 
@@ -171,6 +175,7 @@ impl Safeguards {
         }
     }
 
+    /// The time now, by the clock.
     pub fn now(&self) -> Time {
         (self.clock)()
     }
@@ -210,14 +215,17 @@ impl<'s, O: Observe> Executor<'s, O> {
         }
     }
 
+    /// The safeguards every call is made under.
     pub fn safeguards(&self) -> &Safeguards {
         &self.safeguards
     }
 
+    /// The work's deadline: every call ends before it, less the safety margin.
     pub fn deadline(&self) -> Time {
         self.deadline
     }
 
+    /// The time now, by the safeguards' clock.
     pub fn now(&self) -> Time {
         self.safeguards.now()
     }

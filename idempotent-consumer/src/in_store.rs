@@ -32,10 +32,15 @@ use crate::{BoxError, envelope, error_chain};
 /// The record's storage names: the pattern card's, as every record of the table keeps
 /// them (`pk`, `estado`, `huella`, `creado`, `expira`).
 pub mod attr {
+    /// The partition key: `<prefix>#<id>`.
     pub const PK: &str = "pk";
+    /// The record's state (`hecho` once its fact is done).
     pub const STATE: &str = "estado";
+    /// The fingerprint of the fact's fields.
     pub const FINGERPRINT: &str = "huella";
+    /// ms epoch when the record was first written.
     pub const CREATED: &str = "creado";
+    /// s epoch: the TTL attribute (retention only).
     pub const EXPIRES: &str = "expira";
     /// `estado` of a record whose fact is done.
     pub const DONE: &str = "hecho";
@@ -82,7 +87,10 @@ pub enum Applied {
     Mismatch,
     /// One of the effect's own conditions refused it (write `index`, counted from the
     /// effect's first): it will be refused again until someone looks.
-    Refused { index: usize },
+    Refused {
+        /// The refused write's place among the effect's writes, from 0.
+        index: usize,
+    },
 }
 
 /// Why a fact was not applied. Nothing was written in any case.
@@ -92,7 +100,9 @@ pub enum ApplyError {
     /// reached: whether it committed is read on the next delivery.
     #[error("the store failed on {key}")]
     Store {
+        /// The fact's key.
         key: String,
+        /// The store's error, kept whole.
         #[source]
         source: BoxError,
     },
@@ -112,6 +122,7 @@ pub struct DynamoLedger {
 }
 
 impl DynamoLedger {
+    /// The table `table`, reached through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,
@@ -119,6 +130,7 @@ impl DynamoLedger {
         }
     }
 
+    /// The table's name.
     pub fn table(&self) -> &str {
         &self.table
     }
@@ -338,6 +350,8 @@ pub struct Consumer<E> {
 }
 
 impl<E: InStoreEffect> Consumer<E> {
+    /// A consumer of `effect` on `ledger`, under `safeguards`, whose done records are
+    /// kept `retention` long; no dead-letter queue until [`Self::with_dead_letters`].
     pub fn new(
         ledger: DynamoLedger,
         effect: E,

@@ -17,6 +17,7 @@ impl Jitter {
         })
     }
 
+    /// A fresh random jitter, from the thread's generator.
     pub fn random() -> Self {
         Self::new(rand::random::<f64>())
     }

@@ -10,7 +10,9 @@ use crate::store::{CompleteRequest, ReleaseKind, ReleaseRequest};
 /// One holder's lease on one fact's record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
+    /// The record's key.
     pub key: Key,
+    /// The fingerprint of the fact the lease is for.
     pub fingerprint: Fingerprint,
     /// The holder's random token: complete and release are fenced on it.
     pub owner: Owner,

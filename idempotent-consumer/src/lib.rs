@@ -6,9 +6,11 @@
 //! | --- | --- |
 //! | [`clock`] | one type for every instant, the clock type, the wall clock |
 //! | [`deadline`] | every margin before the invocation deadline, in one budget |
+//! | [`batch`] | the batch's plan: groups, chains, the skip rule, each record's disposition, the partial batch response |
 //! | [`breaker`] | a breaker per dependency and execution environment |
 //! | [`pacing`] | the pace of provider calls, adapted to the provider's rate limits |
 //! | [`jitter`] | the jitter of pauses and retry delays |
+//! | [`retry`] | a record not acknowledged: acknowledged, dead-lettered or retried, and the delay by its cause |
 //! | [`executor`] | the one executor: every call under the safeguards above |
 //! | [`emf`] | metrics: one CloudWatch embedded-metric-format document per invocation, also when invocations run at once |
 //! | [`envelope`] | the body inside an SNS or EventBridge envelope |
@@ -27,7 +29,10 @@
 // The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
 // the default limit of 128.
 #![recursion_limit = "256"]
+// Every public item says what it is: the crate is read through its documentation.
+#![warn(missing_docs)]
 
+pub mod batch;
 pub mod breaker;
 pub mod clock;
 pub mod deadline;
@@ -43,6 +48,7 @@ pub mod pacing;
 pub mod queue;
 pub mod record;
 pub mod resolve;
+pub mod retry;
 pub mod rules;
 pub mod schema;
 pub mod settle;

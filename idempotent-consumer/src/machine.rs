@@ -100,11 +100,14 @@ pub struct Start {
     pub identity: Identity,
     /// The fresh random owner token of this attempt.
     pub owner: Owner,
+    /// When the record starts: the reservation's time.
     pub now: Time,
     /// The invocation deadline: the lease's end.
     pub deadline: Time,
     /// `expires` written with the reservation and the completion.
     pub expires: Time,
+    /// A fact refused this many times is not sent to the provider again, until a person
+    /// resets the count.
     pub max_refusals: u32,
     /// Keys first sent longer ago than this are looked up before reuse (the
     /// provider's retention of its idempotency keys, less a margin).
@@ -115,6 +118,7 @@ pub struct Start {
     pub processing_wait: Duration,
     /// What an unknown outcome means for this effect.
     pub unknown: Unknown,
+    /// The safety rules: all on, but for a model's mutants.
     pub rules: Rules,
 }
 

@@ -15,6 +15,7 @@ use crate::BoxError;
 pub struct VisibilityChange<'a> {
     /// The queue the record came from (`eventSourceARN`).
     pub queue_arn: &'a str,
+    /// The handle SQS gave this delivery of the message.
     pub receipt_handle: &'a str,
     /// Seconds from now until SQS hands the message out again.
     pub delay_s: u32,
@@ -23,7 +24,9 @@ pub struct VisibilityChange<'a> {
 /// One record for the dead-letter queue: the message as it came, and why.
 #[derive(Clone, Debug)]
 pub struct DeadLetter<'a> {
+    /// The message as it came.
     pub message: &'a SqsMessage,
+    /// The message's SQS id.
     pub message_id: &'a str,
     /// The note attribute's value (named for the consumer): why, as a JSON object.
     pub note: String,
@@ -37,15 +40,20 @@ pub enum QueueError {
     /// The whole call failed; the SDK's error is kept.
     #[error("{operation} failed")]
     Call {
+        /// The SQS operation (`SendMessageBatch`, ...).
         operation: &'static str,
+        /// The SDK's error.
         #[source]
         source: Arc<BoxError>,
     },
     /// SQS refused this entry of a batch call.
     #[error("{operation} refused the entry: {code}: {message}")]
     Entry {
+        /// The SQS operation.
         operation: &'static str,
+        /// SQS's error code for the entry.
         code: String,
+        /// SQS's message for the entry.
         message: String,
     },
     /// The record came without what the call needs.
@@ -66,6 +74,7 @@ pub enum QueueError {
 }
 
 impl QueueError {
+    /// A whole call of `operation` failed with `source`.
     pub fn call(operation: &'static str, source: impl Into<BoxError>) -> Self {
         Self::Call {
             operation,

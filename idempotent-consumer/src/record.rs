@@ -30,6 +30,7 @@ impl Key {
         (at > 0 && at + 1 < pk.len()).then(|| Self(pk.to_owned()))
     }
 
+    /// The key as stored.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -74,7 +75,9 @@ impl Fingerprint {
 /// What the table knows a fact by, derived together: its key and its fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The fact's key.
     pub key: Key,
+    /// The fact's fingerprint.
     pub fingerprint: Fingerprint,
 }
 
@@ -143,17 +146,23 @@ pub enum State {
 /// lease, no attempt).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
+    /// The record's key.
     pub pk: Key,
+    /// The record's state.
     pub state: State,
     /// ms epoch of the first reservation.
     pub created: Option<Time>,
     /// s epoch; TTL attribute, retention only.
     pub expires: Option<Time>,
+    /// Once `Done`: the provider's reference of the effect.
     pub receipt: Option<String>,
+    /// The fingerprint of the fact's payload.
     pub fingerprint: Option<Fingerprint>,
+    /// The random token of the current lease.
     pub owner: Option<Owner>,
     /// ms epoch when the current lease ends.
     pub lease_until: Option<Time>,
+    /// The attempt whose provider key is current.
     pub attempt: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
     pub sent: Option<Time>,

@@ -25,19 +25,32 @@ mod tests;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
     /// The provider has the effect: the record is now `Done` with it.
-    Completed { receipt: String, attempt: u32 },
+    Completed {
+        /// The provider's reference of the effect, now the receipt.
+        receipt: String,
+        /// The attempt the record was on.
+        attempt: u32,
+    },
     /// The provider has nothing: the record is `Free` with the next attempt.
-    Released { next_attempt: u32 },
+    Released {
+        /// The attempt the record is now on.
+        next_attempt: u32,
+    },
     /// Already `Done`: nothing to do.
-    AlreadyDone { receipt: Option<String> },
+    AlreadyDone {
+        /// The stored receipt, if the record has one.
+        receipt: Option<String>,
+    },
 }
 
 /// Why `resolve` did nothing (or stopped); `F` is the effect's failure.
 #[derive(Debug)]
 pub enum Stopped<F> {
+    /// The table has no record of the fact.
     NoRecord,
     /// A live lease is held until then.
     LiveLease {
+        /// When the lease ends.
         until: Time,
     },
     /// The payload given does not match the recorded fingerprint, and an effect of the
@@ -50,24 +63,32 @@ pub enum Stopped<F> {
     Changed,
     /// The fact awaits `reference`, which may still be done: never touched.
     Awaiting {
+        /// The awaited reference.
         reference: String,
+        /// When the wait ends, if the record says.
         until: Option<Time>,
     },
     /// The provider holds the effect in flight: no new key while it may be done.
     InFlight {
+        /// The object's reference.
         reference: String,
+        /// Its status, as the provider names it.
         status: String,
     },
+    /// A read or a write failed.
     Store(StoreError),
     /// The lookup failed: the key is kept.
     Provider(F),
     /// Still open after it was cancelled.
     StillOpen {
+        /// The attempt still open.
         reference: String,
     },
     /// Cancelling the open attempt failed.
     Cancel {
+        /// The open attempt.
         reference: String,
+        /// The provider's failure.
         source: F,
     },
 }
@@ -94,8 +115,10 @@ pub enum ResolveStep<F> {
     /// Cancel the fact's open attempt before a new key may make another; answer with
     /// [`ResolveInput::Cancelled`].
     Cancel {
+        /// The open attempt's reference.
         reference: String,
     },
+    /// The end: what `resolve` did, or why it stopped.
     Done(Result<Resolution, Stopped<F>>),
 }
 
@@ -104,8 +127,11 @@ pub enum ResolveStep<F> {
 pub enum ResolveWrite {
     /// The corrected payload takes a record that ended without its effect.
     Correct,
+    /// Lease the record for `resolve`.
     Lease,
+    /// Record the effect found: `Done` with its receipt.
     Complete,
+    /// Give the lease back, the key as the kind says.
     Release(ReleaseKind),
 }
 
@@ -115,9 +141,13 @@ pub enum ResolveWrite {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ResolveInput<F> {
+    /// The record read (`None`: no record).
     Read(Result<Option<Record>, StoreError>),
+    /// A write's answer.
     Written(Result<WriteOutcome, StoreError>),
+    /// A lookup's answer.
     Looked(Result<Found, F>),
+    /// A cancel's answer.
     Cancelled(Result<Cancel, F>),
 }
 
@@ -174,6 +204,7 @@ impl<F> Resolver<F> {
         (resolver, ResolveStep::Read)
     }
 
+    /// The record's key.
     pub fn key(&self) -> &Key {
         &self.lease.key
     }

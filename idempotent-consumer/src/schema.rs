@@ -16,19 +16,25 @@ pub mod attr {
 
     /// The partition key: `<prefix>#<id>`.
     pub const PK: &str = shared::PK;
+    /// The record's state: one of [`super::state`].
     pub const STATE: &str = shared::STATE;
     /// ms epoch of the first reservation.
     pub const CREATED: &str = shared::CREATED;
     /// s epoch: the TTL attribute (retention only).
     pub const EXPIRES: &str = shared::EXPIRES;
+    /// Once `hecho`: the provider's reference of the effect.
     pub const RECEIPT: &str = "recibo";
+    /// The fingerprint of the fact's payload.
     pub const FINGERPRINT: &str = shared::FINGERPRINT;
+    /// The random token of the current lease.
     pub const OWNER: &str = "titular";
     /// ms epoch when the current lease ends.
     pub const LEASE_UNTIL: &str = "en_curso_hasta";
+    /// The attempt whose provider key is current.
     pub const ATTEMPT: &str = "intento";
     /// ms epoch when the current attempt's key was first sent.
     pub const SENT: &str = "enviado";
+    /// The fact's refusals, over all its copies.
     pub const REFUSALS: &str = "rechazos";
     /// While `espera`: the provider's reference of what the record awaits (the card's
     /// consumer named it `pago`).
@@ -49,7 +55,9 @@ pub const SETTLE_CURSOR_PK: &str = "cursor#settle";
 /// The settle cursor's attributes: the end of the wait (s epoch) and the key of the
 /// last record the run reached.
 pub mod cursor {
+    /// The end of the wait (s epoch) of the last record reached.
     pub const WAIT_UNTIL: &str = "tras_hasta";
+    /// The key of the last record reached.
     pub const PK: &str = "tras_pk";
 }
 
@@ -59,11 +67,17 @@ pub const AWAITING_INDEX: &str = "espera";
 
 /// The stored values of `estado`.
 pub mod state {
+    /// `InProgress`: a lease is (or was) held.
     pub const IN_PROGRESS: &str = "en-curso";
+    /// `Done`: the effect is applied and recorded.
     pub const DONE: &str = crate::in_store::attr::DONE;
+    /// `Free`: released after a failed attempt.
     pub const FREE: &str = "libre";
+    /// `Awaiting`: the effect waits for someone else.
     pub const AWAITING: &str = "espera";
+    /// `Failed`: the wait ended without the effect.
     pub const FAILED: &str = "fallido";
+    /// `Uncertain`: an at-most-once effect's outcome is unknown.
     pub const UNCERTAIN: &str = "incierto";
 }
 
@@ -114,20 +128,25 @@ pub fn parse_state(value: &str) -> State {
 /// An attribute's value as every adapter can give it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
+    /// A string.
     S(String),
+    /// A number.
     N(i64),
 }
 
 /// Why an attribute cannot be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Problem {
+    /// The value is not a string.
     NotAString,
+    /// The value is not a number.
     NotANumber,
 }
 
 /// One stored item, as an adapter reads it: the value of an attribute, `None` when
 /// absent (or null).
 pub trait Item {
+    /// The value of `attribute` (`None`: absent or null).
     fn value(&self, attribute: &'static str) -> Result<Option<Value>, Problem>;
 }
 

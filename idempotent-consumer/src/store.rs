@@ -9,23 +9,29 @@ use crate::BoxError;
 use crate::clock::Time;
 use crate::record::{Fingerprint, Key, Owner, Record};
 
+/// Why a store call failed: the backend, or an item that is not a record.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The backend failed or could not be reached. The write may or may not have been
     /// applied: callers treat the record as failed, never as done.
     #[error("{operation} on {target} failed")]
     Backend {
+        /// The operation, by its name (`reserve`, `get`, ...).
         operation: &'static str,
         /// The key, or the table for table-level operations.
         target: String,
+        /// The backend's error, kept whole.
         #[source]
         source: BoxError,
     },
     /// An item exists but cannot be read as a record (wrong type, unknown shape).
     #[error("item {pk} is malformed: attribute `{attribute}` {problem}")]
     Malformed {
+        /// The item's key (empty when it has none).
         pk: String,
+        /// The attribute's stored name.
         attribute: &'static str,
+        /// What is wrong with it.
         problem: &'static str,
     },
 }
@@ -47,10 +53,13 @@ impl StoreError {
 /// Reserve `pk` for this fingerprint.
 #[derive(Clone, Debug)]
 pub struct ReserveRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The fact's fingerprint.
     pub fingerprint: &'a Fingerprint,
     /// Fresh random owner token of this attempt.
     pub owner: &'a Owner,
+    /// The time of the reservation: leases and retention are judged by it.
     pub now: Time,
     /// End of the lease: the invocation deadline.
     pub lease_until: Time,
@@ -64,19 +73,26 @@ pub struct ReserveRequest<'a> {
 /// Mark `pk` `Done` with `receipt`.
 #[derive(Clone, Debug)]
 pub struct CompleteRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The lease's owner token: the fence.
     pub owner: &'a Owner,
     /// The attempt whose provider key produced `receipt`.
     pub attempt: u32,
+    /// The provider's reference of the effect.
     pub receipt: &'a str,
+    /// Retention: the TTL attribute written with the completion.
     pub expires: Time,
 }
 
 /// Give a lease back (`Free`).
 #[derive(Clone, Debug)]
 pub struct ReleaseRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The lease's owner token: the fence.
     pub owner: &'a Owner,
+    /// What becomes of the key and the refusal count.
     pub kind: ReleaseKind,
 }
 
@@ -91,7 +107,10 @@ pub enum ReleaseKind {
     Refused,
     /// `resolve` found nothing done: `attempt` + 1, `sent` removed; `refusals`
     /// removed too when a person says the cause is fixed.
-    NextKey { reset_refusals: bool },
+    NextKey {
+        /// `refusals` removed too.
+        reset_refusals: bool,
+    },
     /// The effect's outcome is unknown and it must happen at most once (its provider
     /// offers no key or no lookup): `Uncertain`, never reserved again, whatever
     /// `expires` says; the key and the count kept for the person who settles it.
@@ -102,10 +121,15 @@ pub enum ReleaseKind {
 /// same (or no) fingerprint and no live lease.
 #[derive(Clone, Debug)]
 pub struct ResolveLeaseRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The fact's fingerprint, which a record without one takes.
     pub fingerprint: &'a Fingerprint,
+    /// `resolve`'s fresh random owner token.
     pub owner: &'a Owner,
+    /// The time of the lease: a live lease is one that ends later.
     pub now: Time,
+    /// When the lease ends.
     pub lease_until: Time,
 }
 
@@ -113,9 +137,13 @@ pub struct ResolveLeaseRequest<'a> {
 /// wait ends, the lease removed, the key kept; same fence as `Complete`.
 #[derive(Clone, Debug)]
 pub struct AwaitRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The lease's owner token: the fence.
     pub owner: &'a Owner,
+    /// The provider's reference of what the record awaits.
     pub awaited: &'a str,
+    /// When the wait ends.
     pub wait_until: Time,
     /// Retention counted from the wait's end, so that TTL never sweeps a record whose
     /// awaited effect may still happen.
@@ -129,7 +157,9 @@ pub enum Settled {
     /// `expires`; with `done_fingerprint` when what was done differs from the fact
     /// (another card the person chose), kept so an audit holds the effect to it.
     Done {
+        /// Retention: the TTL attribute written with `Done`.
         expires: Time,
+        /// The fingerprint of what was done, when it differs from the fact's.
         done_fingerprint: Option<Fingerprint>,
     },
     /// It was cancelled (or the wait expired and it was cancelled): `Failed`, the
@@ -138,7 +168,10 @@ pub enum Settled {
     /// It can no longer happen but its end is not written yet: the wait's end moved to
     /// `at` (still `Awaiting`), so that a copy of the fact sent meanwhile is retried,
     /// not acknowledged, while its producer hears of the end and the record says it.
-    Ending { at: Time },
+    Ending {
+        /// The wait's new end.
+        at: Time,
+    },
 }
 
 /// Settle an awaiting record by the reference it names: on `state = Awaiting AND
@@ -146,8 +179,11 @@ pub enum Settled {
 /// no-op.
 #[derive(Clone, Debug)]
 pub struct SettleRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The reference the record must await.
     pub awaited: &'a str,
+    /// How the awaited effect settled.
     pub settled: Settled,
 }
 
@@ -158,12 +194,15 @@ pub struct SettleRequest<'a> {
 /// lease, a done fact or another payload refuses it.
 #[derive(Clone, Debug)]
 pub struct AdoptRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
     /// The provider's reference of the effect: the record's receipt.
     pub receipt: &'a str,
     /// The fingerprint of the fact the provider's object describes.
     pub fingerprint: &'a Fingerprint,
+    /// The time of the write: whether a lease has ended is judged by it.
     pub now: Time,
+    /// Retention: the TTL attribute written with `Done`.
     pub expires: Time,
 }
 
@@ -174,7 +213,9 @@ pub struct AdoptRequest<'a> {
 /// A reserve follows.
 #[derive(Clone, Debug)]
 pub struct CorrectRequest<'a> {
+    /// The record's key.
     pub pk: &'a Key,
+    /// The corrected payload's fingerprint.
     pub fingerprint: &'a Fingerprint,
 }
 
@@ -183,7 +224,9 @@ pub struct CorrectRequest<'a> {
 /// so the next run goes on from there (every wait is reached, however many there are).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwaitingCursor {
+    /// The end of the wait of the record reached.
     pub wait_until: Time,
+    /// The key of the record reached.
     pub pk: Key,
 }
 
@@ -229,8 +272,11 @@ pub enum Write<'a> {
     /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the provider
     /// may have forgotten and reconciliation did not find.
     NextAttempt {
+        /// The record's key.
         pk: &'a Key,
+        /// The lease's owner token: the fence.
         owner: &'a Owner,
+        /// The time written as `sent`.
         now: Time,
     },
     /// For `resolve`: leases a record that exists, is not `Done`, has no live lease

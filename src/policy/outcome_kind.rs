@@ -10,61 +10,11 @@
 
 use Handling::{Ack, DeadLetter, Retry};
 use Level::{Error, Info, Warn};
-use Wait::{Backoff, Backpressure, Behind, BreakerProbe, Decline, LeaseEnd};
+use Wait::{Backoff, Backpressure, Behind, BreakerProbe, LeaseEnd, Refusal};
 
-/// Who must act on an outcome: nobody (info), maybe later (warn), a human (error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    Info,
-    Warn,
-    Error,
-}
-
-/// What becomes of the message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Handling {
-    /// Left out of `batchItemFailures`: its effect is in the table.
-    Ack,
-    /// No retry can fix it: the dead-letter queue at once, with its reason.
-    DeadLetter,
-    /// Listed in `batchItemFailures`, invisible for a delay of this class, which
-    /// `policy/retry/mod.rs` draws.
-    Retry(Wait),
-}
-
-impl Handling {
-    /// Whether the message is acknowledged with its effect: the one place this is
-    /// answered (a dead letter is acknowledged too, but only once its send succeeded,
-    /// which the batch knows: `plan::Entry::acknowledged`).
-    pub fn is_ack(self) -> bool {
-        self == Ack
-    }
-}
-
-/// The class of a retried record's delay, by its cause (ARCHITECTURE.md, "Retries").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Transient or unknown (a failed call, a deadline, a record not started): back
-    /// off on the receive count.
-    Backoff,
-    /// Another delivery holds a lease on the order: until it ends, plus a little (the
-    /// backoff when its end is unknown).
-    LeaseEnd,
-    /// A breaker is open: the backoff, but no longer than until shortly after the
-    /// breaker lets a probe through, and never below half the step.
-    BreakerProbe,
-    /// Refused for the provider's rate or on a locked customer after the waits the
-    /// invocation could afford: backpressure, not an outage; back in seconds.
-    Backpressure,
-    /// Declined below the order's limit: card networks penalise rapid retries.
-    Decline,
-    /// The provider holds the payment `pending`: it settles by itself, and the retry
-    /// reconciles again.
-    Settle,
-    /// Skipped behind a failure of its group: as long as that one waits, or the
-    /// backoff when it went to the DLQ (`plan::dispose`).
-    Behind,
-}
+/// Who must act, what becomes of the message, and the class of a retry's delay: the
+/// library's (`idempotent_consumer::retry`).
+pub use idempotent_consumer::retry::{Handling, Level, Wait};
 
 /// One declared ending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +60,7 @@ declare! {
     Duplicate => "duplicate", Info, Ack;
     Conflict => "conflict", Error, DeadLetter;
     InProgress => "in_progress", Warn, Retry(LeaseEnd);
-    Declined => "declined", Warn, Retry(Decline);
+    Declined => "declined", Warn, Retry(Refusal);
     DeclineLimit => "decline_limit", Warn, DeadLetter;
     Rejected => "rejected", Error, DeadLetter;
     FailedRetryable => "failed_retryable", Warn, Retry(Backoff);
@@ -183,7 +133,7 @@ mod tests {
             OutcomeKind::Declined.name(),
             OutcomeKind::DeclineLimit.name()
         );
-        assert_eq!(OutcomeKind::Declined.handling(), Retry(Decline));
+        assert_eq!(OutcomeKind::Declined.handling(), Retry(Refusal));
         assert_eq!(OutcomeKind::DeclineLimit.handling(), DeadLetter);
     }
 

@@ -10,10 +10,15 @@ use crate::store::{ReleaseKind, StoreError, WriteOutcome};
 /// The kinds of write the machine asks for; [`super::Machine::write`] builds the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WriteKind {
+    /// Reserve the record for this delivery's lease.
     Reserve,
+    /// Record the effect: `Done` with its receipt, fenced on the lease.
     Complete,
+    /// Record the effect by its attempt, once the lease's fence is lost.
     CompleteAttempt,
+    /// Give the lease back, the key as the kind says.
     Release(ReleaseKind),
+    /// Move to the next attempt's key, holding the lease.
     NextAttempt,
     /// The record awaits someone else's step on the reference the machine holds.
     Await,
@@ -28,11 +33,17 @@ pub enum Step<F> {
     Write(WriteKind),
     /// Perform the effect under this provider key (`<pk>#<attempt>`); answer with
     /// [`Input::Performed`].
-    Perform { key: String },
+    Perform {
+        /// The provider key.
+        key: String,
+    },
     /// Look the fact's effects up at the provider; answer with [`Input::Looked`].
     Lookup,
     /// Cancel the fact's open attempt `reference`; answer with [`Input::Cancelled`].
-    Cancel { reference: String },
+    Cancel {
+        /// The open attempt's reference.
+        reference: String,
+    },
     /// The record's end.
     Done(End<F>),
 }
@@ -43,9 +54,13 @@ pub enum Step<F> {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Input<F> {
+    /// A store write's answer.
     Written(Result<WriteOutcome, NoAnswer<StoreError>>),
+    /// The effect's answer.
     Performed(Result<Receipt, NoAnswer<F>>),
+    /// A lookup's answer.
     Looked(Result<Found, NoAnswer<F>>),
+    /// A cancel's answer.
     Cancelled(Result<Cancel, NoAnswer<F>>),
 }
 
@@ -76,11 +91,18 @@ pub enum Found {
     /// The effect is done: complete with it.
     Done(Receipt),
     /// In flight: it may yet be done by itself, so no new key may be sent.
-    InFlight { reference: String, status: String },
+    InFlight {
+        /// The object's reference.
+        reference: String,
+        /// Its status, as the provider names it.
+        status: String,
+    },
     /// An attempt someone may still confirm: it can be done later, so no new key while
     /// it is open. It is cancelled first, or waited for when it awaits someone.
     Open {
+        /// The object's reference.
         reference: String,
+        /// Its status, as the provider names it.
         status: String,
         /// Only someone else (a person) can confirm it; never cancelled by the machine.
         awaits_someone: bool,
@@ -105,27 +127,47 @@ pub enum Class {
     /// Refused under this key, nothing done, and counted: a new key may do better (a
     /// card's decline). The refusal may leave `open` an attempt someone could still
     /// confirm: it is cancelled before the next key.
-    Refused { open: Option<String> },
+    Refused {
+        /// The attempt the refusal left open, if any.
+        open: Option<String>,
+    },
     /// Someone else must act on `reference` (a person's confirmation): the record
     /// awaits it.
-    AwaitsSomeone { reference: Option<String> },
+    AwaitsSomeone {
+        /// What someone must act on, when the answer names it.
+        reference: Option<String>,
+    },
     /// Refused for good: the same request is refused again until someone fixes the
     /// fact or the provider's data.
     RefusedForGood,
     /// The provider refused the key: used before with other parameters.
     KeyReused,
     /// The answer names an object in a state the machine does not settle by itself.
-    Unexpected { reference: String, status: String },
+    Unexpected {
+        /// The object's reference.
+        reference: String,
+        /// Its status, as the provider names it.
+        status: String,
+    },
     /// The provider holds the effect in flight, not final.
-    InFlight { reference: String, status: String },
+    InFlight {
+        /// The object's reference.
+        reference: String,
+        /// Its status, as the provider names it.
+        status: String,
+    },
     /// The provider replayed a stored 5xx for this key: the original outcome is
     /// unknown, and may still become an effect.
-    ReplayedServerError { status: u16 },
+    ReplayedServerError {
+        /// The replayed HTTP status.
+        status: u16,
+    },
     /// Anything else: unknown or transient; the next attempt replays the same key.
     Unknown,
 }
 
 /// An effect's failure, as its provider classifies it.
 pub trait Classify {
+    /// What this failure means for the key.
     fn class(&self) -> Class;
 }

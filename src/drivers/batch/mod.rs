@@ -29,8 +29,9 @@ use crate::domain::clock::Time;
 use crate::drivers::charge::{Charger, Settings};
 use crate::drivers::executor::executor;
 use crate::drivers::metrics::QUEUE_FAILURES;
-pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome, Skip};
+pub use crate::policy::batch::ending::{InvalidRecord, RecordOutcome};
 pub use crate::policy::batch::plan::BatchError;
+pub use crate::policy::batch::plan::Skip;
 use crate::policy::batch::plan::{
     self, Entry, InOrder, Message, Response, Retries, Schedule, Valid,
 };
@@ -262,7 +263,7 @@ impl Consumer {
         span: &tracing::Span,
         deadline: Time,
     ) -> (RecordOutcome, Duration) {
-        let Ok(valid) = &entry.order else {
+        let Ok(valid) = &entry.fact else {
             return (RecordOutcome::Invalid, Duration::ZERO);
         };
         async move {

@@ -10,7 +10,7 @@ use tracing::{field, info_span};
 
 use crate::drivers::metrics::{DEAD_LETTERED, count_outcome};
 use crate::drivers::spans;
-use crate::policy::batch::ending::RecordOutcome;
+use crate::policy::batch::ending::{Declared, RecordOutcome};
 use crate::policy::batch::plan::Entry;
 use crate::policy::outcome::Details;
 use crate::policy::outcome_kind::Level;

@@ -1,69 +1,49 @@
 //! How one record of a batch ends: the state machine's outcome, or what the batch
-//! decided without running it; its kind (`policy/outcome_kind.rs`), why, and what retrying it
-//! can do.
+//! decided without running it (the library's `RecordOutcome`); its kind
+//! (`policy/outcome_kind.rs`: its name and level, who must act), why, and what
+//! retrying it can do.
 
 use std::borrow::Cow;
-use std::time::Duration;
+
+use idempotent_consumer::batch::{self as library, Ending};
 
 use crate::domain::clock::Time;
 use crate::domain::order::OrderError;
 use crate::policy::outcome::Outcome;
 use crate::policy::outcome_kind::{Handling, Level, OutcomeKind};
 
-/// A record that is not an order: it fails on its own, with no I/O.
-#[derive(Debug, thiserror::Error)]
-pub enum InvalidRecord {
-    #[error("record has no body")]
-    NoBody,
-    #[error(transparent)]
-    Order(#[from] OrderError),
-}
+/// A record that is not an order (no body, or an invalid one): it fails on its own,
+/// with no I/O.
+pub type InvalidRecord = library::Invalid<OrderError>;
 
-/// Why a record was not started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Skip {
-    /// An earlier record of the same order failed in this batch.
-    SameOrder,
-    /// An earlier record of this FIFO batch failed.
-    Fifo,
-    /// An earlier record of the same FIFO message group failed.
-    FifoGroup,
-}
+/// How one record of a batch ends.
+pub type RecordOutcome = library::RecordOutcome<Outcome>;
 
-impl Skip {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::SameOrder => "an earlier record of the same order failed in this batch",
-            Self::Fifo => "an earlier record of this FIFO batch failed",
-            Self::FifoGroup => "an earlier record of this FIFO message group failed",
-        }
+/// The state machine's outcome, as the batch reads it.
+impl Ending for Outcome {
+    fn handling(&self) -> Handling {
+        Outcome::handling(self)
+    }
+
+    fn until(&self) -> Option<Time> {
+        Outcome::until(self)
+    }
+
+    fn reason(&self) -> Option<Cow<'static, str>> {
+        Outcome::reason(self)
     }
 }
 
-/// How one record of a batch ends.
-#[derive(Debug)]
-pub enum RecordOutcome {
-    Processed(Outcome),
-    /// Not an order; the entry keeps why (`plan::Entry::order`).
-    Invalid,
-    /// Not started: too little time was left before the invocation deadline.
-    Unstarted {
-        time_left: Duration,
-    },
-    /// Not started, behind the failure of the record at index `behind`.
-    Skipped {
-        why: Skip,
-        behind: usize,
-    },
-    /// The record's processing panicked; the lease ends at the invocation deadline.
-    Panicked,
-    /// No outcome was recorded for the record: a bug, and failing it loses nothing.
-    NoOutcome,
+/// A batch ending's declared kind (its name in the log line and the metrics) and level.
+pub trait Declared {
+    /// Its kind, which declares its name, level and handling.
+    fn kind(&self) -> OutcomeKind;
+    /// Who must act: its kind's level, or the state machine's outcome's own.
+    fn level(&self) -> Level;
 }
 
-impl RecordOutcome {
-    /// Its kind, which declares its name, level and handling.
-    pub fn kind(&self) -> OutcomeKind {
+impl Declared for RecordOutcome {
+    fn kind(&self) -> OutcomeKind {
         match self {
             Self::Processed(outcome) => outcome.kind(),
             Self::Invalid => OutcomeKind::Invalid,
@@ -73,48 +53,35 @@ impl RecordOutcome {
         }
     }
 
-    /// Who must act: its kind's level, or the state machine's outcome's own.
-    pub fn level(&self) -> Level {
+    fn level(&self) -> Level {
         match self {
             Self::Processed(outcome) => outcome.level(),
             _ => self.kind().level(),
         }
     }
+}
 
-    /// What becomes of the message: the state machine's outcome's handling, or its
-    /// kind's; a skipped record waits as long as the failure ahead of it
-    /// (`plan::dispose`).
-    pub fn handling(&self) -> Handling {
-        match self {
-            Self::Processed(outcome) => outcome.handling(),
-            _ => self.kind().handling(),
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idempotent_consumer::batch::Skip;
+    use std::time::Duration;
 
-    /// When the wait its handling names ends, when it has one.
-    pub fn until(&self) -> Option<Time> {
-        match self {
-            Self::Processed(outcome) => outcome.until(),
-            _ => None,
-        }
-    }
-
-    /// Why it failed, for the log line and the dead letter; `None` for an invalid
-    /// record, whose entry says why.
-    pub fn reason(&self) -> Option<Cow<'static, str>> {
-        match self {
-            Self::Processed(outcome) => outcome.reason(),
-            Self::Invalid => None,
-            Self::Unstarted { .. } => Some(Cow::Borrowed(
-                "too little time left before the invocation deadline",
-            )),
-            Self::Skipped { why, .. } => Some(Cow::Borrowed(why.as_str())),
-            Self::Panicked => Some(Cow::Borrowed(
-                "panicked while processing; the lease ends at the invocation deadline",
-            )),
-            Self::NoOutcome => Some(Cow::Borrowed(
-                "internal: no outcome was recorded for this record; retried",
-            )),
+    #[test]
+    fn the_batchs_own_endings_are_handled_as_their_declared_kinds_say() {
+        for ending in [
+            RecordOutcome::Invalid,
+            RecordOutcome::Unstarted {
+                time_left: Duration::ZERO,
+            },
+            RecordOutcome::Skipped {
+                why: Skip::SameFact,
+                behind: 0,
+            },
+            RecordOutcome::Panicked,
+            RecordOutcome::NoOutcome,
+        ] {
+            assert_eq!(ending.handling(), ending.kind().handling(), "{ending:?}");
         }
     }
 }

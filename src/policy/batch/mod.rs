@@ -4,5 +4,6 @@
 pub mod ending;
 pub mod plan;
 
-pub use ending::{InvalidRecord, RecordOutcome, Skip};
+pub use ending::{Declared, InvalidRecord, RecordOutcome};
 pub use plan::BatchError;
+pub use plan::Skip;

@@ -1,6 +1,13 @@
 //! The unit tests of `plan.rs`.
 
 use super::*;
+use std::time::Duration;
+
+use idempotent_consumer::retry::{Backoff, Disposition, Jitter};
+
+use crate::contracts::queue::QueueError;
+use crate::domain::clock::Time;
+use crate::policy::batch::ending::RecordOutcome;
 use crate::policy::outcome::Outcome;
 
 /// A message of a standard queue; its text is leaked, as a test's records live
@@ -51,24 +58,6 @@ fn charged() -> RecordOutcome {
 }
 
 #[test]
-fn the_trace_id_is_the_root_of_the_x_ray_header() {
-    let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
-    assert_eq!(
-        trace_root(header),
-        Some("1-5759e988-bd862e3fe1be46a994272793")
-    );
-    assert_eq!(trace_root("Parent=1;Root=1-a-b"), Some("1-a-b"));
-    assert_eq!(trace_root("Parent=1;Sampled=0"), None);
-    assert_eq!(trace_root("Root="), None);
-}
-
-#[test]
-fn groups_keep_first_appearance_and_message_order() {
-    let keyed = vec![(0, "b"), (1, "a"), (2, "b"), (3, "c"), (4, "a")];
-    assert_eq!(group_in_order(keyed), vec![vec![0, 2], vec![1, 4], vec![3]]);
-}
-
-#[test]
 fn a_record_without_a_message_id_fails_the_whole_batch_and_an_invalid_one_only_itself() {
     let mut nameless = message("m", &order("A"));
     nameless.message_id = None;
@@ -95,7 +84,7 @@ fn a_standard_queue_groups_copies_of_an_order_and_leaves_invalid_records_out() {
     let mut entries = parse(&records).unwrap();
     let schedule = schedule(&mut entries, FifoScope::Group);
     assert_eq!(schedule.groups, vec![vec![0, 3], vec![2]]);
-    assert_eq!(schedule.skip, Skip::SameOrder);
+    assert_eq!(schedule.skip, Skip::SameFact);
     let groups: Vec<Option<usize>> = entries.iter().map(|e| e.group).collect();
     assert_eq!(groups, [Some(0), None, Some(1), Some(0)]);
 }
@@ -119,6 +108,36 @@ fn one_customers_orders_run_one_after_another_and_other_customers_alongside() {
     );
     // ...and the groups of cus_1 form one chain, run one after another.
     assert_eq!(schedule.chains, vec![vec![0, 2, 4], vec![1], vec![3]]);
+}
+
+/// A Stripe event through EventBridge about PaymentIntent `pi`, naming no order (a thin
+/// event: its order is the one the provider's answer names).
+fn thin_event(pi: &str) -> String {
+    serde_json::json!({
+        "source": "aws.partner/stripe.com/ed_test", "detail-type": "payment_intent.succeeded",
+        "detail": {"id": "evt_1", "object": "event", "type": "payment_intent.succeeded",
+            "data": {"object": {"id": pi, "object": "payment_intent", "status": "succeeded"}}},
+    })
+    .to_string()
+}
+
+#[test]
+fn an_event_that_names_no_order_runs_on_a_chain_of_its_own_never_dropped() {
+    let records = [
+        message("m0", &order_of("A", "cus_1")),
+        message("m1", &thin_event("pi_9")),
+        message("m2", &thin_event("pi_9")),
+    ];
+    let mut entries = parse(&records).unwrap();
+    assert!(matches!(
+        entries[1].fact,
+        Ok(Valid::Event { key: None, .. })
+    ));
+    let schedule = schedule(&mut entries, FifoScope::Group);
+    // Copies of one event are one group, after each other...
+    assert_eq!(schedule.groups, vec![vec![0], vec![1, 2]]);
+    // ...and that group runs: every group is on a chain.
+    assert_eq!(schedule.chains, vec![vec![0], vec![1]]);
 }
 
 #[test]
@@ -153,15 +172,18 @@ fn a_fifo_record_without_a_group_puts_the_whole_batch_in_order() {
 #[test]
 fn a_group_stops_at_its_first_failure_and_names_it() {
     let mut rule = InOrder::new(Skip::FifoGroup);
-    assert!(rule.skipped().is_none());
+    assert!(rule.skipped::<Outcome>().is_none());
     rule.ended(0, &charged());
-    assert!(rule.skipped().is_none(), "a success lets the next one run");
+    assert!(
+        rule.skipped::<Outcome>().is_none(),
+        "a success lets the next one run"
+    );
     rule.ended(2, &declined());
     let Some(RecordOutcome::Skipped { why, behind }) = rule.skipped() else {
         panic!("the record after a failure is skipped");
     };
     assert_eq!((why, behind), (Skip::FifoGroup, 2));
-    rule.ended(5, &rule.skipped().unwrap());
+    rule.ended(5, &rule.skipped::<Outcome>().unwrap());
     assert!(
         matches!(
             rule.skipped(),
@@ -192,12 +214,12 @@ fn a_skipped_record_waits_as_long_as_the_failure_ahead_or_the_backoff_behind_a_d
     let mut entries = parse(&records).unwrap();
     entries[0].outcome = declined();
     entries[1].outcome = RecordOutcome::Skipped {
-        why: Skip::SameOrder,
+        why: Skip::SameFact,
         behind: 0,
     };
     entries[2].outcome = RecordOutcome::Processed(Outcome::Conflict);
     entries[3].outcome = RecordOutcome::Skipped {
-        why: Skip::SameOrder,
+        why: Skip::SameFact,
         behind: 2,
     };
     dispose(&mut entries, &retries(&BACKOFF), || Jitter::new(0.5));

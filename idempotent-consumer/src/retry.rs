@@ -1,15 +1,70 @@
-//! What happens to a record that is not acknowledged (ARCHITECTURE.md, "Retries"): the
-//! delay before SQS hands it out again, chosen by why it failed, or the dead-letter
-//! queue at once when no retry can fix it; and the breakers ([`breaker`]) that stop an
-//! execution environment from calling a dependency that is down. Pure policy: no I/O,
-//! no AWS types; the randomness of the jitter comes in as an argument.
-
-pub use idempotent_consumer::breaker;
+//! What happens to a record that is not acknowledged: whether it is acknowledged,
+//! dead-lettered or retried ([`Handling`]), the class of a retry's delay by its cause
+//! ([`Wait`]), who must act ([`Level`]), and the delay before SQS hands it out again,
+//! drawn by [`dispose`]. Pure policy: no I/O, no AWS types; the randomness of the
+//! jitter comes in as an argument.
 
 use std::time::Duration;
 
-use crate::domain::clock::Time;
-use crate::policy::outcome_kind::{Handling, Wait};
+use crate::clock::Time;
+
+/// Who must act on an ending: nobody (info), maybe later (warn), a person (error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Nobody.
+    Info,
+    /// Maybe someone, later.
+    Warn,
+    /// A person.
+    Error,
+}
+
+/// What becomes of the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handling {
+    /// Left out of `batchItemFailures`: its effect is in the table.
+    Ack,
+    /// No retry can fix it: the dead-letter queue at once, with its reason.
+    DeadLetter,
+    /// Listed in `batchItemFailures`, invisible for a delay of this class, which
+    /// [`dispose`] draws.
+    Retry(Wait),
+}
+
+impl Handling {
+    /// Whether the message is acknowledged with its effect: the one place this is
+    /// answered (a dead letter is acknowledged too, but only once its send succeeded,
+    /// which the batch knows).
+    pub fn is_ack(self) -> bool {
+        self == Self::Ack
+    }
+}
+
+/// The class of a retried record's delay, by its cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Transient or unknown (a failed call, a deadline, a record not started): back
+    /// off on the receive count.
+    Backoff,
+    /// Another delivery holds a lease on the fact: until it ends, plus a little (the
+    /// backoff when its end is unknown).
+    LeaseEnd,
+    /// A breaker is open: the backoff, but no longer than until shortly after the
+    /// breaker lets a probe through, and never below half the step.
+    BreakerProbe,
+    /// Refused for the provider's rate or on a locked object after the waits the
+    /// invocation could afford: backpressure, not an outage; back in seconds.
+    Backpressure,
+    /// Refused below the fact's limit, a refusal a new key may overcome: providers
+    /// (card networks) penalise rapid retries.
+    Refusal,
+    /// The provider holds the effect in flight: it settles by itself, and the retry
+    /// looks it up again.
+    Settle,
+    /// Skipped behind a failure of its group: as long as that one waits, or the
+    /// backoff when it went to the dead-letter queue.
+    Behind,
+}
 
 /// What the batch does with one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +81,7 @@ pub enum Disposition {
 /// SQS's longest visibility timeout: no retry delay can be longer.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
-pub use idempotent_consumer::jitter::Jitter;
+pub use crate::jitter::Jitter;
 
 /// No delay is shorter: SQS counts visibility in whole seconds, and 0 would hand an
 /// outage's failures straight back, all at once.
@@ -48,12 +103,14 @@ pub fn longest_delay(elapsed_in_invocation: Duration) -> Duration {
 /// an outage spread out and none is shorter than half its step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
+    /// The first step.
     pub base: Duration,
+    /// The longest step.
     pub cap: Duration,
 }
 
-/// How much longer a decline waits than a transient failure's longest step.
-const DECLINE_FACTOR: u32 = 2;
+/// How much longer a refusal waits than a transient failure's longest step.
+const REFUSAL_FACTOR: u32 = 2;
 /// The jitter added after another delivery's lease ends.
 const AFTER_LEASE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
 /// A rate-limited record comes back this soon, jittered so that a fleet's refusals do
@@ -96,7 +153,7 @@ impl Backoff {
     }
 }
 
-/// The disposition of a record whose outcome is handled so (`policy/outcome_kind.rs`),
+/// The disposition of a record whose ending is handled so (its [`Handling`]),
 /// delivered for the `receive_count`th time, at `now`; `until` is when the wait its
 /// cause names ends (the holder's lease, the breaker's probe), when known. No delay
 /// exceeds `longest`.
@@ -116,7 +173,7 @@ pub fn dispose(
     };
     let delay = match (wait, until) {
         // A skipped record's own delay is the backoff: it is used when the failure
-        // ahead of it was not retried (`plan::dispose`).
+        // ahead of it was not retried (the batch decides which one applies).
         (Wait::Backoff | Wait::Behind, _) => backoff.delay(receive_count, jitter),
         (Wait::Backpressure, _) if receive_count <= QUICK_RATE_LIMIT_RECEIVES => {
             jitter.between(AFTER_RATE_LIMIT.0, AFTER_RATE_LIMIT.1)
@@ -136,8 +193,8 @@ pub fn dispose(
         }
         // An end not known: the backoff.
         (Wait::BreakerProbe | Wait::LeaseEnd, None) => backoff.delay(receive_count, jitter),
-        (Wait::Decline, _) => {
-            let long = backoff.cap * DECLINE_FACTOR;
+        (Wait::Refusal, _) => {
+            let long = backoff.cap * REFUSAL_FACTOR;
             jitter.between(long / 2, long)
         }
         (Wait::Settle, _) => jitter.between(backoff.cap / 2, backoff.cap),
@@ -272,9 +329,9 @@ mod tests {
     }
 
     #[test]
-    fn a_decline_waits_longer_than_any_transient_failure_and_a_pending_charge_the_cap() {
-        let decline = retry_in(Wait::Decline, 1, 0.0);
-        assert!(decline >= BACKOFF.cap, "{decline:?}");
+    fn a_refusal_waits_longer_than_any_transient_failure_and_an_effect_in_flight_the_cap() {
+        let refusal = retry_in(Wait::Refusal, 1, 0.0);
+        assert!(refusal >= BACKOFF.cap, "{refusal:?}");
         assert_eq!(retry_in(Wait::Settle, 1, 0.999_999).as_secs(), 899);
         assert_eq!(retry_in(Wait::Settle, 1, 0.0), BACKOFF.cap / 2);
     }
@@ -342,7 +399,7 @@ mod tests {
         };
         assert_eq!(
             dispose(
-                Handling::Retry(Wait::Decline),
+                Handling::Retry(Wait::Refusal),
                 None,
                 1,
                 Time::from_ms(0),
