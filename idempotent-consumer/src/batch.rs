@@ -69,8 +69,8 @@ pub struct Message<'a> {
     pub receipt_handle: Option<&'a str>,
 }
 
-/// The partial batch response: the message ids to deliver again, each once, in
-/// message order.
+/// The partial batch response: the message ids to deliver again, each once, as
+/// the messages came.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Response<'a> {
     /// The ids of the messages to deliver again.
@@ -299,8 +299,8 @@ fn message_groups<V, O, E: std::error::Error + 'static>(
     keyed.map(group_in_order)
 }
 
-/// Indices grouped by their key: groups in order of first appearance, each in message
-/// order.
+/// Indices grouped by their key: groups as they first appear, each as its
+/// messages came.
 fn group_in_order<K: Hash + Eq>(keyed: impl IntoIterator<Item = (usize, K)>) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut group_of: HashMap<K, usize> = HashMap::new();

@@ -167,14 +167,14 @@ pub struct Record {
     /// ms epoch when the current attempt's key was first sent.
     pub sent: Option<Time>,
     /// How many times the provider refused this fact for good in a way a new attempt
-    /// may overcome (a card's decline).
+    /// may overcome (a card its bank refused).
     pub refusals: Option<u32>,
     /// While `Awaiting`: the provider's reference of what the record awaits.
     pub awaited: Option<String>,
     /// While `Awaiting`: s epoch when the wait ends.
     pub wait_until: Option<Time>,
     /// `Done` by what it awaited, completed with other fields than the fact's (a
-    /// customer who confirmed with another card): the fingerprint of what was done,
+    /// person who confirmed with another card): the fingerprint of what was done,
     /// which an audit holds the provider's object to.
     pub done_fingerprint: Option<Fingerprint>,
 }

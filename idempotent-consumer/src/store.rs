@@ -102,7 +102,7 @@ pub enum ReleaseKind {
     /// Keep `attempt`: the next attempt replays the same key. Every failure whose
     /// outcome at the provider is unknown or transient.
     KeepKey,
-    /// After a refusal the provider stored under this key (a card's decline), so
+    /// After a refusal the provider stored under this key (a card its bank refused), so
     /// nothing was done under it: `attempt` + 1, `sent` removed, `refusals` + 1.
     Refused,
     /// `resolve` found nothing done: `attempt` + 1, `sent` removed; `refusals`

@@ -1,7 +1,7 @@
 //! The batch's plan for any fact: parsing with the fact's parser, grouping by key,
 //! chaining by what the provider locks, a group of its own for a record that names no
 //! fact, and the trace id. charge-once's `policy/batch/plan/tests.rs` runs the same
-//! plan with orders and payment events, rule by rule.
+//! plan with its own facts and events, rule by rule.
 
 use super::*;
 

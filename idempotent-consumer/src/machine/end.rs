@@ -153,7 +153,7 @@ impl<F> End<F> {
 /// Why a record awaits the reference it names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Awaited {
-    /// A person must confirm it (a customer's authentication).
+    /// A person must confirm it (a person's authentication).
     #[default]
     Someone,
     /// The provider is processing it (a bank debit): it settles by itself.

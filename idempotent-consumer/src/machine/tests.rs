@@ -1,7 +1,7 @@
 //! The machine's rules for any effect, as scripts: each case feeds a sequence of
 //! answers and checks the steps asked for and the end. The effect here is a test
 //! transfer whose failures classify themselves; charge-once's `policy/machine/tests.rs`
-//! runs the same machine with a payment, rule by rule.
+//! runs the same machine with its own effect, rule by rule.
 
 use std::time::Duration;
 

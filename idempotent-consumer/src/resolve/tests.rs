@@ -1,7 +1,7 @@
 //! `resolve`'s rules for any effect: the provider's certain answer moves the record
 //! (done → completed, nothing → the next key), anything else keeps the key; an open
 //! attempt is cancelled first; a record that awaits or is leased is never touched.
-//! charge-once's `policy/resolve/tests.rs` runs the same machine with a payment.
+//! charge-once's `policy/resolve/tests.rs` runs the same machine with its own effect.
 
 use super::*;
 use crate::machine::Receipt;

@@ -2,7 +2,7 @@
 //! provider's answer decides; a 404 ends nothing; a wait ends only once its object is
 //! cancelled; an effect done that the record does not await is recorded when it is
 //! provably the fact's. charge-once's `policy/settle/tests.rs` runs the same machine
-//! with a payment.
+//! with its own effect.
 
 use super::*;
 
