@@ -576,8 +576,8 @@ async fn every_write_agrees_with_the_pure_condition_and_effect(t: Fixture) {
             receipt,
             expires,
         };
-        // Seldom `Uncertain`: it is final for every write but resolve's lease, so the
-        // walk would otherwise spend itself there.
+        // Seldom `Uncertain`: only resolve's lease and a completion by attempt leave it,
+        // so the walk would otherwise spend itself there.
         let kind = [
             ReleaseKind::KeepKey,
             ReleaseKind::Refused,

@@ -137,6 +137,19 @@ impl<V: Unit, O: Ending, E: std::error::Error + 'static> Entry<'_, V, O, E> {
     pub fn reason(&self) -> Option<Cow<'static, str>> {
         match (&self.outcome, &self.fact) {
             (RecordOutcome::Invalid, Err(invalid)) => Some(crate::error_chain(invalid).into()),
+            (
+                RecordOutcome::Skipped {
+                    why: Skip::SameFact,
+                    ..
+                },
+                _,
+            ) => Some(
+                format!(
+                    "an earlier record of the same {} failed in this batch",
+                    V::NAME
+                )
+                .into(),
+            ),
             (outcome, _) => outcome.reason(),
         }
     }

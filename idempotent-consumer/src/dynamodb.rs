@@ -1,7 +1,6 @@
 //! The idempotency table in DynamoDB (the store contract's production adapter). Each
-//! contract operation
-//! is one conditional `UpdateItem`; a lost condition returns the old item in the same
-//! round trip (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), or, on backends that
+//! contract operation is one conditional `UpdateItem`; a lost condition returns the old
+//! item in the same round trip (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), or, on backends that
 //! ignore that flag, through one strongly consistent `GetItem`.
 //!
 //! Every attribute name goes through `ExpressionAttributeNames`: several of them are
@@ -50,8 +49,8 @@ const RESERVE_UPDATE: &str = "SET #state = :in_progress, #owner = :owner, #lease
 /// Absent; or a non-`hecho` item of ours past `expira` (counts as absent; items of the
 /// legacy consumer have no `huella` and are never taken over); or the same payload
 /// (its fingerprint), below the refusal limit, `libre` or with an expired lease.
-/// `hecho` is never matched: it is final; nor `espera`: what it awaits may still
-/// happen. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
+/// `hecho` is never matched: it is final; nor `incierto`: final too, as what it did is
+/// not known; nor `espera`: what it awaits may still happen. `fallido` is reserved as `libre` is (its wait ended, its key moved on),
 /// whatever the fingerprint: the producer may send the fact again with other fields.
 const RESERVE_CONDITION: &str = "attribute_not_exists(#pk) \
      OR (#state <> :done AND #state <> :awaiting AND #state <> :uncertain AND #expires < :now_s \

@@ -32,7 +32,7 @@ use crate::{BoxError, envelope, error_chain};
 /// The record's storage names: the pattern card's, as every record of the table keeps
 /// them (`pk`, `estado`, `huella`, `creado`, `expira`).
 pub mod attr {
-    /// The partition key: `<prefix>#<id>`.
+    /// The partition key: `<kind>#<id>`.
     pub const PK: &str = "pk";
     /// The record's state (`hecho` once its fact is done).
     pub const STATE: &str = "estado";
@@ -60,7 +60,7 @@ pub trait InStoreEffect: Send + Sync {
     /// What one message says happened.
     type Fact: Send + Sync;
     /// The key's prefix: one per kind of fact, so that facts of two kinds never share
-    /// a key (`<prefix>#<id>`).
+    /// a key (`<kind>#<id>`).
     const PREFIX: &'static str;
     /// Reads a fact from a message body (the envelope already taken off).
     fn parse(&self, body: &str) -> Result<Self::Fact, Invalid>;
@@ -223,7 +223,7 @@ impl DynamoLedger {
     }
 }
 
-/// The key of a fact: `<prefix>#<id>`, refused when the id is empty or holds `#`.
+/// The key of a fact: `<kind>#<id>`, refused when the id is empty or holds `#`.
 pub fn key_of(prefix: &str, id: &str) -> Result<String, Invalid> {
     if id.is_empty() || id.contains('#') {
         return Err(Invalid(format!(

@@ -113,7 +113,7 @@ mod tests {
     fn complete_and_release_are_fenced_on_the_owner_and_carry_the_attempt_and_receipt() {
         let mut lease = lease();
         lease.attempt = 2;
-        lease.receipt = Some("pi_1".into());
+        lease.receipt = Some("tr_1".into());
         let complete = lease.complete_request();
         assert_eq!(
             (
@@ -122,7 +122,7 @@ mod tests {
                 complete.attempt,
                 complete.receipt
             ),
-            (&lease.key, &lease.owner, 2, "pi_1")
+            (&lease.key, &lease.owner, 2, "tr_1")
         );
         assert_eq!(complete.expires, Time::from_secs(9_000));
         let release = lease.release_request(ReleaseKind::KeepKey);

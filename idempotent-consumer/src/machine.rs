@@ -9,10 +9,12 @@
 //!
 //! The effect is any effect a provider applies under an idempotency key and can be
 //! asked about: the machine reads its failures through [`Classify`], its lookups as
-//! [`Found`]. It never applies the effect twice: an unknown outcome keeps the key (the
-//! provider replays it) or is looked up before a new key; an open attempt someone could
-//! still confirm is cancelled (or awaited) before a new key; a success is recorded by a
-//! write fenced on the lease, or by its attempt when the fence was lost.
+//! [`Found`]. With a provider that keeps each key and can be asked ([`Unknown::LookedUp`])
+//! it never applies the effect twice: an unknown outcome keeps the key (the provider
+//! replays it) or is looked up before a new key; an open attempt someone could still
+//! confirm is cancelled (or awaited) before a new key; a success is recorded by a write
+//! fenced on the lease, or by its attempt when the fence was lost. Without one, the
+//! effect states which way an unknown outcome goes ([`Unknown`]).
 
 mod end;
 mod failures;
@@ -227,7 +229,7 @@ impl<F: Classify + Clone> Machine<F> {
     }
 
     /// How long the record awaits: someone's confirmation, or an effect the provider
-    /// processes (a bank debit settles in days, and copies of the fact are retried once
+    /// processes (a transfer clears in days, and copies of the fact are retried once
     /// the wait has passed).
     fn wait(&self) -> Duration {
         match self.awaited {
@@ -290,6 +292,12 @@ impl<F: Classify + Clone> Machine<F> {
                     .sent
                     .unwrap_or(self.started_at)
                     .until(self.started_at);
+                // A key sent before this delivery: an earlier one may have performed
+                // the effect and died before recording it. At most once, it is never
+                // performed again.
+                if self.unknown == Unknown::AtMostOnce && age > Duration::ZERO {
+                    return self.uncertain();
+                }
                 self.must_reconcile =
                     self.rules.reconcile_old_keys && self.looks_up() && age > self.key_ttl;
                 return self.perform_or_look();

@@ -7,8 +7,8 @@ use std::ops::Deref;
 
 use crate::clock::Time;
 
-/// The partition key of the idempotency table: `<prefix><id>`, the prefix naming the
-/// kind of fact and ending with its only `#` (`cobro#`), the id having none.
+/// The partition key of the idempotency table: `<kind>#<id>`, the kind of fact (its
+/// prefix, `<kind>#`) and the fact's id, which holds no `#`.
 ///
 /// Built from the business fact (a purchase id, a request id), never from the queue's
 /// message id: an SNS fan-out or a producer retry gives the same fact a new message
@@ -17,13 +17,13 @@ use crate::clock::Time;
 pub struct Key(String);
 
 impl Key {
-    /// The key of fact `id` of the kind `prefix` (`"cobro#"`). Validating the id (no
-    /// `#`, not empty) is the fact's parser's job.
+    /// The key of fact `id` under `prefix`, its kind and `#` (`"transfer#"`).
+    /// Validating the id (no `#`, not empty) is the fact's parser's job.
     pub fn new(prefix: &str, id: &str) -> Self {
         Self(format!("{prefix}{id}"))
     }
 
-    /// A key read back from the table: `<prefix>#<id>`, both parts not empty; `None`
+    /// A key read back from the table: `<kind>#<id>`, both parts not empty; `None`
     /// otherwise.
     pub fn from_stored(pk: &str) -> Option<Self> {
         let at = pk.find('#')?;
@@ -166,15 +166,15 @@ pub struct Record {
     pub attempt: Option<u32>,
     /// ms epoch when the current attempt's key was first sent.
     pub sent: Option<Time>,
-    /// How many times the provider refused this fact for good in a way a new attempt
-    /// may overcome (a card its bank refused).
+    /// How many times the provider refused an attempt of this fact in a way a new
+    /// attempt may overcome (counted refusals; a refusal for good is not counted).
     pub refusals: Option<u32>,
     /// While `Awaiting`: the provider's reference of what the record awaits.
     pub awaited: Option<String>,
     /// While `Awaiting`: s epoch when the wait ends.
     pub wait_until: Option<Time>,
     /// `Done` by what it awaited, completed with other fields than the fact's (a
-    /// person who confirmed with another card): the fingerprint of what was done,
+    /// person who confirmed with other details): the fingerprint of what was done,
     /// which an audit holds the provider's object to.
     pub done_fingerprint: Option<Fingerprint>,
 }

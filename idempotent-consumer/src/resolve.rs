@@ -61,6 +61,9 @@ pub enum Stopped<F> {
     LegacyFormat,
     /// The record changed while resolving.
     Changed,
+    /// An at-most-once effect whose outcome is unknown (`Uncertain`): never touched, as
+    /// its provider cannot say whether it happened.
+    Uncertain,
     /// The fact awaits `reference`, which may still be done: never touched.
     Awaiting {
         /// The awaited reference.
@@ -365,6 +368,9 @@ fn check<F>(
     }
     match (&record.state, record.lease_until) {
         (State::InProgress, Some(until)) if until >= now => Err(Stopped::LiveLease { until }),
+        // Its effect may have happened and its provider cannot be asked: only a person
+        // who checked by hand may settle it, never a lookup that finds nothing.
+        (State::Uncertain, _) => Err(Stopped::Uncertain),
         (State::Awaiting, _) => Err(Stopped::Awaiting {
             reference: record.awaited.clone().unwrap_or_default(),
             until: record.wait_until,

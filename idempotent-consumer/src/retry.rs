@@ -56,7 +56,7 @@ pub enum Wait {
     /// invocation could afford: backpressure, not an outage; back in seconds.
     Backpressure,
     /// Refused below the fact's limit, a refusal a new key may overcome: providers
-    /// (card networks) penalise rapid retries.
+    /// (networks behind them) penalise rapid retries.
     Refusal,
     /// The provider holds the effect in flight: it settles by itself, and the retry
     /// looks it up again.

@@ -3,7 +3,9 @@
 //! `huella`…): they are what the table holds, what the card's own consumer wrote, and
 //! what an operator reads in the console. The Rust code speaks English (`state =
 //! Done`, `receipt`, `fingerprint`…). The DynamoDB adapter and every other store or
-//! tool that reads items map between the two here.
+//! tool that reads items map between the two here. A few names are the first
+//! application's, a payment consumer's (`pago`, `huella_pagada`, `rechazos`): kept as
+//! the table's format for every consumer, so that its items never change.
 
 use crate::clock::Time;
 use crate::record::{Fingerprint, Key, Owner, Record, State};
@@ -14,7 +16,7 @@ use crate::store::StoreError;
 pub mod attr {
     use crate::in_store::attr as shared;
 
-    /// The partition key: `<prefix>#<id>`.
+    /// The partition key: `<kind>#<id>`.
     pub const PK: &str = shared::PK;
     /// The record's state: one of [`super::state`].
     pub const STATE: &str = shared::STATE;
@@ -96,7 +98,7 @@ pub fn state_value(state: &State) -> &str {
 
 /// A record's state, attempt and receipt as an operator finds them in the console:
 /// under their stored names, absent ones said so (`estado hecho, intento 2, recibo
-/// pi_1`). Outcomes that show a record to a person render it here, so the stored names
+/// tr_1`). Outcomes that show a record to a person render it here, so the stored names
 /// are written in this module only.
 pub fn stored_fields(state: Option<&State>, attempt: Option<u32>, receipt: Option<&str>) -> String {
     const ABSENT: &str = "(absent)";
@@ -194,7 +196,7 @@ pub fn read(item: &impl Item) -> Result<Record, StoreError> {
         wait_until: number(attr::WAIT_UNTIL)?.map(Time::from_secs),
         done_fingerprint: string(attr::DONE_FINGERPRINT)?.map(Fingerprint::new),
         pk: Key::from_stored(&pk)
-            .ok_or_else(|| malformed(&pk, attr::PK, "is not `<prefix>#<id>`"))?,
+            .ok_or_else(|| malformed(&pk, attr::PK, "is not `<kind>#<id>`"))?,
     };
     Ok(record)
 }
@@ -254,7 +256,7 @@ mod tests {
             attempt: Some(2),
             sent: Some(Time::from_ms(1_500)),
             refusals: Some(1),
-            awaited: Some("pi_1".into()),
+            awaited: Some("tr_1".into()),
             wait_until: Some(Time::from_secs(3)),
             done_fingerprint: Some(Fingerprint::new("paid")),
         }
@@ -271,8 +273,8 @@ mod tests {
     #[test]
     fn a_record_shown_to_an_operator_uses_the_stored_names() {
         assert_eq!(
-            stored_fields(Some(&State::Done), Some(2), Some("pi_1")),
-            "estado hecho, intento 2, recibo pi_1"
+            stored_fields(Some(&State::Done), Some(2), Some("tr_1")),
+            "estado hecho, intento 2, recibo tr_1"
         );
         assert_eq!(
             stored_fields(None, None, None),

@@ -102,7 +102,7 @@ pub enum ReleaseKind {
     /// Keep `attempt`: the next attempt replays the same key. Every failure whose
     /// outcome at the provider is unknown or transient.
     KeepKey,
-    /// After a refusal the provider stored under this key (a card its bank refused), so
+    /// After a refusal the provider stored under this key (a refusal a new attempt may overcome), so
     /// nothing was done under it: `attempt` + 1, `sent` removed, `refusals` + 1.
     Refused,
     /// `resolve` found nothing done: `attempt` + 1, `sent` removed; `refusals`
@@ -155,7 +155,7 @@ pub struct AwaitRequest<'a> {
 pub enum Settled {
     /// It happened: `Done`, the awaited reference its receipt, retention until
     /// `expires`; with `done_fingerprint` when what was done differs from the fact
-    /// (another card the person chose), kept so an audit holds the effect to it.
+    /// (other details the person chose), kept so an audit holds the effect to it.
     Done {
         /// Retention: the TTL attribute written with `Done`.
         expires: Time,
@@ -255,19 +255,21 @@ pub enum WriteOutcome {
 /// `apply`); the adapters implement exactly that.
 #[derive(Clone, Debug)]
 pub enum Write<'a> {
-    /// Wins when the key is absent, or a non-`Done` item of ours is past `expires`, or
-    /// the item has the same `fingerprint`, fewer than `max_refusals` refusals, and is
-    /// `Free` or `InProgress` with an expired lease. On winning: `InProgress`, our
+    /// Wins when the key is absent, or an item of ours past `expires` that is neither
+    /// `Done`, `Awaiting` nor `Uncertain`, or the item has the same `fingerprint` (any
+    /// fingerprint once `Failed`), fewer than `max_refusals` refusals, and is `Free`,
+    /// `Failed` or `InProgress` with an expired lease. On winning: `InProgress`, our
     /// `owner`, lease until `lease_until`, `created`/`attempt`/`sent`/`refusals` kept
     /// if present.
     Reserve(ReserveRequest<'a>),
     /// `Done` + `receipt`, lease removed, on `state = InProgress AND owner = mine`.
     Complete(CompleteRequest<'a>),
     /// The fallback when the fence is lost: the success is still a fact about its
-    /// attempt, so `Done` + `receipt` on `attempt = mine AND state <> Done`.
+    /// attempt, so `Done` + `receipt` on `attempt = mine AND state <> Done` (an
+    /// `Uncertain` record included: what it did not know is now known).
     CompleteAttempt(CompleteRequest<'a>),
-    /// `Free`, lease removed, the key and refusal count as `kind` says; same fence as
-    /// `Complete`.
+    /// `Free` (`Uncertain` for [`ReleaseKind::Uncertain`]), lease removed, the key and
+    /// refusal count as `kind` says; same fence as `Complete`.
     Release(ReleaseRequest<'a>),
     /// While holding the lease: `attempt` + 1 and `sent = now`, for a key the provider
     /// may have forgotten and reconciliation did not find.
@@ -279,7 +281,8 @@ pub enum Write<'a> {
         /// The time written as `sent`.
         now: Time,
     },
-    /// For `resolve`: leases a record that exists, is not `Done`, has no live lease
+    /// For `resolve`: leases a record that exists, is neither `Done` nor `Awaiting`
+    /// (resolve refuses an `Uncertain` one before it asks), has no live lease
     /// (legacy-format `InProgress` items have none) and has the same or no
     /// `fingerprint` (which it then gets). `attempt`, `sent`, `created` are kept or
     /// started.

@@ -17,7 +17,7 @@ use crate::contracts::store::{AwaitingCursor, IdempotencyStore, StoreError, Writ
 use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
-use crate::domain::{Key, Record};
+use crate::domain::{Key, ORDER_PREFIX, Record};
 use crate::drivers::charge::{Charger, Settings, deferred};
 use crate::drivers::executor::{Executor, executor};
 use crate::drivers::metrics::PAYMENT_MISSING;
@@ -312,7 +312,11 @@ impl Settler<'_> {
                     run.unread = true;
                     break 'pages;
                 }
-                self.settle(&mut run, record, deadline).await;
+                // The table may hold other consumers' facts under their own prefixes:
+                // only an order's wait is its PaymentIntent's.
+                if record.pk.prefix() == ORDER_PREFIX {
+                    self.settle(&mut run, record, deadline).await;
+                }
                 cursor = place;
             }
         }

@@ -47,6 +47,13 @@ pub enum ResolveError {
     LegacyFormat,
     #[error("the record changed while resolving; run resolve again")]
     Changed,
+    /// A record charge-once never writes: an at-most-once effect's, whose outcome is
+    /// unknown (`incierto`).
+    #[error(
+        "the record is `incierto`: an effect whose provider cannot be asked may have happened; \
+         resolve does not touch it: check the provider by hand"
+    )]
+    Uncertain,
     /// The order awaits its payment (its customer's confirmation, or a payment the
     /// provider processes): `resolve` never touches it, since that payment may still
     /// succeed.
@@ -221,6 +228,7 @@ impl From<Stopped<PaymentError>> for ResolveError {
             Stopped::FingerprintMismatch => Self::FingerprintMismatch,
             Stopped::LegacyFormat => Self::LegacyFormat,
             Stopped::Changed => Self::Changed,
+            Stopped::Uncertain => Self::Uncertain,
             Stopped::Awaiting { reference, until } => Self::Awaiting {
                 payment_id: reference,
                 until,

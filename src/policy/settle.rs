@@ -18,7 +18,7 @@ use crate::contracts::queue::QueueError;
 use crate::contracts::store::{StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::{Key, Record};
-use crate::policy::machine::{NoAnswer, outcome_of};
+use crate::policy::machine::{NoAnswer, outcome_of, shared};
 use crate::policy::outcome::{Outcome, Shared};
 use crate::policy::rules::Rules;
 
@@ -138,14 +138,6 @@ fn step_of(step: library::SettleStep<Shared<PaymentError>>) -> SettleStep {
         library::SettleStep::Write => SettleStep::Write,
         library::SettleStep::Report => SettleStep::Report,
         library::SettleStep::Done(end) => SettleStep::Done(outcome_of(end)),
-    }
-}
-
-fn shared(no_answer: NoAnswer<PaymentError>) -> NoAnswer<Shared<PaymentError>> {
-    match no_answer {
-        NoAnswer::NoTime => NoAnswer::NoTime,
-        NoAnswer::TimedOut => NoAnswer::TimedOut,
-        NoAnswer::Failed(e) => NoAnswer::Failed(Shared::new(e)),
     }
 }
 

@@ -145,6 +145,40 @@ async fn a_succeeded_event_completes_the_order_that_awaits_its_customer_and_a_re
     events.done().await;
 }
 
+/// An event that names no order (its PaymentIntent's metadata left out, as a thin
+/// event carries only the id) settles the order the provider's answer names: it runs as
+/// any record does, alone on its chain, never left unrun.
+#[tokio::test]
+async fn an_event_that_names_no_order_settles_the_order_the_providers_answer_names() {
+    let logs = Captured::default();
+    let _guard = logs.install();
+    let events = Events::new().await;
+    let payment = events.awaiting(1).await;
+    localstripe::authenticate(&payment).await;
+    let mut thin = events.event("payment_intent.succeeded", &payment).await;
+    let body = thin.records[0].body.as_deref().unwrap();
+    let mut body: serde_json::Value = serde_json::from_str(body).unwrap();
+    let object = &mut body["detail"]["data"]["object"];
+    assert!(object.as_object_mut().unwrap().remove("metadata").is_some());
+    thin.records[0].body = Some(body.to_string());
+
+    assert!(
+        events
+            .h
+            .invoke_event_with(thin, INVOCATION)
+            .await
+            .is_empty()
+    );
+    let (outcome, fields) = last_outcome(&logs);
+    assert_eq!(outcome, "reconciled", "{fields}");
+    let done = events.h.record(&events.order_id(1)).await.unwrap();
+    assert_eq!(
+        (done.state, done.receipt.as_deref()),
+        (State::Done, Some(payment.as_str()))
+    );
+    events.done().await;
+}
+
 /// A success of a payment the awaiting record does not name: Stripe took money for the
 /// order while another of its payments may still succeed, so a person looks.
 #[tokio::test]
@@ -608,4 +642,52 @@ async fn the_settler_reaches_a_wait_behind_more_than_one_runs_worth_of_open_wait
     assert_eq!((run.read, run.waiting), (4, 4), "{run:?}");
     assert_eq!(run.summary()["settle"], "done");
     h.provider.assert_no_order_charged_twice();
+}
+
+/// The table may hold another consumer's facts under their own prefix (a refund's
+/// wait, say): the settler reads them in the awaiting index and leaves them alone,
+/// asking the payment provider nothing about them.
+#[tokio::test]
+async fn the_settler_leaves_another_consumers_waits_alone() {
+    use charge_once::contracts::store::ReserveRequest;
+    use charge_once::domain::Fingerprint;
+    let h = harness().await;
+    let (key, owner, print) = (
+        Key::new("reembolso#", "r-1"),
+        Owner::new("another consumer"),
+        Fingerprint::new("f"),
+    );
+    let now = h.settings.now();
+    let reserve = Write::Reserve(ReserveRequest {
+        pk: &key,
+        fingerprint: &print,
+        owner: &owner,
+        now,
+        lease_until: now + Duration::from_secs(60),
+        expires: now + Duration::from_secs(3600),
+        max_refusals: 3,
+    });
+    let wait = Write::Await(AwaitRequest {
+        pk: &key,
+        owner: &owner,
+        awaited: "re_1",
+        // Its wait already over: the settler would cancel an order's payment now.
+        wait_until: now,
+        expires: now + Duration::from_secs(3600),
+    });
+    for write in [reserve, wait] {
+        let written = h.table.store.write(&write).await.unwrap();
+        assert!(matches!(written, WriteOutcome::Applied(_)), "{written:?}");
+    }
+    let before = h.table.store.get(&key).await.unwrap().unwrap();
+    assert_eq!(before.state, State::Awaiting);
+    h.clock.advance(Duration::from_secs(60));
+
+    let run = settler(&h.table, h.provider.as_ref(), &h.settings)
+        .run()
+        .await
+        .unwrap();
+    assert_eq!((run.read, run.completed, run.failed), (0, 0, 0), "{run:?}");
+    assert_eq!(h.table.store.get(&key).await.unwrap().unwrap(), before);
+    assert!(h.provider.calls().is_empty(), "nothing asked about it");
 }

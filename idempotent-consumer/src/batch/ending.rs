@@ -13,6 +13,10 @@ use crate::retry::{Handling, Wait};
 /// A valid record, as the plan groups it: the fact, or anything else the queue carries
 /// about one (a provider's event).
 pub trait Unit {
+    /// What one fact is called in a record's reason ("an earlier record of the same
+    /// fact failed in this batch").
+    const NAME: &'static str = "fact";
+
     /// The key of the fact the record is about (`None`: it names none).
     fn key(&self) -> Option<&Key>;
 

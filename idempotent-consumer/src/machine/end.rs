@@ -156,7 +156,7 @@ pub enum Awaited {
     /// A person must confirm it (a person's authentication).
     #[default]
     Someone,
-    /// The provider is processing it (a bank debit): it settles by itself.
+    /// The provider is processing it (a transfer that clears in days): it settles by itself.
     Processing,
 }
 
@@ -165,7 +165,7 @@ pub enum Awaited {
 pub enum Refusal<F> {
     /// The provider's refusal.
     Failure(F),
-    /// An effect that was in flight failed (a bank debit returned).
+    /// An effect that was in flight failed (a transfer that bounced).
     FailedInFlight,
     /// A request for someone's confirmation taken as a refusal: only with the
     /// `close_open_attempts` rule off, for its mutant.

@@ -11,7 +11,13 @@ use crate::table::Unsettled;
 impl<F: Classify + Clone> Machine<F> {
     pub(super) fn after_failure(&mut self, failure: F) -> Step<F> {
         let attempt = self.lease.attempt;
+        let at_most_once = self.unknown == Unknown::AtMostOnce;
         match failure.class() {
+            // At most once, with no lookup to see whether the refused attempt is
+            // confirmed later: a new key could apply the effect twice.
+            Class::Refused { open: Some(_) } | Class::Unexpected { .. } if at_most_once => {
+                self.uncertain()
+            }
             Class::Refused { open } => self.after_refusal(
                 End::Refused {
                     refusal: Refusal::Failure(failure),
@@ -114,12 +120,7 @@ impl<F: Classify + Clone> Machine<F> {
                 };
                 return self.release(next, End::retry(cause, attempt));
             }
-            Unknown::AtMostOnce => {
-                let end = End::Unresolved {
-                    cause: Unresolved::Table(Unsettled::UncertainOutcome),
-                };
-                return self.release(ReleaseKind::Uncertain, end);
-            }
+            Unknown::AtMostOnce => return self.uncertain(),
         }
         let kind = if self.rules.keep_key_when_uncertain {
             ReleaseKind::KeepKey
@@ -129,5 +130,14 @@ impl<F: Classify + Clone> Machine<F> {
             }
         };
         self.release(kind, End::retry(cause, Some(self.lease.attempt)))
+    }
+
+    /// At most once, and what was done is not known: the record becomes `Uncertain`,
+    /// final for every delivery, and the fact goes to a person.
+    pub(super) fn uncertain(&mut self) -> Step<F> {
+        let end = End::Unresolved {
+            cause: Unresolved::Table(Unsettled::UncertainOutcome),
+        };
+        self.release(ReleaseKind::Uncertain, end)
     }
 }

@@ -92,7 +92,7 @@ impl<F: Classify + Clone> Machine<F> {
                 self.complete(receipt, success)
             }
             // A live effect may still happen: a new key now could apply it twice. It
-            // settles by itself, in days for a bank debit: the record awaits it.
+            // settles by itself, in days for a transfer that clears late: the record awaits it.
             Found::InFlight { reference, .. } if self.rules.pending_is_live => {
                 self.await_reference(reference, Awaited::Processing)
             }
@@ -114,7 +114,7 @@ impl<F: Classify + Clone> Machine<F> {
             // The indeterminate answer's attempt came back refused: it stays the key's,
             // settled by the forgotten-key rule, never by a new key now.
             Looking::AfterServerError(status) => self.keep_key_after_server_error(status),
-            // An effect that was in flight and failed (a bank debit returned): a
+            // An effect that was in flight and failed (a transfer that bounced): a
             // refusal, its attempt cancelled before the next key.
             Looking::InFlight => {
                 self.phase = Phase::Cancelling(Looking::AfterRefusal(self.failed_in_flight()));
@@ -151,7 +151,7 @@ impl<F: Classify + Clone> Machine<F> {
         }
     }
 
-    /// An effect that was in flight and failed (a bank debit returned): a refusal of
+    /// An effect that was in flight and failed (a transfer that bounced): a refusal of
     /// this attempt.
     fn failed_in_flight(&self) -> End<F> {
         End::Refused {

@@ -125,7 +125,7 @@ pub enum Cancel {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     /// Refused under this key, nothing done, and counted: a new key may do better (a
-    /// card its bank refused). The refusal may leave `open` an attempt someone could still
+    /// refusal a new attempt may overcome). The refusal may leave `open` an attempt someone could still
     /// confirm: it is cancelled before the next key.
     Refused {
         /// The attempt the refusal left open, if any.

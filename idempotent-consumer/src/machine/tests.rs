@@ -361,3 +361,54 @@ fn a_refusal_without_a_lookup_moves_to_the_next_key_with_no_cancel() {
     );
     assert!(matches!(end, End::Refused { attempt: 1, .. }));
 }
+
+#[test]
+fn at_most_once_a_key_an_earlier_delivery_sent_is_never_performed_again() {
+    // An earlier delivery reserved the fact (its key sent a minute ago) and died: it may
+    // have performed the effect before recording it.
+    let earlier = Record {
+        attempt: Some(1),
+        created: Some(NOW - Duration::from_secs(60)),
+        sent: Some(NOW - Duration::from_secs(60)),
+        fingerprint: Some(Fingerprint::new("f")),
+        owner: Some(Owner::new("me")),
+        ..Record::new(Key::new("transfer#", "t-1"), State::InProgress)
+    };
+    let uncertain = Step::Write(WriteKind::Release(ReleaseKind::Uncertain));
+    let (mut machine, step) = start_with(Rules::ALL, Unknown::AtMostOnce);
+    assert_eq!(step, RESERVE);
+    assert_eq!(
+        machine.on(Input::Written(Ok(WriteOutcome::Applied(earlier.clone())))),
+        uncertain
+    );
+    // At least once, the same record is performed again under its key.
+    let (mut machine, _) = start_with(Rules::ALL, Unknown::AtLeastOnce);
+    assert_eq!(
+        machine.on(Input::Written(Ok(WriteOutcome::Applied(earlier)))),
+        perform()
+    );
+}
+
+#[test]
+fn at_most_once_a_refusal_that_leaves_an_attempt_open_or_an_unexpected_answer_is_uncertain() {
+    let uncertain = Step::Write(WriteKind::Release(ReleaseKind::Uncertain));
+    let open = Class::Refused {
+        open: Some("tr_open".to_owned()),
+    };
+    let unexpected = Class::Unexpected {
+        reference: "tr_6".to_owned(),
+        status: "odd".to_owned(),
+    };
+    for class in [open, unexpected] {
+        let end = run_with(
+            Unknown::AtMostOnce,
+            Rules::ALL,
+            vec![
+                (RESERVE, won()),
+                (perform(), failed(class)),
+                (uncertain.clone(), written()),
+            ],
+        );
+        assert!(matches!(end, End::Unresolved { .. }), "{end:?}");
+    }
+}

@@ -153,3 +153,10 @@ fn a_record_that_awaits_or_is_leased_is_never_touched() {
         ResolveStep::Done(Err(Stopped::LiveLease { .. }))
     ));
 }
+
+#[test]
+fn an_uncertain_record_is_never_touched() {
+    let mut r = resolver(Confirmed::default());
+    let step = r.on(ResolveInput::Read(Ok(Some(record(State::Uncertain)))));
+    assert!(matches!(step, ResolveStep::Done(Err(Stopped::Uncertain))));
+}

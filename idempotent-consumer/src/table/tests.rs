@@ -138,13 +138,13 @@ fn an_ended_wait_takes_the_fact_again_even_with_another_payload_but_an_awaiting_
 #[test]
 fn a_copy_of_a_fact_whose_wait_is_past_its_end_is_retried_not_acknowledged() {
     let mut awaiting = record(State::Awaiting, Some("h"), None);
-    awaiting.awaited = Some("pi_1".into());
+    awaiting.awaited = Some("tr_1".into());
     awaiting.wait_until = Some(Time::from_secs(1));
     // `judge` reserves at 0 ms: the wait still runs.
     assert_eq!(
         judge(awaiting.clone()),
         Reservation::Awaiting {
-            awaited: Some("pi_1".into())
+            awaited: Some("tr_1".into())
         }
     );
     awaiting.wait_until = Some(Time::from_secs(0));
@@ -155,7 +155,7 @@ fn a_copy_of_a_fact_whose_wait_is_past_its_end_is_retried_not_acknowledged() {
 fn ending_a_wait_early_moves_its_end_and_nothing_else() {
     let pk = Key::new("hecho#", "a");
     let mut awaiting = record(State::Awaiting, Some("h"), None);
-    awaiting.awaited = Some("pi_1".into());
+    awaiting.awaited = Some("tr_1".into());
     awaiting.wait_until = Some(Time::from_secs(900));
     let ending = |awaited| {
         Write::Settle(crate::store::SettleRequest {
@@ -166,9 +166,9 @@ fn ending_a_wait_early_moves_its_end_and_nothing_else() {
             },
         })
     };
-    assert!(holds(&ending("pi_1"), Some(&awaiting), Rules::ALL));
-    assert!(!holds(&ending("pi_2"), Some(&awaiting), Rules::ALL));
-    let ended = apply(&ending("pi_1"), Some(&awaiting));
+    assert!(holds(&ending("tr_1"), Some(&awaiting), Rules::ALL));
+    assert!(!holds(&ending("tr_2"), Some(&awaiting), Rules::ALL));
+    let ended = apply(&ending("tr_1"), Some(&awaiting));
     assert_eq!(
         ended,
         Record {

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::contracts::payment::{PaymentError, PaymentListing};
 use crate::contracts::store::{IdempotencyStore, StoreError};
+use crate::domain::ORDER_PREFIX;
 use crate::domain::clock::Time;
 use crate::policy::audit::{Evidence, FINDINGS_METRIC, Finding, Kind, findings};
 
@@ -134,7 +135,11 @@ pub async fn audit(
     if awaiting.len() > MAX_AWAITING {
         return Err(ReadError::TooManyAwaiting(MAX_AWAITING));
     }
-    for record in awaiting {
+    // Only orders: the table may hold other consumers' facts under their own prefixes.
+    for record in awaiting
+        .into_iter()
+        .filter(|r| r.pk.prefix() == ORDER_PREFIX)
+    {
         evidence.records.insert(record.pk.clone(), record);
     }
     // Each payment's order, by key: a payment of the window may belong to a record

@@ -39,6 +39,8 @@ pub enum Valid {
 }
 
 impl Unit for Valid {
+    const NAME: &'static str = "order";
+
     /// The key of the order the record is about.
     fn key(&self) -> Option<&Key> {
         match self {

@@ -3,7 +3,7 @@
 //! a payment as its effect. The driver (`drivers/charge.rs`) performs each step with
 //! the real store and provider; the model checker (`examples/model.rs`) performs them
 //! against a model of both. This module gives the machine its words: a payment's
-//! answers in ([`words`]: how a `PaymentError` classifies, a lookup, a receipt), and
+//! answers in (`words.rs`: how a `PaymentError` classifies, a lookup, a receipt), and
 //! each end out as the record's [`Outcome`].
 
 mod steps;
@@ -13,7 +13,7 @@ mod words;
 
 pub use idempotent_consumer::machine::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
-pub use words::{found, outcome_of};
+pub use words::{found, outcome_of, shared};
 
 use idempotent_consumer::machine as library;
 use std::time::Duration;

@@ -49,7 +49,8 @@ pub(super) fn input(input: Input) -> library::Input<Shared<PaymentError>> {
     }
 }
 
-fn shared(no_answer: NoAnswer<PaymentError>) -> NoAnswer<Shared<PaymentError>> {
+/// A call's missing answer, its failure shared as the machines keep it.
+pub fn shared(no_answer: NoAnswer<PaymentError>) -> NoAnswer<Shared<PaymentError>> {
     match no_answer {
         NoAnswer::NoTime => NoAnswer::NoTime,
         NoAnswer::TimedOut => NoAnswer::TimedOut,

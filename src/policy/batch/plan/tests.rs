@@ -303,3 +303,17 @@ fn the_response_lists_each_failed_message_once() {
     entries[2].outcome = charged();
     assert_eq!(response(&entries).failures, ["m0"]);
 }
+
+#[test]
+fn a_record_skipped_behind_a_copy_of_its_order_says_so() {
+    let records = [message("m0", &order("A")), message("m1", &order("A"))];
+    let mut entries = parse(&records).unwrap();
+    entries[1].outcome = RecordOutcome::Skipped {
+        why: Skip::SameFact,
+        behind: 0,
+    };
+    assert_eq!(
+        entries[1].reason().as_deref(),
+        Some("an earlier record of the same order failed in this batch")
+    );
+}
