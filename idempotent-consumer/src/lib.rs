@@ -22,6 +22,7 @@
 //! | [`schema`] | the table's storage format (the pattern card's Spanish names), mapped once |
 //! | [`lease`] | a holder's lease on a record: the fenced complete and release |
 //! | [`machine`] | the state machine of one record, for any effect under a provider key |
+//! | [`effect`] | an effect at a provider as a trait, and the loop that applies a fact once through the executor |
 //! | [`settle`] | the settlement of an awaited effect, by the provider's answer |
 //! | [`resolve`] | a person settling a record by the provider's answer, under a lease |
 //! | [`dynamodb`] | the store contract on DynamoDB |
@@ -37,6 +38,7 @@ pub mod breaker;
 pub mod clock;
 pub mod deadline;
 pub mod dynamodb;
+pub mod effect;
 pub mod emf;
 pub mod envelope;
 pub mod executor;

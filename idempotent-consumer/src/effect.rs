@@ -1,0 +1,215 @@
+//! An effect a provider applies under an idempotency key (a transfer, a message sent,
+//! an object created at another service), as a trait, and [`apply`]: the loop that
+//! performs the record machine's steps for it, every call through the one executor.
+//! The application writes the effect (perform under the key, look up what an unknown
+//! outcome did, cancel an attempt left open) and says how its failures read
+//! ([`Classify`], [`ProviderFailure`]); the record, its fenced writes, the provider key
+//! of each attempt, the lookups before a new key, the breakers, the pace and the
+//! deadline come with it.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tracing::{Span, debug, info_span};
+
+use crate::clock::Time;
+use crate::executor::{Closed, Executor, NoAnswer, Observe, ProviderFailure, Wait};
+use crate::machine::{
+    Cancel, Classify, End, Found, Input, Machine, Receipt, Shared, Start, Step, Unknown,
+};
+use crate::record::{Identity, Owner};
+use crate::rules::Rules;
+use crate::store::IdempotencyStore;
+
+/// An effect a provider applies once per fact, under the idempotency key the machine
+/// names for each attempt (`<pk>#<attempt>`).
+#[async_trait]
+pub trait Effect: Send + Sync {
+    /// What one message says happened.
+    type Fact: Send + Sync;
+    /// Why a provider call gave no answer the machine can use.
+    type Failure: Classify + ProviderFailure + std::error::Error + Send + Sync + 'static;
+    /// What an unknown outcome means: [`Unknown::LookedUp`] when the provider keeps
+    /// each key and [`Effect::look_up`] can find what it did.
+    const UNKNOWN: Unknown = Unknown::LookedUp;
+
+    /// Applies the effect under `key`; the same key again answers as the first time.
+    async fn perform(&self, fact: &Self::Fact, key: &str) -> Result<Receipt, Self::Failure>;
+
+    /// What the provider did for `fact` since `since` (the record's creation, less a
+    /// margin for clocks): done, in flight, open, or nothing.
+    async fn look_up(&self, fact: &Self::Fact, since: Time) -> Result<Found, Self::Failure>;
+
+    /// Cancels an attempt left open, so that nobody can confirm it once a new key is
+    /// used. An effect that leaves nothing open answers `NotCancellable`.
+    async fn cancel(&self, reference: &str) -> Result<Cancel, Self::Failure>;
+}
+
+/// The provider calls of an [`Effect`], as traces name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EffectCall {
+    /// [`Effect::perform`].
+    Perform,
+    /// [`Effect::look_up`].
+    LookUp,
+    /// [`Effect::cancel`].
+    Cancel,
+}
+
+/// The [`Observe`] of an [`Effect`]'s calls: a span per request and per wait, named by
+/// [`EffectCall`].
+pub struct Traced<F>(PhantomData<fn() -> F>);
+
+impl<F> Default for Traced<F> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<F: ProviderFailure + std::error::Error + 'static> Observe for Traced<F> {
+    type Call = EffectCall;
+    type Failure = F;
+
+    fn call_span(&self, call: EffectCall, retry: bool) -> Span {
+        info_span!("provider call", call = ?call, retry)
+    }
+
+    fn answered(&self, span: &Span, failure: Option<&NoAnswer<F>>) {
+        if let Some(failure) = failure {
+            let why = match failure {
+                NoAnswer::NoTime => "no time left".to_owned(),
+                NoAnswer::TimedOut => "timed out".to_owned(),
+                NoAnswer::Failed(e) => crate::error_chain(e),
+            };
+            debug!(parent: span, failure = %why, "no answer");
+        }
+    }
+
+    fn wait_span(&self, wait: Wait, planned: Duration) -> Span {
+        let planned_ms = u64::try_from(planned.as_millis()).unwrap_or(u64::MAX);
+        info_span!("wait", wait = ?wait, planned_ms)
+    }
+}
+
+/// How long records are kept and how long the machine waits, for every fact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// `expires` = now + this: retention only, never correctness.
+    pub retention: Duration,
+    /// Keys first sent longer ago than this are looked up before reuse: less than the
+    /// provider keeps its keys.
+    pub key_ttl: Duration,
+    /// Counted refusals of a fact before deliveries stop calling the provider.
+    pub max_refusals: u32,
+    /// How long a fact awaits someone's confirmation.
+    pub someone_wait: Duration,
+    /// How long a fact awaits an effect the provider processes.
+    pub processing_wait: Duration,
+}
+
+impl Policy {
+    /// 90 days of retention, keys looked up after 23 hours (a provider that keeps them
+    /// 24), 3 refusals, a week for a person, two weeks for processing.
+    pub fn standard() -> Self {
+        Self {
+            retention: Duration::from_secs(90 * 24 * 3600),
+            key_ttl: Duration::from_secs(23 * 3600),
+            max_refusals: 3,
+            someone_wait: Duration::from_secs(7 * 24 * 3600),
+            processing_wait: Duration::from_secs(14 * 24 * 3600),
+        }
+    }
+}
+
+/// Applies `fact` once in effect: the record machine's steps, each store write and
+/// provider call through `executor` (its breakers admitting the work, its budget and
+/// pace bounding each call). `Err`: a breaker is open, and nothing was written or
+/// asked.
+pub async fn apply<E, O>(
+    effect: &E,
+    store: &dyn IdempotencyStore,
+    executor: &Executor<'_, O>,
+    policy: &Policy,
+    fact: &E::Fact,
+    identity: &Identity,
+) -> Result<End<Shared<E::Failure>>, Closed>
+where
+    E: Effect,
+    O: Observe<Call = EffectCall, Failure = E::Failure>,
+{
+    executor
+        .admitted(run(effect, store, executor, policy, fact, identity))
+        .await
+}
+
+async fn run<E, O>(
+    effect: &E,
+    store: &dyn IdempotencyStore,
+    executor: &Executor<'_, O>,
+    policy: &Policy,
+    fact: &E::Fact,
+    identity: &Identity,
+) -> End<Shared<E::Failure>>
+where
+    E: Effect,
+    O: Observe<Call = EffectCall, Failure = E::Failure>,
+{
+    let now = executor.now();
+    let (mut machine, mut step) = Machine::new(Start {
+        identity: identity.clone(),
+        owner: Owner::fresh(),
+        now,
+        deadline: executor.deadline(),
+        expires: Time::from_secs((now + policy.retention).as_secs()),
+        max_refusals: policy.max_refusals,
+        key_ttl: policy.key_ttl,
+        someone_wait: policy.someone_wait,
+        processing_wait: policy.processing_wait,
+        unknown: E::UNKNOWN,
+        rules: Rules::ALL,
+    });
+    // Bounded: each step is a call under the deadline, and the machine ends within a
+    // few of them (its lookups and cancels are counted).
+    loop {
+        step = match step {
+            Step::Done(end) => return end,
+            Step::Write(kind) => {
+                let span = info_span!("store write", write = ?kind);
+                let answer = {
+                    let write = machine.write(kind, executor.now());
+                    executor.store(&span, store.write(&write)).await
+                };
+                machine.on(Input::Written(answer))
+            }
+            Step::Perform { key } => {
+                let answer = executor
+                    .provider(EffectCall::Perform, false, || effect.perform(fact, &key))
+                    .await;
+                machine.on(Input::Performed(answer.map_err(shared)))
+            }
+            Step::Lookup => {
+                let since = machine.lookup_since();
+                let answer = executor
+                    .provider(EffectCall::LookUp, false, || effect.look_up(fact, since))
+                    .await;
+                machine.on(Input::Looked(answer.map_err(shared)))
+            }
+            Step::Cancel { reference } => {
+                let answer = executor
+                    .provider(EffectCall::Cancel, false, || effect.cancel(&reference))
+                    .await;
+                machine.on(Input::Cancelled(answer.map_err(shared)))
+            }
+        };
+    }
+}
+
+/// A call's missing answer, its failure shared as the machine keeps it.
+fn shared<F>(no_answer: NoAnswer<F>) -> NoAnswer<Shared<F>> {
+    match no_answer {
+        NoAnswer::NoTime => NoAnswer::NoTime,
+        NoAnswer::TimedOut => NoAnswer::TimedOut,
+        NoAnswer::Failed(e) => NoAnswer::Failed(Shared::new(e)),
+    }
+}
