@@ -3,8 +3,9 @@
 //! under a key answers with the first one's transfer) and can be searched by fact. Each
 //! transfer is made once however its fact is delivered: many times in parallel, again
 //! after it is done, and again after the ledger's answer was lost (the same key
-//! replayed, then recorded). The machine, the record and the executor are the
-//! library's; only the ledger is this test's.
+//! replayed, then recorded), and through the library's Lambda consumer, copies in one
+//! batch beside a body that is no transfer. The machine, the record, the executor and
+//! the consumer are the library's; only the ledger is this test's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -16,8 +17,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use harness::servers::{Backend, Table};
 use idempotent_consumer::clock::{self, Time};
-use idempotent_consumer::effect::{self, Effect, Policy, Traced};
+use idempotent_consumer::effect::{self, Consumer, Effect, Policy, Traced};
 use idempotent_consumer::executor::{Executor, Safeguards, Throttle};
+use idempotent_consumer::in_store::Invalid;
 use idempotent_consumer::machine::{Cancel, Class, Classify, End, Found, Receipt};
 use idempotent_consumer::record::{Fingerprint, Identity, Key, State};
 use idempotent_consumer::store::IdempotencyStore;
@@ -115,6 +117,22 @@ impl Ledger {
 impl Effect for Ledger {
     type Fact = Transfer;
     type Failure = LedgerError;
+
+    fn parse(&self, body: &str) -> Result<Transfer, Invalid> {
+        let fact: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| Invalid(e.to_string()))?;
+        match (fact["id"].as_str(), fact["amount"].as_u64()) {
+            (Some(id), Some(amount)) if !id.is_empty() && !id.contains('#') => Ok(Transfer {
+                id: id.to_owned(),
+                amount,
+            }),
+            _ => Err(Invalid("a transfer needs its id and amount".to_owned())),
+        }
+    }
+
+    fn identity(&self, fact: &Transfer) -> Identity {
+        fact.identity()
+    }
 
     async fn perform(&self, fact: &Transfer, key: &str) -> Result<Receipt, LedgerError> {
         let transfer = format!("tr_{}", uuid::Uuid::new_v4().simple());
@@ -302,4 +320,46 @@ async fn a_lost_answer_keeps_the_key_and_the_next_delivery_records_the_one_trans
         receipt.id, transfers[0],
         "recorded with the first request's transfer"
     );
+}
+
+#[tokio::test]
+async fn the_consumer_makes_each_transfer_of_a_batch_once_and_fails_a_body_that_is_none() {
+    let rig = rig().await;
+    let view = Ledger {
+        table: Table {
+            client: rig.ledger.table.client.clone(),
+            name: rig.ledger.table.name.clone(),
+            store: rig.ledger.table.store.clone(),
+        },
+        lose: AtomicUsize::new(0),
+    };
+    let consumer = Consumer::new(
+        rig.records.dyn_store(),
+        rig.ledger,
+        Safeguards::standard(),
+        Policy::standard(),
+    );
+    let t3 = r#"{"id":"t-3","amount":500}"#;
+    let t4 = r#"{"id":"t-4","amount":700}"#;
+    let sns =
+        serde_json::json!({"Type": "Notification", "MessageId": "n-1", "Message": t3}).to_string();
+    let batch = harness::rig::batch_of(&[t3, t4, &sns, "not a transfer", t3]);
+    let deadline = Time::from_ms(clock::wall_ms()) + Duration::from_secs(60);
+    let response = consumer.run(&batch, deadline).await;
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [batch.records[3].message_id.as_deref().unwrap()],
+        "only the body that is no transfer comes back (no dead-letter queue here)"
+    );
+    assert_eq!(
+        view.transfers("t-3").await.len(),
+        1,
+        "three copies, one transfer"
+    );
+    assert_eq!(view.transfers("t-4").await.len(), 1);
 }

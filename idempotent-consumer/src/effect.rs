@@ -5,7 +5,8 @@
 //! outcome did, cancel an attempt left open) and says how its failures read
 //! ([`Classify`], [`ProviderFailure`]); the record, its fenced writes, the provider key
 //! of each attempt, the lookups before a new key, the breakers, the pace and the
-//! deadline come with it.
+//! deadline come with it. [`Consumer`] is the Lambda function around it: the SQS batch,
+//! each record's verdict from its end, dead letters with their notes.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -14,13 +15,19 @@ use async_trait::async_trait;
 use tracing::{Span, debug, info_span};
 
 use crate::clock::Time;
-use crate::executor::{Closed, Executor, NoAnswer, Observe, ProviderFailure, Wait};
+use crate::consumer::{self, Verdict, Verdicts};
+use crate::executor::{Closed, Executor, NoAnswer, Observe, ProviderFailure, Safeguards, Wait};
+use crate::in_store::Invalid;
 use crate::machine::{
     Cancel, Classify, End, Found, Input, Machine, Receipt, Shared, Start, Step, Unknown,
 };
+use crate::queue::Queue;
 use crate::record::{Identity, Owner};
 use crate::rules::Rules;
 use crate::store::IdempotencyStore;
+use crate::{envelope, error_chain};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use std::sync::Arc;
 
 /// An effect a provider applies once per fact, under the idempotency key the machine
 /// names for each attempt (`<pk>#<attempt>`).
@@ -33,6 +40,13 @@ pub trait Effect: Send + Sync {
     /// What an unknown outcome means: [`Unknown::LookedUp`] when the provider keeps
     /// each key and [`Effect::look_up`] can find what it did.
     const UNKNOWN: Unknown = Unknown::LookedUp;
+
+    /// Reads a fact from a message body (the envelope already taken off).
+    fn parse(&self, body: &str) -> Result<Self::Fact, Invalid>;
+
+    /// The fact's key (`Key::new("<kind>#", id)`: the business fact, never the
+    /// transport's message id) and the fingerprint of its fields.
+    fn identity(&self, fact: &Self::Fact) -> Identity;
 
     /// Applies the effect under `key`; the same key again answers as the first time.
     async fn perform(&self, fact: &Self::Fact, key: &str) -> Result<Receipt, Self::Failure>;
@@ -211,5 +225,141 @@ fn shared<F>(no_answer: NoAnswer<F>) -> NoAnswer<Shared<F>> {
         NoAnswer::NoTime => NoAnswer::NoTime,
         NoAnswer::TimedOut => NoAnswer::TimedOut,
         NoAnswer::Failed(e) => NoAnswer::Failed(Shared::new(e)),
+    }
+}
+
+/// A Lambda consumer of an effect at a provider: built once at cold start, shared by
+/// every invocation. Each record is applied with [`apply`]; its end decides its
+/// verdict: done, a duplicate or handed to someone (awaiting) is acknowledged; a
+/// conflict, a fact at its refusal limit, a refusal for good or a record that needs a
+/// person goes to the dead-letter queue with its note; anything else comes back.
+pub struct Consumer<E: Effect> {
+    store: Arc<dyn IdempotencyStore>,
+    effect: E,
+    safeguards: Safeguards,
+    policy: Policy,
+    observe: Traced<E::Failure>,
+    dead_letters: Option<Arc<dyn Queue>>,
+}
+
+impl<E: Effect> Consumer<E> {
+    /// A consumer of `effect` on `store` (a [`crate::dynamodb::DynamoStore`] in
+    /// Lambda), under `safeguards` and `policy`; no dead-letter queue until
+    /// [`Self::with_dead_letters`].
+    pub fn new(
+        store: Arc<dyn IdempotencyStore>,
+        effect: E,
+        safeguards: Safeguards,
+        policy: Policy,
+    ) -> Self {
+        Self {
+            store,
+            effect,
+            safeguards,
+            policy,
+            observe: Traced::default(),
+            dead_letters: None,
+        }
+    }
+
+    /// The consumer that sends a record no retry can fix to the dead-letter queue at
+    /// once, with a note saying why, and acknowledges it once the send succeeded.
+    pub fn with_dead_letters(self, queue: Arc<dyn Queue>) -> Self {
+        Self {
+            dead_letters: Some(queue),
+            ..self
+        }
+    }
+
+    /// Runs a batch whose invocation ends at `deadline`.
+    pub async fn run(&self, event: &SqsEvent, deadline: Time) -> SqsBatchResponse {
+        consumer::run(self, event, deadline).await
+    }
+
+    /// Serves Lambda's invocations until the runtime stops: the consumer's whole life
+    /// in a Lambda function.
+    pub async fn serve(self) -> Result<(), lambda_runtime::Error>
+    where
+        E: 'static,
+    {
+        consumer::serve_batches(Arc::new(self)).await
+    }
+
+    /// How one record ends, before the queue is told.
+    async fn verdict(&self, message: &SqsMessage, deadline: Time) -> Verdict {
+        let fact = match envelope::body(message.body.as_deref().unwrap_or_default())
+            .and_then(|body| self.effect.parse(&body))
+        {
+            Ok(fact) => fact,
+            Err(invalid) => return Verdict::dead("invalid", invalid.0),
+        };
+        let identity = self.effect.identity(&fact);
+        let executor = Executor::new(self.safeguards.clone(), &self.observe, deadline);
+        let store = self.store.as_ref();
+        match apply(
+            &self.effect,
+            store,
+            &executor,
+            &self.policy,
+            &fact,
+            &identity,
+        )
+        .await
+        {
+            Ok(end) => verdict_of(end),
+            Err(closed) => Verdict::Retry(format!(
+                "the {:?} breaker is open: nothing written or asked",
+                closed.dependency
+            )),
+        }
+    }
+}
+
+impl<E: Effect> Verdicts for Consumer<E> {
+    fn safeguards(&self) -> &Safeguards {
+        &self.safeguards
+    }
+
+    fn dead_letters(&self) -> Option<&Arc<dyn Queue>> {
+        self.dead_letters.as_ref()
+    }
+
+    fn verdict<'a>(
+        &'a self,
+        message: &'a SqsMessage,
+        deadline: Time,
+    ) -> consumer::VerdictFuture<'a> {
+        Box::pin(Consumer::verdict(self, message, deadline))
+    }
+}
+
+/// What becomes of a record, by how the machine ended it.
+fn verdict_of<F: std::error::Error + 'static>(end: End<Shared<F>>) -> Verdict {
+    match end {
+        End::Done { found: false, .. } => Verdict::Acked("done"),
+        End::Done { found: true, .. } => Verdict::Acked("found"),
+        End::Duplicate { .. } => Verdict::Acked("duplicate"),
+        End::Awaiting { .. } | End::AlreadyAwaiting { .. } => Verdict::Acked("awaiting"),
+        End::Settled { .. } => Verdict::Acked("settled"),
+        End::Ignored { .. } => Verdict::Acked("ignored"),
+        End::Unrecorded { .. } => Verdict::Acked("unrecorded"),
+        End::Conflict => Verdict::dead(
+            "conflict",
+            "its id is another fact's, with other fields; never applied".to_owned(),
+        ),
+        End::RefusalLimit { refusals } => Verdict::dead(
+            "refusal_limit",
+            format!("refused {refusals} times: not sent again until a person resets it"),
+        ),
+        End::RefusedForGood { failure, .. } => Verdict::dead("refused", error_chain(&failure)),
+        End::Unresolved { cause } => Verdict::dead("needs_a_person", format!("{cause:?}")),
+        End::Refused { attempt, .. } => Verdict::Retry(format!(
+            "refused under attempt {attempt}; the next delivery tries the next key"
+        )),
+        End::InProgress { .. } => Verdict::Retry("another delivery holds its lease".to_owned()),
+        End::Retry { cause, .. } => Verdict::Retry(format!("{cause:?}")),
+        End::Deadline { before, .. } => Verdict::Retry(format!(
+            "not started before its {before:?}: too little time left"
+        )),
     }
 }

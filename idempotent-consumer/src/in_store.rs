@@ -11,8 +11,6 @@
 //! response, dead letters with their note) with every store and queue call through
 //! the one executor ([`crate::executor`]).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +20,12 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use sha2::{Digest as _, Sha256};
-use tracing::{Instrument as _, info, info_span, warn};
+use tracing::info_span;
 
 use crate::clock::Time;
+use crate::consumer::{self, Verdict, Verdicts};
 use crate::executor::{Executor, NoAnswer, Safeguards, StoreOnly};
-use crate::queue::{DeadLetter, Queue, QueueError};
+use crate::queue::Queue;
 use crate::{BoxError, envelope, error_chain};
 
 /// The record's storage names: the pattern card's, as every record of the table keeps
@@ -247,94 +246,6 @@ pub fn fingerprint_of(fields: &[String]) -> String {
         .collect()
 }
 
-/// How a record ends.
-enum End {
-    /// Done, or a duplicate of a done fact: acknowledged.
-    Acked(&'static str),
-    /// No retry can fix it: the dead-letter queue, with its outcome and reason.
-    DeadLetter {
-        outcome: &'static str,
-        reason: String,
-    },
-    /// It may succeed later: back to the queue, with why.
-    Retry(String),
-}
-
-impl End {
-    fn dead(outcome: &'static str, reason: String) -> Self {
-        Self::DeadLetter { outcome, reason }
-    }
-
-    /// The dead letter's note, why, as a JSON object: `None` for a record that is not
-    /// one.
-    fn note(&self, message_id: &str) -> Option<String> {
-        let Self::DeadLetter { outcome, reason } = self else {
-            return None;
-        };
-        let note =
-            serde_json::json!({"outcome": outcome, "reason": reason, "message_id": message_id});
-        Some(note.to_string())
-    }
-
-    /// Writes the record's one outcome line, given what became of its dead letter;
-    /// whether it is acknowledged.
-    fn told(&self, sent: Option<Result<(), QueueError>>) -> bool {
-        match (self, sent) {
-            (Self::Acked(outcome), _) => {
-                info!(outcome, "record processed");
-                true
-            }
-            (Self::DeadLetter { outcome, reason }, Some(Ok(()))) => {
-                warn!(outcome, reason = %reason, "record dead-lettered");
-                true
-            }
-            (Self::DeadLetter { outcome, reason }, Some(Err(e))) => {
-                warn!(outcome, reason = %reason, queue_error = %error_chain(&e),
-                    "record failed: its dead letter was not sent; it comes back");
-                false
-            }
-            (Self::DeadLetter { outcome, reason }, None) => {
-                warn!(outcome, reason = %reason,
-                    "record failed; no retry fixes it: the queue's redrive policy moves it");
-                false
-            }
-            (Self::Retry(reason), _) => {
-                warn!(outcome = "failed", reason = %reason, "record failed; it comes back");
-                false
-            }
-        }
-    }
-}
-
-/// A batch handler whatever its effect, so that the Lambda runtime's future is built
-/// here, once, and not in every application's crate.
-trait HandleBatch: Send + Sync {
-    fn handle_batch(&self, event: lambda_runtime::LambdaEvent<SqsEvent>) -> BatchFuture<'_>;
-}
-
-type BatchFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<SqsBatchResponse, std::convert::Infallible>> + Send + 'a>>;
-
-impl<E: InStoreEffect> HandleBatch for Consumer<E> {
-    fn handle_batch(&self, event: lambda_runtime::LambdaEvent<SqsEvent>) -> BatchFuture<'_> {
-        Box::pin(self.handle(event))
-    }
-}
-
-/// The Lambda runtime serving `handler`. Not generic: the runtime's future is deeper
-/// than the compiler's default limit, so it is laid out in this crate alone (see the
-/// crate's `recursion_limit`) and handed out boxed.
-fn serve_batches(
-    handler: Arc<dyn HandleBatch>,
-) -> Pin<Box<dyn Future<Output = Result<(), lambda_runtime::Error>> + Send>> {
-    Box::pin(lambda_runtime::run(lambda_runtime::service_fn(
-        move |event| {
-            let handler = Arc::clone(&handler);
-            async move { handler.handle_batch(event).await }
-        },
-    )))
-}
-
 /// A Lambda consumer of an in-store effect: built once at cold start, shared by every
 /// invocation.
 pub struct Consumer<E> {
@@ -386,9 +297,7 @@ impl<E: InStoreEffect> Consumer<E> {
         &self,
         event: lambda_runtime::LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, std::convert::Infallible> {
-        let deadline =
-            crate::deadline::plausible(i64::try_from(event.context.deadline).unwrap_or(i64::MAX))
-                .unwrap_or_else(|| self.safeguards.now() + Duration::from_secs(60));
+        let deadline = consumer::deadline_of(&event.context, &self.safeguards);
         Ok(self.run(&event.payload, deadline).await)
     }
 
@@ -398,110 +307,38 @@ impl<E: InStoreEffect> Consumer<E> {
     where
         E: 'static,
     {
-        serve_batches(std::sync::Arc::new(self)).await
+        consumer::serve_batches(Arc::new(self)).await
     }
 
     /// Runs a batch whose invocation ends at `deadline`.
     pub async fn run(&self, event: &SqsEvent, deadline: Time) -> SqsBatchResponse {
-        let deadline = self.safeguards.budget.answer_by(deadline);
-        let mut failed_groups: Vec<&str> = Vec::new();
-        let mut ends = Vec::with_capacity(event.records.len());
-        let mut spans = Vec::with_capacity(event.records.len());
-        for message in &event.records {
-            let message_id = message.message_id.as_deref().unwrap_or_default();
-            let span = info_span!("record", message_id);
-            let group = message.attributes.get("MessageGroupId").map(String::as_str);
-            let end = if group.is_some_and(|g| failed_groups.contains(&g)) {
-                End::Retry("an earlier record of its message group failed".to_owned())
-            } else {
-                self.end(message, deadline).instrument(span.clone()).await
-            };
-            if let (End::Retry(_), Some(group)) = (&end, group) {
-                failed_groups.push(group);
-            }
-            ends.push(end);
-            spans.push(span);
-        }
-        let sent = self
-            .send_dead_letters(&event.records, &ends, deadline)
-            .await;
-        let mut response = SqsBatchResponse::default();
-        for (((message, end), sent), span) in event.records.iter().zip(&ends).zip(sent).zip(&spans)
-        {
-            let _line = span.enter();
-            if !end.told(sent) {
-                response.add_failure(message.message_id.clone().unwrap_or_default());
-            }
-        }
-        response
+        consumer::run(self, event, deadline).await
     }
 
     /// How one record ends, before the queue is told.
-    async fn end(&self, message: &SqsMessage, deadline: Time) -> End {
+    async fn verdict(&self, message: &SqsMessage, deadline: Time) -> Verdict {
         let fact = match envelope::body(message.body.as_deref().unwrap_or_default())
             .and_then(|body| self.effect.parse(&body))
         {
             Ok(fact) => fact,
-            Err(invalid) => return End::dead("invalid", invalid.0),
+            Err(invalid) => return Verdict::dead("invalid", invalid.0),
         };
         match self.apply(&fact, deadline).await {
-            Ok(Applied::Done) => End::Acked("done"),
-            Ok(Applied::Duplicate) => End::Acked("duplicate"),
-            Ok(Applied::Mismatch) => End::dead(
+            Ok(Applied::Done) => Verdict::Acked("done"),
+            Ok(Applied::Duplicate) => Verdict::Acked("duplicate"),
+            Ok(Applied::Mismatch) => Verdict::dead(
                 "mismatch",
                 "its id is done with other fields (a different fact under a reused id)".to_owned(),
             ),
-            Ok(Applied::Refused { index }) => End::dead(
+            Ok(Applied::Refused { index }) => Verdict::dead(
                 "refused",
                 format!("the effect's write {index} refused its condition; nothing was written"),
             ),
             Err(e @ (ApplyError::Invalid(_) | ApplyError::TooManyWrites(_))) => {
-                End::dead("invalid", error_chain(&e))
+                Verdict::dead("invalid", error_chain(&e))
             }
-            Err(e) => End::Retry(error_chain(&e)),
+            Err(e) => Verdict::Retry(error_chain(&e)),
         }
-    }
-
-    /// Sends the batch's dead letters in one step through the executor; each record's
-    /// send result, `None` for a record that is not one (or with no queue).
-    async fn send_dead_letters(
-        &self,
-        records: &[SqsMessage],
-        ends: &[End],
-        deadline: Time,
-    ) -> Vec<Option<Result<(), QueueError>>> {
-        let mut sent: Vec<Option<Result<(), QueueError>>> = vec![None; ends.len()];
-        let Some(queue) = &self.dead_letters else {
-            return sent;
-        };
-        let (chosen, letters): (Vec<usize>, Vec<DeadLetter<'_>>) = records
-            .iter()
-            .zip(ends)
-            .enumerate()
-            .filter_map(|(i, (message, end))| {
-                let message_id = message.message_id.as_deref().unwrap_or_default();
-                let note = end.note(message_id)?;
-                Some((
-                    i,
-                    DeadLetter {
-                        message,
-                        message_id,
-                        note,
-                    },
-                ))
-            })
-            .unzip();
-        if chosen.is_empty() {
-            return sent;
-        }
-        let executor = Executor::new(self.safeguards.clone(), &StoreOnly, deadline);
-        let results = executor
-            .queue_step(chosen.len(), queue.dead_letter(&letters))
-            .await;
-        for (i, result) in chosen.into_iter().zip(results) {
-            sent[i] = Some(result);
-        }
-        sent
     }
 
     /// Applies `fact` once, through the executor: under the store's breaker and the
@@ -539,6 +376,24 @@ impl<E: InStoreEffect> Consumer<E> {
                 source: "timed out: whether it committed is read on the next delivery".into(),
             }),
         }
+    }
+}
+
+impl<E: InStoreEffect> Verdicts for Consumer<E> {
+    fn safeguards(&self) -> &Safeguards {
+        &self.safeguards
+    }
+
+    fn dead_letters(&self) -> Option<&Arc<dyn Queue>> {
+        self.dead_letters.as_ref()
+    }
+
+    fn verdict<'a>(
+        &'a self,
+        message: &'a SqsMessage,
+        deadline: Time,
+    ) -> consumer::VerdictFuture<'a> {
+        Box::pin(Consumer::verdict(self, message, deadline))
     }
 }
 

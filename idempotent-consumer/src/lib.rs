@@ -22,12 +22,12 @@
 //! | [`schema`] | the table's storage format (the pattern card's Spanish names), mapped once |
 //! | [`lease`] | a holder's lease on a record: the fenced complete and release |
 //! | [`machine`] | the state machine of one record, for any effect under a provider key |
-//! | [`effect`] | an effect at a provider as a trait, and the loop that applies a fact once through the executor |
+//! | [`effect`] | an effect at a provider as a trait, the loop that applies a fact once through the executor, and its Lambda consumer |
 //! | [`settle`] | the settlement of an awaited effect, by the provider's answer |
 //! | [`resolve`] | a person settling a record by the provider's answer, under a lease |
 //! | [`dynamodb`] | the store contract on DynamoDB |
 
-// The Lambda runtime's future (`in_store::serve_batches`) is laid out here, deeper than
+// The Lambda runtime's future (`consumer::serve_batches`) is laid out here, deeper than
 // the default limit of 128.
 #![recursion_limit = "256"]
 // Every public item says what it is: the crate is read through its documentation.
@@ -36,6 +36,7 @@
 pub mod batch;
 pub mod breaker;
 pub mod clock;
+mod consumer;
 pub mod deadline;
 pub mod dynamodb;
 pub mod effect;
