@@ -238,6 +238,14 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// `fact`'s record, which must exist.
+    async fn record(&self, fact: &Transfer) -> idempotent_consumer::record::Record {
+        let key = fact.identity().key;
+        self.records.store.get(&key).await.unwrap().unwrap()
+    }
+}
+
 fn transfer(id: &str) -> Transfer {
     Transfer {
         id: id.to_owned(),
@@ -266,13 +274,7 @@ async fn a_transfer_delivered_many_times_at_once_and_again_after_is_made_once() 
     let again = rig.apply(&fact).await;
     assert!(matches!(again, End::Duplicate { .. }), "{again:?}");
     assert_eq!(rig.ledger.transfers("t-1").await.len(), 1);
-    let record = rig
-        .records
-        .store
-        .get(&fact.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record(&fact).await;
     assert_eq!(record.state, State::Done);
     assert_eq!(
         record.receipt,
@@ -296,13 +298,7 @@ async fn a_lost_answer_keeps_the_key_and_the_next_delivery_records_the_one_trans
         ),
         "{first:?}"
     );
-    let record = rig
-        .records
-        .store
-        .get(&fact.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record(&fact).await;
     assert_eq!(
         (record.state, record.attempt),
         (State::Free, Some(1)),

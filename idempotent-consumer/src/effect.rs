@@ -221,11 +221,7 @@ where
 
 /// A call's missing answer, its failure shared as the machine keeps it.
 fn shared<F>(no_answer: NoAnswer<F>) -> NoAnswer<Shared<F>> {
-    match no_answer {
-        NoAnswer::NoTime => NoAnswer::NoTime,
-        NoAnswer::TimedOut => NoAnswer::TimedOut,
-        NoAnswer::Failed(e) => NoAnswer::Failed(Shared::new(e)),
-    }
+    no_answer.map_failure(Shared::new)
 }
 
 /// A Lambda consumer of an effect at a provider: built once at cold start, shared by

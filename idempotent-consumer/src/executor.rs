@@ -54,6 +54,17 @@ pub enum NoAnswer<E> {
     Failed(E),
 }
 
+impl<E> NoAnswer<E> {
+    /// The same missing answer, its error made another (shared, wrapped).
+    pub fn map_failure<F>(self, f: impl FnOnce(E) -> F) -> NoAnswer<F> {
+        match self {
+            Self::NoTime => NoAnswer::NoTime,
+            Self::TimedOut => NoAnswer::TimedOut,
+            Self::Failed(e) => NoAnswer::Failed(f(e)),
+        }
+    }
+}
+
 /// Backpressure from the provider: not a failure, never counted by the breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Throttle {

@@ -51,11 +51,7 @@ pub(super) fn input(input: Input) -> library::Input<Shared<PaymentError>> {
 
 /// A call's missing answer, its failure shared as the machines keep it.
 pub fn shared(no_answer: NoAnswer<PaymentError>) -> NoAnswer<Shared<PaymentError>> {
-    match no_answer {
-        NoAnswer::NoTime => NoAnswer::NoTime,
-        NoAnswer::TimedOut => NoAnswer::TimedOut,
-        NoAnswer::Failed(e) => NoAnswer::Failed(Shared::new(e)),
-    }
+    no_answer.map_failure(Shared::new)
 }
 
 fn receipt(receipt: Receipt) -> library::Receipt {
