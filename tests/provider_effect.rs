@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -78,6 +78,8 @@ struct Ledger {
     table: Table,
     /// Answers still to lose, after the write was applied.
     lose: AtomicUsize,
+    /// Whether a lost answer is sent again at once, under its key.
+    replay: AtomicBool,
 }
 
 fn s(value: &str) -> AttributeValue {
@@ -197,6 +199,10 @@ impl Effect for Ledger {
     async fn cancel(&self, _reference: &str) -> Result<Cancel, LedgerError> {
         Ok(Cancel::NotCancellable)
     }
+
+    fn replay_now(&self, failure: &LedgerError) -> bool {
+        self.replay.load(Ordering::SeqCst) && matches!(failure, LedgerError::Lost)
+    }
 }
 
 struct Rig {
@@ -212,6 +218,7 @@ async fn rig() -> Rig {
         ledger: Ledger {
             table: Backend::Moto.fresh_table().await,
             lose: AtomicUsize::new(0),
+            replay: AtomicBool::new(false),
         },
         safeguards: Safeguards::standard(),
         observe: Traced::default(),
@@ -319,6 +326,35 @@ async fn a_lost_answer_keeps_the_key_and_the_next_delivery_records_the_one_trans
 }
 
 #[tokio::test]
+async fn a_lost_answer_the_effect_replays_at_once_is_done_in_the_same_delivery_with_one_transfer() {
+    let rig = rig().await;
+    rig.ledger.lose.store(1, Ordering::SeqCst);
+    rig.ledger.replay.store(true, Ordering::SeqCst);
+    let fact = transfer("t-3");
+    let end = rig.apply(&fact).await;
+    let End::Done {
+        receipt,
+        attempt: 1,
+        found: false,
+    } = end
+    else {
+        panic!("replayed under its key and done: {end:?}");
+    };
+    let transfers = rig.ledger.transfers("t-3").await;
+    assert_eq!(
+        transfers,
+        vec![receipt.id],
+        "one transfer, the first request's"
+    );
+    assert_eq!(
+        rig.ledger.lose.load(Ordering::SeqCst),
+        0,
+        "its answer was lost"
+    );
+    assert_eq!(rig.record(&fact).await.state, State::Done);
+}
+
+#[tokio::test]
 async fn the_consumer_makes_each_transfer_of_a_batch_once_and_fails_a_body_that_is_none() {
     let rig = rig().await;
     let view = Ledger {
@@ -328,6 +364,7 @@ async fn the_consumer_makes_each_transfer_of_a_batch_once_and_fails_a_body_that_
             store: rig.ledger.table.store.clone(),
         },
         lose: AtomicUsize::new(0),
+        replay: AtomicBool::new(false),
     };
     let consumer = Consumer::new(
         rig.records.dyn_store(),

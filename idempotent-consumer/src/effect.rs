@@ -12,19 +12,20 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tracing::{Span, debug, info_span};
+use tracing::{Span, debug, info_span, warn};
 
 use crate::clock::Time;
 use crate::consumer::{self, Verdict, Verdicts};
 use crate::executor::{Closed, Executor, NoAnswer, Observe, ProviderFailure, Safeguards, Wait};
 use crate::in_store::Invalid;
+use crate::jitter::Jitter;
 use crate::machine::{
-    Cancel, Classify, End, Found, Input, Machine, Receipt, Shared, Start, Step, Unknown,
+    Cancel, Classify, End, Found, Input, Machine, Receipt, Shared, Start, Step, Unknown, WriteKind,
 };
 use crate::queue::Queue;
 use crate::record::{Identity, Owner};
 use crate::rules::Rules;
-use crate::store::IdempotencyStore;
+use crate::store::{IdempotencyStore, StoreError, WriteOutcome};
 use crate::{envelope, error_chain};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use std::sync::Arc;
@@ -58,6 +59,49 @@ pub trait Effect: Send + Sync {
     /// Cancels an attempt left open, so that nobody can confirm it once a new key is
     /// used. An effect that leaves nothing open answers `NotCancellable`.
     async fn cancel(&self, reference: &str) -> Result<Cancel, Self::Failure>;
+
+    /// Whether a failed [`Effect::perform`] is sent once more within the invocation,
+    /// under the same key (a replay, so it cannot apply twice), after a pause of
+    /// [`Effect::REPLAY_PAUSE`] while the provider's breaker is closed and the deadline
+    /// allows it: a dropped connection or a server error the provider did not advise
+    /// against retrying. None by default; a timeout should not be (a hanging provider
+    /// would cost its timeout twice).
+    fn replay_now(&self, _failure: &Self::Failure) -> bool {
+        false
+    }
+
+    /// The bounds of the jittered pause before that replay, so that the records of a
+    /// batch do not replay together.
+    const REPLAY_PAUSE: (Duration, Duration) =
+        (Duration::from_millis(100), Duration::from_millis(400));
+}
+
+/// What an application sees of the record machine's steps besides the executor's
+/// calls: a span per store write, and each answer before the machine reads it (for
+/// its metrics, warnings and crash points; what the answer means is the machine's).
+/// Every method has a default.
+pub trait Witness: Observe {
+    /// The counter of performs sent again within the invocation ([`Effect::replay_now`]).
+    const REPLAYED: &'static str = "perform_replayed";
+
+    /// The span of one store write.
+    fn write_span(&self, kind: WriteKind) -> Span {
+        info_span!("store write", write = ?kind)
+    }
+
+    /// What a write answered, on its span; `started_at` is when the record's work
+    /// started (a reservation of an older record is a takeover).
+    fn written(
+        &self,
+        _span: &Span,
+        _kind: WriteKind,
+        _answer: &Result<WriteOutcome, NoAnswer<StoreError>>,
+        _started_at: Time,
+    ) {
+    }
+
+    /// What a perform answered under the machine's `attempt`.
+    fn performed(&self, _answer: &Result<Receipt, NoAnswer<Self::Failure>>, _attempt: u32) {}
 }
 
 /// The provider calls of an [`Effect`], as traces name them.
@@ -74,6 +118,8 @@ pub enum EffectCall {
 /// The [`Observe`] of an [`Effect`]'s calls: a span per request and per wait, named by
 /// [`EffectCall`].
 pub struct Traced<F>(PhantomData<fn() -> F>);
+
+impl<F: ProviderFailure + std::error::Error + 'static> Witness for Traced<F> {}
 
 impl<F> Default for Traced<F> {
     fn default() -> Self {
@@ -150,7 +196,8 @@ pub async fn apply<E, O>(
 ) -> Result<End<Shared<E::Failure>>, Closed>
 where
     E: Effect,
-    O: Observe<Call = EffectCall, Failure = E::Failure>,
+    O: Witness<Failure = E::Failure>,
+    O::Call: From<EffectCall>,
 {
     executor
         .admitted(run(effect, store, executor, policy, fact, identity))
@@ -167,8 +214,10 @@ async fn run<E, O>(
 ) -> End<Shared<E::Failure>>
 where
     E: Effect,
-    O: Observe<Call = EffectCall, Failure = E::Failure>,
+    O: Witness<Failure = E::Failure>,
+    O::Call: From<EffectCall>,
 {
+    let observe = executor.observe();
     let now = executor.now();
     let (mut machine, mut step) = Machine::new(Start {
         identity: identity.clone(),
@@ -189,34 +238,80 @@ where
         step = match step {
             Step::Done(end) => return end,
             Step::Write(kind) => {
-                let span = info_span!("store write", write = ?kind);
+                let span = observe.write_span(kind);
                 let answer = {
                     let write = machine.write(kind, executor.now());
                     executor.store(&span, store.write(&write)).await
                 };
-                machine.on(Input::Written(answer))
+                observe.written(&span, kind, &answer, now);
+                let next = machine.on(Input::Written(answer));
+                if next == Step::Write(WriteKind::CompleteAttempt) {
+                    warn!(
+                        attempt = machine.attempt(),
+                        "lease lost before complete; completing by attempt"
+                    );
+                }
+                next
             }
             Step::Perform { key } => {
-                let answer = executor
-                    .provider(EffectCall::Perform, false, || effect.perform(fact, &key))
-                    .await;
+                let answer = perform(effect, executor, fact, &key).await;
+                observe.performed(&answer, machine.attempt());
                 machine.on(Input::Performed(answer.map_err(shared)))
             }
             Step::Lookup => {
                 let since = machine.lookup_since();
                 let answer = executor
-                    .provider(EffectCall::LookUp, false, || effect.look_up(fact, since))
+                    .provider(EffectCall::LookUp.into(), false, || {
+                        effect.look_up(fact, since)
+                    })
                     .await;
                 machine.on(Input::Looked(answer.map_err(shared)))
             }
             Step::Cancel { reference } => {
                 let answer = executor
-                    .provider(EffectCall::Cancel, false, || effect.cancel(&reference))
+                    .provider(EffectCall::Cancel.into(), false, || {
+                        effect.cancel(&reference)
+                    })
                     .await;
                 machine.on(Input::Cancelled(answer.map_err(shared)))
             }
         };
     }
+}
+
+/// The perform under `key`, and its one replay within the invocation when the effect
+/// asks for it ([`Effect::replay_now`]) and the executor allows it. A rate limit or a
+/// lock was already waited for, at the pace.
+async fn perform<E, O>(
+    effect: &E,
+    executor: &Executor<'_, O>,
+    fact: &E::Fact,
+    key: &str,
+) -> Result<Receipt, NoAnswer<E::Failure>>
+where
+    E: Effect,
+    O: Witness<Failure = E::Failure>,
+    O::Call: From<EffectCall>,
+{
+    let answer = executor
+        .provider(EffectCall::Perform.into(), false, || {
+            effect.perform(fact, key)
+        })
+        .await;
+    let replay = matches!(&answer, Err(NoAnswer::Failed(failure)) if effect.replay_now(failure));
+    if !replay {
+        return answer;
+    }
+    let pause = Jitter::random().between(E::REPLAY_PAUSE.0, E::REPLAY_PAUSE.1);
+    if !executor.pause_before_retry(pause).await {
+        return answer;
+    }
+    metrics::counter!(O::REPLAYED).increment(1);
+    executor
+        .provider(EffectCall::Perform.into(), true, || {
+            effect.perform(fact, key)
+        })
+        .await
 }
 
 /// A call's missing answer, its failure shared as the machine keeps it.

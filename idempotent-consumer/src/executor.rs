@@ -231,6 +231,11 @@ impl<'s, O: Observe> Executor<'s, O> {
         &self.safeguards
     }
 
+    /// How the calls are observed.
+    pub fn observe(&self) -> &'s O {
+        self.observe
+    }
+
     /// The work's deadline: every call ends before it, less the safety margin.
     pub fn deadline(&self) -> Time {
         self.deadline

@@ -1,44 +1,35 @@
-//! The driver of one record: performs each step the state machine (`policy/machine/`)
-//! asks for with the real store and provider, and feeds the answer back; and the
-//! driver of `resolve`'s machine (`policy/resolve.rs`). It owns what the machines must
-//! not touch: the clock, the owner token, log lines and crash points. Every call goes
-//! through the one executor (`drivers/executor.rs`): the breakers, the deadline budget,
-//! the pace, spans and metrics.
-//!
-//! A charge that failed transiently is sent again once, under the same key, while the
-//! provider's breaker is closed.
+//! The driver of one record: the library's effect loop (`idempotent_consumer::effect`)
+//! with an order's payment as its effect ([`Payment`]), each end read as the record's
+//! [`Outcome`]; and the driver of `resolve`'s machine (`policy/resolve.rs`). Every call
+//! goes through the one executor (`drivers/executor.rs`): the breakers, the deadline
+//! budget, the pace, spans, metrics and crash points.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::warn;
+use async_trait::async_trait;
+use idempotent_consumer::effect::{self, Effect};
+use idempotent_consumer::in_store::Invalid;
+use idempotent_consumer::machine::{self as library, Cancel, Found};
 
 use crate::config::Config;
-use crate::contracts::payment::{ChargePath, FailureKind, PaymentError, Receipt};
-use crate::contracts::store::{IdempotencyStore, StoreError, WriteOutcome};
+use crate::contracts::payment::{ChargePath, FailureKind, PaymentError};
+use crate::contracts::store::IdempotencyStore;
 pub use crate::domain::clock::Clock;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
-use crate::domain::{Identity, Owner};
+use crate::domain::{ForOrder, Identity, Owner};
 use crate::drivers::executor::{Closed, Executor, executor};
-use crate::drivers::metrics::{CHARGE_RETRIED, TAKEOVER};
 use crate::drivers::spans::{self, ProviderCall};
+use crate::error_chain;
 use crate::policy::deadline::{Budget, CallKind, time_left};
-use crate::policy::machine::{Input, Machine, NoAnswer, Start, Step, WriteKind};
+use crate::policy::machine::{NoAnswer, PROCESSING_WAIT, found, outcome_of, receipt};
 use crate::policy::outcome::Outcome;
 use crate::policy::pacing::Pacer;
 use crate::policy::resolve::{
     Confirmed, Resolution, ResolveError, ResolveInput, ResolveStep, Resolver,
 };
-use crate::policy::retry::Jitter;
 use crate::policy::retry::breaker::Breakers;
-use crate::policy::rules::Rules;
-use crate::{crash_points, error_chain};
-
-/// The pause before the one in-invocation retry of a transient charge failure (same
-/// key), jittered so that the records of a batch do not retry together.
-const CHARGE_RETRY_PAUSE: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_millis(400));
 
 /// What the state machine needs from the configuration.
 #[derive(Clone)]
@@ -90,6 +81,19 @@ impl Settings {
     pub fn expires(&self, now: Time) -> Time {
         Time::from_secs((now + self.retention).as_secs())
     }
+
+    /// How long records are kept and how long an order waits, as the library's effect
+    /// loop reads it: an order awaits a payment Stripe processes for the longer of
+    /// `AUTHENTICATION_WAIT` and [`PROCESSING_WAIT`].
+    pub fn policy(&self) -> effect::Policy {
+        effect::Policy {
+            retention: self.retention,
+            key_ttl: self.provider_key_ttl,
+            max_refusals: self.max_declines,
+            someone_wait: self.authentication_wait,
+            processing_wait: self.authentication_wait.max(PROCESSING_WAIT),
+        }
+    }
 }
 
 /// Runs the state machine for one order against a store and a provider.
@@ -100,107 +104,72 @@ pub struct Charger<'a> {
 }
 
 impl Charger<'_> {
-    /// Processes one valid order. `deadline` is the invocation deadline; the lease
-    /// ends there and no call runs past it.
+    /// Processes one valid order: the library's [`effect::apply`] with the order's
+    /// payment as its effect ([`Payment`]), through the one executor. `deadline` is the
+    /// invocation deadline; the lease ends there and no call runs past it.
     pub async fn process(&self, order: &Order, identity: &Identity, deadline: Time) -> Outcome {
         let executor = executor(self.settings, deadline);
-        executor
-            .admitted(self.run(order, identity, &executor))
-            .await
-            .unwrap_or_else(deferred)
+        let payment = Payment {
+            provider: self.provider,
+        };
+        effect::apply(
+            &payment,
+            self.store,
+            &executor,
+            &self.settings.policy(),
+            order,
+            identity,
+        )
+        .await
+        .map_or_else(deferred, outcome_of)
+    }
+}
+
+/// An order's payment as the library's effect at a provider: charged under the key the
+/// machine names, looked up among the customer's payments, its open attempt cancelled.
+/// Stripe keeps each key for 24 hours and lists an order's PaymentIntents, so an
+/// unknown outcome is looked up (the effect's default).
+pub struct Payment<'a> {
+    pub provider: &'a dyn ChargePath,
+}
+
+#[async_trait]
+impl Effect for Payment<'_> {
+    type Fact = Order;
+    type Failure = PaymentError;
+
+    fn parse(&self, body: &str) -> Result<Order, Invalid> {
+        Order::parse(body).map_err(|e| Invalid(error_chain(&e)))
     }
 
-    async fn run(&self, order: &Order, identity: &Identity, executor: &Executor<'_>) -> Outcome {
-        let now = self.settings.now();
-        let (mut machine, mut step) = Machine::new(Start {
-            identity: identity.clone(),
-            owner: Owner::fresh(),
-            now,
-            deadline: executor.deadline(),
-            expires: self.settings.expires(now),
-            max_declines: self.settings.max_declines,
-            key_ttl: self.settings.provider_key_ttl,
-            authentication_wait: self.settings.authentication_wait,
-            processing_wait: self
-                .settings
-                .authentication_wait
-                .max(crate::policy::machine::PROCESSING_WAIT),
-            rules: Rules::ALL,
-        });
-        loop {
-            step = match step {
-                Step::Done(outcome) => return outcome,
-                Step::Write(kind) => {
-                    let span = spans::store_call(kind);
-                    let answer = {
-                        let write = machine.write(kind, self.settings.now());
-                        executor.store(&span, self.store.write(&write)).await
-                    };
-                    spans::store_answered(&span, &answer);
-                    observe_write(kind, &answer, now);
-                    on_written(&mut machine, answer)
-                }
-                Step::Charge { key } => {
-                    let answer = self.charge(order, &key, executor).await;
-                    on_charged(&mut machine, answer)
-                }
-                Step::Lookup => {
-                    let since = machine.lookup_since();
-                    let answer = executor
-                        .provider(ProviderCall::Lookup, false, || {
-                            self.provider.find_payment(order, since)
-                        })
-                        .await;
-                    machine.on(Input::Looked(answer))
-                }
-                Step::Cancel { payment_id } => {
-                    let answer = executor
-                        .provider(ProviderCall::Cancel, false, || {
-                            self.provider.cancel(&payment_id)
-                        })
-                        .await;
-                    machine.on(Input::Cancelled(answer))
-                }
-            };
-        }
+    fn identity(&self, order: &Order) -> Identity {
+        Identity::for_order(order)
     }
 
-    /// The charge under `key`, and its one in-invocation retry when it failed
-    /// transiently: under the same key (a replay, so it cannot charge twice), after a
-    /// short jittered pause, only while the provider's breaker is closed and the
-    /// deadline rule allows it. A rate limit or a lock was already waited for, at the
-    /// pace; a timeout is not retried here: a hanging provider would cost its timeout
-    /// twice.
-    async fn charge(
-        &self,
-        order: &Order,
-        key: &str,
-        executor: &Executor<'_>,
-    ) -> Result<Receipt, NoAnswer<PaymentError>> {
-        let answer = executor
-            .provider(ProviderCall::Charge, false, || {
-                self.provider.charge(order, key)
-            })
-            .await;
-        // The provider's own advice comes before the status: `Stripe-Should-Retry:
-        // false` is never retried here (the next delivery may).
-        let transient = matches!(
-            &answer,
-            Err(NoAnswer::Failed(e @ PaymentError::Retryable {
+    async fn perform(&self, order: &Order, key: &str) -> Result<library::Receipt, PaymentError> {
+        self.provider.charge(order, key).await.map(receipt)
+    }
+
+    async fn look_up(&self, order: &Order, since: Time) -> Result<Found, PaymentError> {
+        self.provider.find_payment(order, since).await.map(found)
+    }
+
+    async fn cancel(&self, payment_id: &str) -> Result<Cancel, PaymentError> {
+        self.provider.cancel(payment_id).await
+    }
+
+    /// A charge that failed transiently (a dropped connection, a 5xx, a 409 on a key in
+    /// use) is sent again once, under the same key; `Stripe-Should-Retry: false` comes
+    /// before the status. A rate limit or a lock was already waited for, at the pace; a
+    /// timeout is not replayed (a hanging provider would cost its timeout twice).
+    fn replay_now(&self, failure: &PaymentError) -> bool {
+        matches!(
+            failure,
+            PaymentError::Retryable {
                 kind: FailureKind::Connection | FailureKind::Server(_) | FailureKind::Conflict,
                 ..
-            })) if !e.advised_not_to_retry()
-        );
-        let pause = Jitter::random().between(CHARGE_RETRY_PAUSE.0, CHARGE_RETRY_PAUSE.1);
-        if !transient || !executor.pause_before_retry(pause).await {
-            return answer;
-        }
-        metrics::counter!(CHARGE_RETRIED).increment(1);
-        executor
-            .provider(ProviderCall::Charge, true, || {
-                self.provider.charge(order, key)
-            })
-            .await
+            }
+        ) && !failure.advised_not_to_retry()
     }
 }
 
@@ -326,66 +295,4 @@ const MOST_RESOLVE_STEPS: usize = 64;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Feeds a write's answer to the machine, with a warning when the fence was lost.
-fn on_written(machine: &mut Machine, answer: Result<WriteOutcome, NoAnswer<StoreError>>) -> Step {
-    let next = machine.on(Input::Written(answer));
-    if next == Step::Write(WriteKind::CompleteAttempt) {
-        warn!(
-            attempt = machine.attempt(),
-            "lease lost before complete; completing by attempt"
-        );
-    }
-    next
-}
-
-/// Feeds a charge's answer to the machine: a replayed server error is said, and a
-/// charge made is a crash point.
-fn on_charged(machine: &mut Machine, answer: Result<Receipt, NoAnswer<PaymentError>>) -> Step {
-    if let Err(NoAnswer::Failed(PaymentError::ReplayedServerError { status })) = &answer {
-        warn!(
-            status,
-            attempt = machine.attempt(),
-            "provider replayed a server error; reconciling"
-        );
-    }
-    if answer.is_ok() {
-        crash_points::reached("after-charge");
-    }
-    machine.on(Input::Charged(answer))
-}
-
-/// Metrics, warnings and crash points on a write's answer; what the answer means is
-/// the machine's to decide.
-fn observe_write(
-    kind: WriteKind,
-    answer: &Result<WriteOutcome, NoAnswer<StoreError>>,
-    started_at: Time,
-) {
-    match (kind, answer) {
-        (WriteKind::Reserve, Ok(WriteOutcome::Applied(record))) => {
-            if record.created.is_some_and(|created| created < started_at) {
-                // A retry reserved a record left `Free` or with an expired lease.
-                metrics::counter!(TAKEOVER).increment(1);
-            }
-            crash_points::reached("after-reserve");
-        }
-        (WriteKind::Complete, Ok(WriteOutcome::Applied(_))) => {
-            crash_points::reached("after-complete");
-        }
-        (WriteKind::Release(_), Ok(WriteOutcome::Refused(_))) => {
-            warn!("release refused: the lease is no longer ours");
-        }
-        (WriteKind::Release(_), Err(NoAnswer::NoTime)) => {
-            warn!("release not started: too close to the deadline, where the lease ends");
-        }
-        (WriteKind::Release(_), Err(NoAnswer::TimedOut)) => {
-            warn!("release timed out; the lease ends at its deadline");
-        }
-        (WriteKind::Release(_), Err(NoAnswer::Failed(e))) => {
-            warn!(error = %error_chain(e), "release failed; the lease ends at its deadline");
-        }
-        _ => {}
-    }
 }

@@ -13,7 +13,7 @@ mod words;
 
 pub use idempotent_consumer::machine::{LOOKUP_CLOCK_MARGIN, lookup_since};
 pub use steps::{Input, NoAnswer, Step, WriteKind};
-pub use words::{found, outcome_of, shared};
+pub use words::{found, outcome_of, receipt, shared};
 
 use idempotent_consumer::machine as library;
 use std::time::Duration;

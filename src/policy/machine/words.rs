@@ -54,7 +54,8 @@ pub fn shared(no_answer: NoAnswer<PaymentError>) -> NoAnswer<Shared<PaymentError
     no_answer.map_failure(Shared::new)
 }
 
-fn receipt(receipt: Receipt) -> library::Receipt {
+/// A receipt of a charge, in the machines' words.
+pub fn receipt(receipt: Receipt) -> library::Receipt {
     library::Receipt {
         id: receipt.id,
         detail: receipt.charge,
