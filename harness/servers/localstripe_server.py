@@ -67,6 +67,13 @@ Stripe's rules, always on (Stripe always applies them):
   `unscheduled`, `recurring` and `installment` (another: 400).
 * A list of PaymentIntents or of events, a retrieve or a cancel naming a parameter
   Stripe does not declare for it (`DECLARED`) is refused the same way.
+* A refund (`POST /v1/refunds`) takes at most what remains of its charge, and
+  without `amount` what remains: one of a charge already refunded is refused (400,
+  `charge_already_refunded`), one above what remains (400, `param: amount`), and one
+  of a PaymentIntent that has not succeeded (400); `reason` is taken and kept; the
+  refunds of a PaymentIntent without a charge are an empty list
+  (`add_refund_rules`; localstripe refunds any amount, the whole charge by default,
+  refuses `reason`, and fails that list).
 * A request without `Stripe-Version` is read at the account's default version, the
   latest for an account made today (`ACCOUNT_VERSION`).
 * Every refusal above is validation, which reaches no endpoint: nothing is stored under the
@@ -89,7 +96,7 @@ What a test drives:
   customer's earlier payments, without N requests.
 * `POST /_layer/faults` with JSON `{"key": <idempotency key>, "fault": <fault>,
   "after_s": <seconds, up to MAX_HIDDEN_S>}` (answers 204) arms a fault for the next
-  `POST /v1/payment_intents` that is the first under that key (a key that already holds
+  `POST /v1/payment_intents` or `POST /v1/refunds` that is the first under that key (a key that already holds
   an answer replays it; a request a rule refuses leaves the fault armed):
   * `server_error`: the answer is Stripe's 500 (`api_error`), stored under the key and
     replayed with `Idempotent-Replayed: true`; localstripe never sees the request, so
@@ -349,6 +356,70 @@ CARD_OPTIONS = {
 }
 STORED_CREDENTIAL_USAGES = ("unscheduled", "recurring", "installment")
 CARD = "payment_method_options[card]["
+
+
+# What a refund's `reason` may be (docs.stripe.com/api/refunds/create).
+REFUND_REASONS = ("duplicate", "fraudulent", "requested_by_customer")
+
+
+def add_refund_rules() -> None:
+    """Stripe's rules for a refund, where localstripe is kinder
+    (docs.stripe.com/api/refunds/create, docs.stripe.com/refunds): a refund takes at
+    most what remains of its charge, and without `amount` it takes what remains (not the
+    whole charge); a refund of what is already refunded is refused (400,
+    `charge_already_refunded`), one above what remains too (400, `amount`), and one of a
+    PaymentIntent that has not succeeded (400): nothing is refunded by a refused request.
+    `reason` is taken (one of REFUND_REASONS) and kept on the object."""
+    from localstripe.resources import Charge, Refund
+
+    init = Refund.__init__
+
+    def init_with_rules(self, charge=None, payment_intent=None, amount=None,
+                        reason=None, metadata=None, **kwargs):
+        if reason is not None and reason not in REFUND_REASONS:
+            raise UserError(400, "Invalid reason: must be one of "
+                            + ", ".join(REFUND_REASONS), {"param": "reason"})
+        paid = None
+        if isinstance(payment_intent, str):
+            intent = PaymentIntent._api_retrieve(payment_intent)
+            if intent.status != "succeeded" or intent.latest_charge is None:
+                raise UserError(400, f"This PaymentIntent ({payment_intent}) does not "
+                                "have a successful charge to refund.",
+                                {"param": "payment_intent"})
+            paid = intent.latest_charge
+        elif isinstance(charge, str):
+            paid = Charge._api_retrieve(charge)
+        if paid is not None:
+            remaining = paid.amount - paid.amount_refunded
+            if remaining <= 0:
+                raise UserError(400, f"Charge {paid.id} has already been refunded.",
+                                {"code": "charge_already_refunded"})
+            wanted = remaining if amount is None else resources.try_convert_to_int(amount)
+            if isinstance(wanted, int) and wanted > remaining:
+                raise UserError(400, f"Refund amount ({wanted}) is greater than "
+                                f"unrefunded amount on charge ({remaining})",
+                                {"param": "amount"})
+            amount = wanted
+        init(self, charge=charge, payment_intent=payment_intent, amount=amount,
+             metadata=metadata, **kwargs)
+        self.reason = reason
+
+    Refund.__init__ = init_with_rules
+
+    # localstripe fails (a 500 that is no JSON) listing the refunds of a PaymentIntent
+    # that has no charge yet; Stripe lists none.
+    list_all = Refund._api_list_all.__func__
+
+    def list_of_payment(cls, url, charge=None, payment_intent=None, **kwargs):
+        if isinstance(payment_intent, str):
+            intent = PaymentIntent._api_retrieve(payment_intent)
+            if getattr(intent, "latest_charge", None) is None:
+                page = list_all(cls, url, **kwargs)
+                page._list = []
+                return page
+        return list_all(cls, url, charge=charge, payment_intent=payment_intent, **kwargs)
+
+    Refund._api_list_all = classmethod(list_of_payment)
 
 
 def unknown_parameter(sent: str) -> web.Response:
@@ -866,7 +937,7 @@ class Layer:
 
         stored = self.stored[scope] = Stored(path=request.path, params=params)
         fault = None
-        if request.path == "/v1/payment_intents":
+        if request.path in ("/v1/payment_intents", "/v1/refunds"):
             fault = self.faults.pop(key, None)
         try:
             name = request.headers.get("Layer-Hold")
@@ -1053,6 +1124,7 @@ class Limits:
 # `_write` for anything else; a `_write` permission also reads.
 RESOURCES = {
     "payment_intents": "payment_intent",
+    "refunds": "refund",
     "events": "event",
     "charges": "charge",
     "customers": "customer",
@@ -1160,6 +1232,7 @@ async def serve(port: int, local: bool) -> None:
     keep_store_in_memory()
     add_list_filters()
     add_description()
+    add_refund_rules()
     publish_events()
     if local:
         add_local_fixtures()

@@ -126,6 +126,31 @@ pub async fn payment_intents_of(customer: &str) -> Vec<Value> {
     panic!("{customer} has more than {MAX_PAGES} pages of PaymentIntents")
 }
 
+/// Every refund of `payment_intent` (one page of up to 100: a test makes a few).
+pub async fn refunds_of(payment_intent: &str) -> Vec<Value> {
+    let page = get(
+        "/v1/refunds",
+        &[("payment_intent", payment_intent), ("limit", "100")],
+    )
+    .await;
+    assert_ne!(page["has_more"], true, "more refunds than a page");
+    page["data"].as_array().expect("a list").clone()
+}
+
+/// `POST /v1/refunds` with `form`, sent straight to the layer: its status and body,
+/// whatever they are.
+pub async fn refund_directly(form: &[(&str, &str)]) -> (u16, Value) {
+    let response = crate::http_client()
+        .post(url("/v1/refunds"))
+        .form(form)
+        .bearer_auth(TEST_KEY)
+        .send()
+        .await
+        .expect("localstripe reachable");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
 /// The customer back on the shop's page completes the authentication the PaymentIntent
 /// asks for (localstripe's `_authenticate`, with its client secret): a PaymentIntent in
 /// `requires_action` is charged and comes back `succeeded`.

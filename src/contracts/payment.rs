@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use crate::BoxError;
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
+use crate::domain::refund::RefundRequest;
 
 /// What the provider returns for a successful payment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -395,6 +396,31 @@ pub trait ChargePath: Send + Sync {
     /// payment (which, since it never deletes one, means a wrong setting): what settling
     /// a payment reads (`policy/settle.rs`), and the audit.
     async fn payment_by_id(&self, id: &str) -> Result<Option<ListedPayment>, PaymentError>;
+}
+
+/// The refund path: refund a PaymentIntent under a key, and look a refund up.
+#[async_trait]
+pub trait RefundPath: Send + Sync {
+    /// Refunds `request` of the PaymentIntent `payment_id` under `idempotency_key`.
+    /// The request is a pure function of the refund's fingerprinted fields and the
+    /// payment, so a replay is byte-identical. A refund the bank has not settled is
+    /// [`PaymentError::Pending`] with the refund's id.
+    async fn refund(
+        &self,
+        request: &RefundRequest,
+        payment_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Receipt, PaymentError>;
+
+    /// The refund of `request` among the PaymentIntent's refunds (its
+    /// `metadata[refund_id]`), every page read: succeeded, pending, or none (a refund
+    /// that failed or was cancelled returned nothing, and a new key cannot refund
+    /// twice).
+    async fn find_refund(
+        &self,
+        request: &RefundRequest,
+        payment_id: &str,
+    ) -> Result<Lookup, PaymentError>;
 }
 
 /// The whole provider, serving both readers (the HTTP client and the local simulator do):

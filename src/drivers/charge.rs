@@ -163,14 +163,21 @@ impl Effect for Payment<'_> {
     /// before the status. A rate limit or a lock was already waited for, at the pace; a
     /// timeout is not replayed (a hanging provider would cost its timeout twice).
     fn replay_now(&self, failure: &PaymentError) -> bool {
-        matches!(
-            failure,
-            PaymentError::Retryable {
-                kind: FailureKind::Connection | FailureKind::Server(_) | FailureKind::Conflict,
-                ..
-            }
-        ) && !failure.advised_not_to_retry()
+        replays_now(failure)
     }
+}
+
+/// Whether a Stripe request that failed is sent again at once under the same key: a
+/// dropped connection, a 5xx or a 409 on a key in use, unless Stripe advised against
+/// it (`Stripe-Should-Retry: false`).
+pub fn replays_now(failure: &PaymentError) -> bool {
+    matches!(
+        failure,
+        PaymentError::Retryable {
+            kind: FailureKind::Connection | FailureKind::Server(_) | FailureKind::Conflict,
+            ..
+        }
+    ) && !failure.advised_not_to_retry()
 }
 
 /// A unit of work a breaker did not admit: `Deferred`, with no write and no call.

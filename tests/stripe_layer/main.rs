@@ -8,7 +8,8 @@
 //! key), and the stored 500 a test arms, with and without a payment that rolls forward.
 //!
 //! By theme: `keys.rs` (idempotency keys on both servers), `payment_intents.rs`
-//! (PaymentIntents, versions, stored errors, events); the helpers they share are here.
+//! (PaymentIntents, versions, stored errors, events), `refunds.rs` (what a refund may
+//! take); the helpers they share are here.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -416,3 +417,4 @@ async fn received(queues: &harness::event_source::Queues, count: usize) -> Vec<V
 
 mod keys;
 mod payment_intents;
+mod refunds;

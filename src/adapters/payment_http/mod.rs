@@ -10,7 +10,8 @@
 //! `cancel` closes an open one. The audit lists the PaymentIntents created in its
 //! window (`created[gte]`) and those that succeeded in it, whenever created (the
 //! `payment_intent.succeeded` events, `GET /v1/events?type=&created[gte]=`, each
-//! one's `data.object`), every page, and looks receipts up by id. Answers are
+//! one's `data.object`), every page, and looks receipts up by id. Refunds
+//! (`refunds.rs`) go through the same client. Answers are
 //! classified per ARCHITECTURE.md, "The payment provider".
 //!
 //! The API key is sent as a sensitive header and never appears in errors, logs or
@@ -26,6 +27,7 @@ use reqwest::{Client, Response, StatusCode};
 
 mod answers;
 mod classify;
+mod refunds;
 
 use answers::{Event, Intent, Listed, Page, better, pick, settle};
 use classify::{classify_failure, send_error, unexpected};
@@ -38,6 +40,7 @@ use crate::domain::clock::Time;
 use crate::domain::order::Order;
 
 pub use crate::contracts::payment::StoredCredentialUsage;
+pub use refunds::refund_form;
 
 /// The API version every request is made under, whatever the account's default: an
 /// account upgrade in the Dashboard must not reshape the answers under a running

@@ -1,0 +1,129 @@
+//! Refunds over the same client: `POST /v1/refunds` on an order's PaymentIntent under
+//! the refund's own idempotency key, with a form body that is a pure function of the
+//! refund request (a replay is byte-identical), and the lookup of a refund among the
+//! PaymentIntent's (`GET /v1/refunds?payment_intent=`, matched on
+//! `metadata[refund_id]`, every page read).
+
+use std::ops::ControlFlow;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::answers::Listed;
+use super::classify::{send_error, unexpected};
+use super::{HttpProvider, MAX_PAGES, Walk, read_json};
+use crate::contracts::payment::{Lookup, PaymentError, Receipt, RefundPath};
+use crate::domain::refund::RefundRequest;
+
+/// The Refunds endpoint.
+const REFUNDS: &str = "/v1/refunds";
+
+/// A refund as Stripe answers it (docs.stripe.com/api/refunds/object).
+#[derive(Deserialize)]
+struct Refund {
+    id: String,
+    status: String,
+    #[serde(default)]
+    metadata: std::collections::HashMap<String, String>,
+}
+
+impl Listed for Refund {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Refund {
+    /// A listed refund that returned or may return money (a failed or cancelled one
+    /// returned nothing): succeeded, or still in flight.
+    fn found(self) -> Lookup {
+        match self.status.as_str() {
+            "succeeded" => Lookup::Succeeded(Receipt::new(self.id)),
+            _ => Lookup::Pending {
+                payment_id: self.id,
+                status: self.status,
+            },
+        }
+    }
+
+    /// A created refund: a receipt once it succeeded; pending at the bank, awaited;
+    /// any other status (`requires_action`, `failed`, `canceled`) is for a person.
+    fn settled(self) -> Result<Receipt, PaymentError> {
+        match self.status.as_str() {
+            "succeeded" => Ok(Receipt::new(self.id)),
+            "pending" => Err(PaymentError::Pending {
+                payment_id: self.id,
+                status: self.status,
+            }),
+            _ => Err(PaymentError::UnexpectedStatus {
+                payment_id: self.id,
+                status: self.status,
+            }),
+        }
+    }
+}
+
+/// The form body of a refund: the PaymentIntent, the request's fields and its ids, in
+/// a fixed order.
+pub fn refund_form(request: &RefundRequest, payment_id: &str) -> Vec<(&'static str, String)> {
+    let mut form = vec![("payment_intent", payment_id.to_owned())];
+    if let Some(amount) = request.amount() {
+        form.push(("amount", amount.to_string()));
+    }
+    if let Some(reason) = request.reason() {
+        form.push(("reason", reason.as_str().to_owned()));
+    }
+    form.push(("metadata[refund_id]", request.id().to_owned()));
+    form.push(("metadata[order_id]", request.order_id().to_owned()));
+    form
+}
+
+#[async_trait]
+impl RefundPath for HttpProvider {
+    async fn refund(
+        &self,
+        request: &RefundRequest,
+        payment_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Receipt, PaymentError> {
+        let response = self
+            .client
+            .post(self.url(REFUNDS))
+            .header("Idempotency-Key", idempotency_key)
+            .form(&refund_form(request, payment_id))
+            .send()
+            .await
+            .map_err(send_error)?;
+        let refund: Refund = read_json(response, "a 2xx answer without a refund").await?;
+        refund.settled()
+    }
+
+    async fn find_refund(
+        &self,
+        request: &RefundRequest,
+        payment_id: &str,
+    ) -> Result<Lookup, PaymentError> {
+        let filter = [("payment_intent", payment_id.to_owned())];
+        let walk = self
+            .walk(REFUNDS, &filter, MAX_PAGES, |page: Vec<Refund>| {
+                let mine = page.into_iter().find(|refund| {
+                    refund.metadata.get("refund_id").map(String::as_str) == Some(request.id())
+                        && !matches!(refund.status.as_str(), "failed" | "canceled")
+                });
+                match mine {
+                    Some(refund) => ControlFlow::Break(refund.found()),
+                    None => ControlFlow::Continue(()),
+                }
+            })
+            .await?;
+        match walk {
+            Walk::Stopped(found) => Ok(found),
+            Walk::Read => Ok(Lookup::NotFound),
+            // "Not found" must be certain: a new key after an incomplete search could
+            // refund twice.
+            Walk::Truncated => Err(unexpected(
+                "more refunds of the payment than a lookup reads; settle by hand",
+            )),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Refunds as the library's second effect at a provider (`drivers/refund.rs`), on moto
+//! and localstripe behind its layer: each order charged by charge-once's own record
+//! path, then refunded through `effect::apply` under the refund's own key. A refund
+//! delivered many times at once refunds once; a lost answer is found by its lookup
+//! and recorded with the one refund; one above what remains is refused with its reason
+//! and refunds nothing; one sent before its order's charge waits and refunds once the
+//! order is charged; one of an order that ended unpaid is refused with its reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_once::adapters::payment_http::HttpProvider;
+use charge_once::config::Secret;
+use charge_once::contracts::store::IdempotencyStore;
+use charge_once::domain::order::Order;
+use charge_once::domain::refund::{RefundReason, RefundRequest};
+use charge_once::domain::{ForOrder, Identity, Key, OrderKey, State};
+use charge_once::drivers::charge::{Charger, Settings};
+use charge_once::drivers::refund::Refunds;
+use charge_once::policy::outcome::Outcome;
+use harness::localstripe::{self, Card, Fault, Payer, TEST_KEY};
+use harness::servers::{Backend, Table};
+use idempotent_consumer::clock::{self, Time};
+use idempotent_consumer::effect::{self, Traced};
+use idempotent_consumer::executor::{Executor, Safeguards};
+use idempotent_consumer::machine::{End, Shared};
+use serde_json::Value;
+
+/// Each provider call's bound: generous, so a loaded machine's slow answer is not read
+/// as a lost one.
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+struct Rig {
+    table: Table,
+    provider: Arc<HttpProvider>,
+    settings: Settings,
+    refunds: Refunds,
+    observe: Traced<charge_once::drivers::refund::RefundFailure>,
+}
+
+async fn rig() -> Rig {
+    let table = Backend::Moto.fresh_table().await;
+    let provider = Arc::new(
+        HttpProvider::new(
+            harness::servers::localstripe_url(),
+            &Secret::new(TEST_KEY.to_owned()),
+            CALL_TIMEOUT,
+            &harness::tls(),
+        )
+        .unwrap(),
+    );
+    let settings = harness::rig::settler_settings(
+        clock::system(),
+        Duration::from_secs(90 * 24 * 3600),
+        CALL_TIMEOUT,
+    );
+    let refunds = Refunds::new(provider.clone(), table.store.clone(), settings.max_declines);
+    Rig {
+        table,
+        provider,
+        settings,
+        refunds,
+        observe: Traced::default(),
+    }
+}
+
+fn deadline() -> Time {
+    Time::from_ms(clock::wall_ms()) + Duration::from_secs(60)
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+impl Rig {
+    /// One delivery of `order` through charge-once's record path.
+    async fn charge(&self, order: &Order) -> Outcome {
+        Charger {
+            store: self.table.store.as_ref(),
+            provider: self.provider.as_ref(),
+            settings: &self.settings,
+        }
+        .process(order, &Identity::for_order(order), deadline())
+        .await
+    }
+
+    /// One delivery of `request` through the library's effect loop.
+    async fn refund(
+        &self,
+        request: &RefundRequest,
+    ) -> End<Shared<charge_once::drivers::refund::RefundFailure>> {
+        let executor = Executor::new(
+            Safeguards {
+                clock: self.settings.clock.clone(),
+                budget: self.settings.budget,
+                breakers: self.settings.breakers.clone(),
+            },
+            &self.observe,
+            deadline(),
+        );
+        effect::apply(
+            &self.refunds,
+            self.table.store.as_ref(),
+            &executor,
+            &self.settings.policy(),
+            request,
+            &request.identity(),
+        )
+        .await
+        .expect("the breakers are closed")
+    }
+
+    /// The PaymentIntent `order` was charged with, as its record holds it.
+    async fn payment_of(&self, order: &Order) -> String {
+        let record = self.table.store.get(&Key::for_order_id(order.id())).await;
+        let record = record.unwrap().expect("the order's record");
+        assert_eq!(record.state, State::Done, "{record:?}");
+        record.receipt.expect("a receipt")
+    }
+}
+
+/// A new payer's order of `amount`, charged through the record path.
+async fn charged_order(rig: &Rig, amount: u64) -> Order {
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, amount);
+    let outcome = rig.charge(&order).await;
+    assert!(matches!(outcome, Outcome::Charged { .. }), "{outcome:?}");
+    order
+}
+
+fn order_of(payer: &Payer, amount: u64) -> Order {
+    Order::new(&unique("ord"), amount, "eur", &payer.customer, &payer.card).unwrap()
+}
+
+fn request(order: &Order, amount: Option<u64>) -> RefundRequest {
+    RefundRequest::new(
+        &unique("ref"),
+        order.id(),
+        amount,
+        Some(RefundReason::RequestedByCustomer),
+    )
+    .unwrap()
+}
+
+/// The refunds of `request` at the provider (`metadata[refund_id]`).
+fn of_request<'a>(refunds: &'a [Value], request: &RefundRequest) -> Vec<&'a Value> {
+    refunds
+        .iter()
+        .filter(|r| r["metadata"]["refund_id"] == request.id())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refund_delivered_many_times_at_once_refunds_its_order_once() {
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let request = request(&order, Some(400));
+    let ends = futures::future::join_all((0..6).map(|_| rig.refund(&request))).await;
+    let done = ends
+        .iter()
+        .filter(|e| matches!(e, End::Done { found: false, .. }))
+        .count();
+    assert_eq!(done, 1, "one delivery refunds: {ends:?}");
+    assert!(
+        ends.iter().all(|e| matches!(
+            e,
+            End::Done { .. } | End::InProgress { .. } | End::Duplicate { .. }
+        )),
+        "{ends:?}"
+    );
+    let again = rig.refund(&request).await;
+    assert!(matches!(again, End::Duplicate { .. }), "{again:?}");
+
+    let payment = rig.payment_of(&order).await;
+    let refunds = localstripe::refunds_of(&payment).await;
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!(refunds[0]["amount"], 400);
+    assert_eq!(refunds[0]["reason"], "requested_by_customer");
+    assert_eq!(refunds[0]["metadata"]["order_id"], order.id());
+    let record = rig
+        .table
+        .store
+        .get(&request.identity().key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, State::Done);
+    assert_eq!(record.receipt.as_deref(), refunds[0]["id"].as_str());
+}
+
+#[tokio::test]
+async fn a_refund_whose_answer_was_lost_is_found_by_its_lookup_and_recorded_with_the_one_refund() {
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let request = request(&order, None);
+    // The refund is made, but its answer is a 500 stored under the key: the replay
+    // under the same key gets it again, and only the lookup can say what happened.
+    let key = format!("{}#1", request.identity().key.as_str());
+    localstripe::arm_fault(
+        &key,
+        Fault::ServerErrorRollsForward {
+            after: Duration::ZERO,
+        },
+    )
+    .await;
+    let end = rig.refund(&request).await;
+    let End::Done {
+        receipt,
+        found: true,
+        attempt: 1,
+    } = end
+    else {
+        panic!("found by the lookup: {end:?}");
+    };
+    let refunds = localstripe::refunds_of(&rig.payment_of(&order).await).await;
+    let mine = of_request(&refunds, &request);
+    assert_eq!(mine.len(), 1, "one refund: {refunds:?}");
+    assert_eq!(mine[0]["id"].as_str(), Some(receipt.id.as_str()));
+    assert_eq!(mine[0]["amount"], 1000, "the rest of the order");
+    let again = rig.refund(&request).await;
+    assert!(matches!(again, End::Duplicate { .. }), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_refund_above_what_remains_is_refused_with_its_reason_and_refunds_nothing() {
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let first = request(&order, Some(700));
+    assert!(matches!(rig.refund(&first).await, End::Done { .. }));
+    let over = request(&order, Some(400));
+    let end = rig.refund(&over).await;
+    let End::RefusedForGood { failure, .. } = &end else {
+        panic!("refused: {end:?}");
+    };
+    let reason = charge_once::error_chain(failure);
+    assert!(reason.contains("400"), "{reason}");
+    let refunds = localstripe::refunds_of(&rig.payment_of(&order).await).await;
+    assert_eq!(refunds.len(), 1, "only the first: {refunds:?}");
+    assert!(of_request(&refunds, &over).is_empty());
+}
+
+#[tokio::test]
+async fn a_refund_sent_before_its_orders_charge_waits_and_refunds_once_the_order_is_charged() {
+    let rig = rig().await;
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 800);
+    let request = request(&order, Some(300));
+    let early = rig.refund(&request).await;
+    assert!(matches!(early, End::Retry { .. }), "it waits: {early:?}");
+    let sent = localstripe::requests_seen(Some("/v1/refunds")).await;
+    assert!(
+        sent.iter().all(|r| r
+            .idempotency_key
+            .as_deref()
+            .is_none_or(|k| !k.starts_with(request.identity().key.as_str()))),
+        "nothing sent before the charge: {sent:?}"
+    );
+
+    assert!(matches!(rig.charge(&order).await, Outcome::Charged { .. }));
+    let end = rig.refund(&request).await;
+    assert!(matches!(end, End::Done { found: false, .. }), "{end:?}");
+    let refunds = localstripe::refunds_of(&rig.payment_of(&order).await).await;
+    assert_eq!(of_request(&refunds, &request).len(), 1, "{refunds:?}");
+}
+
+#[tokio::test]
+async fn a_refund_of_an_order_declined_until_its_limit_is_refused_with_its_reason() {
+    let rig = rig().await;
+    let payer = localstripe::payer(Card::DeclinesOnCharge).await;
+    let order = order_of(&payer, 500);
+    for _ in 0..rig.settings.max_declines {
+        let outcome = rig.charge(&order).await;
+        assert!(matches!(outcome, Outcome::Declined { .. }), "{outcome:?}");
+    }
+    let request = request(&order, None);
+    let end = rig.refund(&request).await;
+    let End::RefusedForGood { failure, .. } = &end else {
+        panic!("refused: {end:?}");
+    };
+    let reason = charge_once::error_chain(failure);
+    assert!(
+        reason.contains("ended without payment") && reason.contains("declined 3 times"),
+        "{reason}"
+    );
+}
