@@ -12,13 +12,15 @@ use crate::policy::deadline;
 use crate::policy::retry::MAX_VISIBILITY;
 
 /// What the function does when Lambda invokes it (`CHARGE_ONCE_FUNCTION`): consume
-/// the queue (the default), or audit the table against the provider (the scheduled
-/// `AuditFunction` of the template).
+/// the orders queue (the default), audit the table against the provider (the
+/// scheduled `AuditFunction` of the template), or consume the refunds queue (the
+/// `RefundFunction`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Function {
     #[default]
     Consume,
     Audit,
+    Refund,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,8 +185,12 @@ impl Config {
             fifo_failure_scope,
             function: env.choice(
                 "CHARGE_ONCE_FUNCTION",
-                &[("consume", Function::Consume), ("audit", Function::Audit)],
-                "must be consume or audit",
+                &[
+                    ("consume", Function::Consume),
+                    ("audit", Function::Audit),
+                    ("refund", Function::Refund),
+                ],
+                "must be consume, audit or refund",
             )?,
             audit_since: env.duration("AUDIT_SINCE", "1d", Duration::ZERO..=Duration::MAX, "")?,
             audit_stuck_after: env.duration(

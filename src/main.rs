@@ -88,7 +88,7 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
     let config = Config::from_env()?;
     config.require_table()?;
     config.require_payment_api_url()?;
-    if config.function == Function::Consume {
+    if matches!(config.function, Function::Consume | Function::Refund) {
         config.require_dead_letter_queue_url()?;
     }
     let tls = wiring::tls(&config)?;
@@ -111,6 +111,15 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
                     .with_reports(wiring::reports(&config, &sdk)),
             );
             consume(consumer, metrics, traces).await
+        }
+        Function::Refund => {
+            // The library's consumer: one outcome line per record, dead letters with
+            // their notes; no EMF metrics and no traces of its own.
+            let queue = wiring::sqs_queue(&config, &sdk)?;
+            wiring::refund_consumer(&config, store, provider, queue)
+                .serve()
+                .await
+                .map_err(|e| anyhow::anyhow!(e))
         }
         Function::Audit => {
             let scheduled = charge_once::audit_lambda::Scheduled {

@@ -13,14 +13,18 @@ use crate::adapters::payment_http::{HttpProvider, HttpSetupError};
 use crate::adapters::sqs::{SqsQueue, SqsReports};
 use crate::adapters::tls::{Tls, TlsError};
 use crate::config::{Config, ConfigError};
-use crate::contracts::payment::ChargePath;
+use crate::contracts::payment::{ChargePath, RefundPath};
 use crate::contracts::queue::{NOTE_ATTRIBUTE, Reports, Unreported};
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::batch::Consumer;
 use crate::drivers::charge::Settings;
+use crate::drivers::refund::Refunds;
 use crate::drivers::spans;
 use crate::policy::deadline;
 use crate::traces::{self, Traces, TracesError};
+use idempotent_consumer::effect;
+use idempotent_consumer::executor::Safeguards;
+use idempotent_consumer::queue::Queue;
 
 /// A part could not be built: the start stops with this, naming what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +160,26 @@ pub async fn http_provider(
         HttpProvider::new(url, &key, config.payment_timeout, tls)?
             .with_stored_credential_usage(config.stored_credential_usage),
     ))
+}
+
+/// The refund function: the library's consumer of an effect at a provider, the effect
+/// a refund ([`Refunds`]) on the orders' table and the provider, dead letters to
+/// DEAD_LETTER_QUEUE_URL, under the configuration's safeguards and waits.
+pub fn refund_consumer(
+    config: &Config,
+    store: Arc<dyn IdempotencyStore>,
+    provider: Arc<dyn RefundPath>,
+    dead_letters: Arc<dyn Queue>,
+) -> effect::Consumer<Refunds> {
+    let settings = Settings::from(config);
+    let safeguards = Safeguards {
+        clock: settings.clock.clone(),
+        budget: settings.budget,
+        breakers: settings.breakers.clone(),
+    };
+    let refunds = Refunds::new(provider, store.clone(), config.max_declines);
+    effect::Consumer::new(store, refunds, safeguards, settings.policy())
+        .with_dead_letters(dead_letters)
 }
 
 /// The consumer over a store and a provider, with the configuration's settings.

@@ -285,3 +285,126 @@ async fn a_refund_of_an_order_declined_until_its_limit_is_refused_with_its_reaso
         "{reason}"
     );
 }
+
+/// A refund request's body as the refunds queue carries it.
+fn body_of(request: &RefundRequest) -> String {
+    let mut body = serde_json::json!({"id": request.id(), "order_id": request.order_id()});
+    if let Some(amount) = request.amount() {
+        body["amount"] = amount.into();
+    }
+    if let Some(reason) = request.reason() {
+        body["reason"] = reason.as_str().into();
+    }
+    body.to_string()
+}
+
+#[tokio::test]
+async fn the_refund_function_refunds_a_batch_once_and_dead_letters_what_no_retry_fixes() {
+    use harness::event_source::Queues;
+    use harness::runtime_api::{ConsumerProcess, Endpoints, Launch, Reply, RuntimeApi};
+
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let refund = request(&order, Some(300));
+    let over = request(&order, Some(900));
+    let sns_copy = serde_json::json!({"Type": "Notification", "Message": body_of(&refund)});
+    let bodies = [
+        body_of(&refund),
+        sns_copy.to_string(),
+        body_of(&over),
+        r#"{"id": "ref-x", "order_id": "ord-x", "amount": 12.5}"#.to_owned(),
+    ];
+    let event = harness::rig::batch_of(&bodies);
+    let ids: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
+
+    let queues = Queues::create(Duration::from_secs(30), 5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("refund.log");
+    let runtime = RuntimeApi::start().await;
+    let endpoints = Endpoints {
+        dynamodb: Backend::Moto.url().to_owned(),
+        payment: harness::servers::localstripe_url().to_owned(),
+        table: rig.table.name.clone(),
+        sqs: Backend::Moto.url().to_owned(),
+        dead_letter_queue: queues.dlq_url.clone(),
+    };
+    let mut process = ConsumerProcess::launch(
+        env!("CARGO_BIN_EXE_charge-once").as_ref(),
+        &runtime,
+        &endpoints,
+        Launch {
+            env: vec![("CHARGE_ONCE_FUNCTION", "refund".to_owned())],
+            ..Launch::logging_to(log.clone())
+        },
+    );
+    let reply = runtime
+        .invoke(
+            serde_json::to_string(&event).unwrap(),
+            Duration::from_secs(30),
+        )
+        .await;
+    process.stop();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let Reply::Response(response) = reply else {
+        panic!("{reply:?}: {logged}");
+    };
+    let response: Value = serde_json::from_slice(&response).unwrap();
+    assert_eq!(
+        response["batchItemFailures"],
+        serde_json::json!([]),
+        "every record ends: {response}\n{logged}"
+    );
+
+    let payment = rig.payment_of(&order).await;
+    let refunds = localstripe::refunds_of(&payment).await;
+    assert_eq!(of_request(&refunds, &refund).len(), 1, "{refunds:?}");
+    assert!(of_request(&refunds, &over).is_empty(), "{refunds:?}");
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+
+    let dead = queues
+        .client
+        .receive_message()
+        .queue_url(&queues.dlq_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let mut notes: Vec<(String, Value)> = dead
+        .messages()
+        .iter()
+        .map(|m| {
+            let note = m.message_attributes().unwrap()
+                [charge_once::contracts::queue::NOTE_ATTRIBUTE]
+                .string_value()
+                .unwrap();
+            (
+                m.body().unwrap().to_owned(),
+                serde_json::from_str(note).unwrap(),
+            )
+        })
+        .collect();
+    notes.sort_by_key(|(_, note)| note["message_id"].as_str().unwrap().to_owned());
+    assert_eq!(notes.len(), 2, "{notes:?}\n{logged}");
+    let note_of = |id: &str| {
+        notes
+            .iter()
+            .find(|(_, note)| note["message_id"] == id)
+            .unwrap_or_else(|| panic!("no dead letter for {id}: {notes:?}"))
+    };
+    let (body, note) = note_of(&ids[2]);
+    assert_eq!(body, &bodies[2], "the message as it came");
+    assert_eq!(note["outcome"], "refused", "{note}");
+    assert!(note["reason"].as_str().unwrap().contains("400"), "{note}");
+    let (_, note) = note_of(&ids[3]);
+    assert_eq!(note["outcome"], "invalid", "{note}");
+    assert!(
+        note["reason"].as_str().unwrap().contains("field `amount`"),
+        "{note}"
+    );
+}

@@ -47,15 +47,18 @@ fn a_missing_dead_letter_queue_is_reported_by_name() {
 }
 
 #[test]
-fn the_function_consumes_unless_told_to_audit() {
+fn the_function_consumes_unless_told_to_audit_or_refund() {
     assert_eq!(config(&[]).unwrap().function, Function::Consume);
+    let refund = config(&[("CHARGE_ONCE_FUNCTION", "refund")]).unwrap();
+    assert_eq!(refund.function, Function::Refund);
     let audit = config(&[("CHARGE_ONCE_FUNCTION", "audit"), ("AUDIT_SINCE", "2d")]).unwrap();
     assert_eq!(audit.function, Function::Audit);
     assert_eq!(audit.audit_since, Duration::from_secs(2 * 24 * 3600));
     assert_eq!(audit.audit_stuck_after, Duration::from_secs(3600));
     let bad = config(&[("CHARGE_ONCE_FUNCTION", "charge")]).unwrap_err();
     assert!(
-        bad.to_string().starts_with("CHARGE_ONCE_FUNCTION="),
+        bad.to_string().starts_with("CHARGE_ONCE_FUNCTION=")
+            && bad.to_string().contains("consume, audit or refund"),
         "{bad}"
     );
 }
