@@ -22,6 +22,7 @@ use harness::rig::{Harness, PAYMENT_TIMEOUT, single_event_with_body};
 /// What the consumer's key needs, and the scheduled function's (docs/deploy.md).
 const CONSUMER: &[&str] = &["rak_payment_intent_write"];
 const SCHEDULED: &[&str] = &["rak_payment_intent_write", "rak_event_read"];
+const REFUND: &[&str] = &["rak_refund_write"];
 
 fn provider(key: &str) -> HttpProvider {
     HttpProvider::new(
@@ -171,4 +172,39 @@ async fn the_scheduled_functions_key_reads_payments_and_events_and_without_event
         ),
         "{unknown:?}"
     );
+}
+
+#[tokio::test]
+async fn the_refund_functions_key_with_refunds_write_alone_refunds_and_looks_up_and_names_it_when_missing()
+ {
+    use charge_once::contracts::payment::RefundPath;
+    use charge_once::domain::refund::RefundRequest;
+
+    let payer = localstripe::payer(Card::Visa).await;
+    let order = order_of(&payer, 1500);
+    let paid = localstripe::charge_directly(&payer, order.amount(), order.id()).await;
+    let payment = paid["id"].as_str().unwrap();
+    let request = RefundRequest::new(
+        &format!("ref-{}", uuid::Uuid::new_v4().simple()),
+        order.id(),
+        Some(500),
+        None,
+    )
+    .unwrap();
+    let key_of_attempt = format!("{}#1", request.identity().key.as_str());
+
+    // The consumer's key cannot refund: 403, naming what it lacks.
+    let consumer = provider(&localstripe::restricted_key(CONSUMER).await);
+    let refused = consumer.refund(&request, payment, &key_of_attempt).await;
+    assert_eq!(forbidden(&refused), Some("rak_refund_write"), "{refused:?}");
+    let looked = consumer.find_refund(&request, payment).await;
+    assert_eq!(forbidden(&looked), Some("rak_refund_read"), "{looked:?}");
+
+    let refunds = provider(&localstripe::restricted_key(REFUND).await);
+    let receipt = refunds
+        .refund(&request, payment, &key_of_attempt)
+        .await
+        .unwrap();
+    let found = refunds.find_refund(&request, payment).await.unwrap();
+    assert_eq!(found, Lookup::Succeeded(receipt));
 }

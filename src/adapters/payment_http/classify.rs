@@ -54,8 +54,10 @@ pub(super) async fn classify_failure(response: Response) -> PaymentError {
 
 /// The restricted-key permissions a charge-once key may need (docs/deploy.md, "Keys"):
 /// the one a 403's message names, when it is one of these.
-pub(super) const PERMISSIONS: [&str; 6] = [
+pub(super) const PERMISSIONS: [&str; 8] = [
     "rak_payment_intent_write",
+    "rak_refund_write",
+    "rak_refund_read",
     "rak_payment_intent_read",
     "rak_event_read",
     "rak_charge_read",
