@@ -11,12 +11,13 @@
 //! redrive, and the invariants: every valid order charged exactly once, each confirmed
 //! order completed with the PaymentIntent the customer confirmed, only the invalid,
 //! conflicting or declined messages in the DLQ, with their reason, no live lease left,
-//! nothing lost. Prints one summary line. The outage run takes the provider down for a
-//! while and shows the backoff and the breakers at work; the same outage under SQS's
-//! defaults shows what they prevent.
+//! nothing lost. Prints one summary line; the chaos run also refunds some of its
+//! orders through the refund function and prints the refunds' line (`refunds.rs`). The
+//! outage run takes the provider down for a while and shows the backoff and the
+//! breakers at work; the same outage under SQS's defaults shows what they prevent.
 //!
 //! The run itself and its checks are here; the scenarios, each a test, in
-//! `scenarios.rs`.
+//! `scenarios.rs`; the refunds beside the charges in `refunds.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -85,6 +86,8 @@ struct Scenario {
     /// The share of orders (%) paid with the card that always asks for authentication,
     /// on top of the producers' usual 4 % of the rest.
     authenticating_percent: u32,
+    /// Refund requests for some of the orders, to the refund function (`refunds.rs`).
+    refunds: bool,
 }
 
 struct Summary {
@@ -116,6 +119,7 @@ struct Run {
     outage_calls: u64,
     recovered_in: Option<Duration>,
     elapsed: Duration,
+    refunds: Option<refunds::RefundRun>,
 }
 
 /// The environments of a run: a Runtime API and a consumer process each, and a poller
@@ -128,9 +132,11 @@ struct Environments {
 }
 
 impl Environments {
+    /// `count` processes with `env`, logging to `<name>-<i>.log`, each fed from `queues`.
     async fn start(
-        scenario: &Scenario,
-        run_id: &str,
+        count: usize,
+        env: Vec<(&'static str, String)>,
+        name: &str,
         queues: &Arc<Queues>,
         endpoints: &Endpoints,
     ) -> Self {
@@ -140,11 +146,11 @@ impl Environments {
         );
         let mut processes = Vec::new();
         let mut pollers = Vec::new();
-        for i in 0..scenario.consumers {
+        for i in 0..count {
             let runtime = Arc::new(RuntimeApi::start().await);
             let launch = Launch {
-                env: scenario.env.clone(),
-                ..Launch::logging_to(log_dir().join(format!("{run_id}-consumer-{i}.log")))
+                env: env.clone(),
+                ..Launch::logging_to(log_dir().join(format!("{name}-{i}.log")))
             };
             processes.push(ConsumerProcess::launch(
                 BIN.as_ref(),
@@ -388,14 +394,28 @@ async fn run(scenario: &Scenario) -> Run {
     let queues = Arc::new(Queues::create(scenario.visibility, scenario.max_receive_count).await);
     let dynamodb = start_proxy(Backend::Moto.url(), Target::DynamoDb, faults.clone()).await;
     let payment = start_proxy(localstripe_url(), Target::Payment, faults.clone()).await;
+    let proxies = (dynamodb.clone(), payment.clone());
     let endpoints = Arc::new(if scenario.queue_calls {
         queues.endpoints(dynamodb, payment, table.name.clone())
     } else {
         Endpoints::without_queue(dynamodb, payment, table.name.clone())
     });
-    let environments = Environments::start(scenario, &run_id, &queues, &endpoints).await;
+    let environments = Environments::start(
+        scenario.consumers,
+        scenario.env.clone(),
+        &format!("{run_id}-consumer"),
+        &queues,
+        &endpoints,
+    )
+    .await;
 
     let plan = produce_with(&run_id, scenario.orders, scenario.authenticating_percent).await;
+    // The refund function on its own queue, through the same proxies: the early
+    // requests go before any order does.
+    let refunding = match scenario.refunds {
+        true => Some(refunds::Refunding::start(scenario, &run_id, &plan, proxies, &table).await),
+        false => None,
+    };
     // Stripe's events, on moto's EventBridge, routed to the queue: those of the
     // customer whose card asks for authentication. The events of every other payment
     // (a `succeeded` each) would add as many messages again to a queue that moto
@@ -426,6 +446,10 @@ async fn run(scenario: &Scenario) -> Run {
         Arc::new(AtomicU64::new(0)),
     );
     let chaos = environments.chaos(endpoints.clone(), chaos_on.clone(), kills.clone());
+    let refund_chaos = refunding
+        .as_ref()
+        .filter(|_| scenario.chaos)
+        .map(|r| r.chaos(chaos_on.clone()));
 
     producer.await.unwrap();
     let (outage_calls, recovered_in) = match scenario.outage {
@@ -438,12 +462,18 @@ async fn run(scenario: &Scenario) -> Run {
     let drained = drain(&queues, scenario.drain_limit).await;
     chaos_on.store(false, Ordering::Relaxed);
     chaos.await.unwrap();
+    if let Some(refund_chaos) = refund_chaos {
+        refund_chaos.await.unwrap();
+    }
     faults.enabled.store(false, Ordering::Relaxed);
     assert!(
         drained,
         "the queue did not drain within {:?}",
         scenario.drain_limit
     );
+    if let Some(refunding) = &refunding {
+        refunding.send_late().await;
+    }
     // Every order that needed authentication awaits its customer; they come back.
     let awaited = awaited(&table, &plan).await;
     let (authenticated, completed_by_event) = match scenario.customers {
@@ -464,12 +494,17 @@ async fn run(scenario: &Scenario) -> Run {
     };
     let (redriven, dlq) = redrive(&queues, &plan, scenario.drain_limit).await;
     let stats = environments.stop().await;
+    let charges = charges_by_order(&run_id).await;
+    let refunds = match refunding {
+        Some(refunding) => Some(refunding.finish(&charges, scenario.drain_limit).await),
+        None => None,
+    };
     let settled = match scenario.customers {
         Customers::ConfirmWithEvents => None,
         Customers::SettlerOnly => Some(settle(&table, &queues).await),
     };
     Run {
-        charges: charges_by_order(&run_id).await,
+        charges,
         plan,
         dlq,
         redriven: redriven.len(),
@@ -485,6 +520,7 @@ async fn run(scenario: &Scenario) -> Run {
         outage_calls,
         recovered_in,
         elapsed: started.elapsed(),
+        refunds,
     }
 }
 
@@ -845,11 +881,15 @@ async fn chaos(orders: usize, consumers: usize, drain_limit: Duration) -> Summar
         outage: None,
         queue_calls: true,
         env: compressed("1s", "4s"),
+        refunds: true,
     };
     let run = run(&scenario).await;
     let summary = run.summary(orders, None);
     println!("{}", summary.line);
+    let refunds = run.refunds.as_ref().expect("refunds ran");
+    println!("{}", refunds.line());
     run.check().await;
+    refunds.check();
     summary
 }
 
@@ -880,6 +920,7 @@ fn outage_scenario(queue_calls: bool) -> Scenario {
         outage: Some(OUTAGE),
         queue_calls,
         env: [env, vec![("MAX_DECLINES", "1".to_owned())]].concat(),
+        refunds: false,
     }
 }
 
@@ -890,4 +931,5 @@ fn outage_scenario(queue_calls: bool) -> Scenario {
 /// `RETRY_CAP` (8 s), so at most 1 + 2 + 4 + 8 × k ≥ OUTAGE, i.e. 7 probes in 30 s.
 const CALLS_PER_ENVIRONMENT: u64 = 5 + 10 * 2 + 7;
 
+mod refunds;
 mod scenarios;

@@ -36,6 +36,7 @@ async fn fifty_orders_without_any_event_are_settled_by_the_schedule_the_confirme
             vec![("MAX_DECLINES", "1".to_owned())],
         ]
         .concat(),
+        refunds: false,
     };
     let run = run(&scenario).await;
     let summary = run.summary(scenario.orders, None);
