@@ -10,7 +10,7 @@ use std::time::Duration;
 use lambda_runtime::{LambdaEvent, service_fn};
 
 use crate::adapters::emf::Emf;
-use crate::contracts::payment::PaymentProvider;
+use crate::contracts::payment::{PaymentProvider, RefundPath};
 use crate::contracts::queue::Reports;
 use crate::contracts::store::IdempotencyStore;
 use crate::drivers::audit::{Window, audit};
@@ -28,6 +28,8 @@ pub struct Scheduled {
     pub stuck_after: Duration,
     pub store: Arc<dyn IdempotencyStore>,
     pub provider: Arc<dyn PaymentProvider>,
+    /// The refunds the bank holds `pending`, which the settler settles too.
+    pub refunds: Arc<dyn RefundPath>,
     pub reports: Arc<dyn Reports>,
     /// The settler's settings, the consumer's kind: the clock, the retention, the
     /// deadline budget, and the breakers and pace kept across its runs.
@@ -70,6 +72,7 @@ async fn settle_waits(
     let settler = Settler {
         store: parts.store.as_ref(),
         provider: parts.provider.as_ref(),
+        refunds: Some(parts.refunds.as_ref()),
         reports: parts.reports.as_ref(),
         settings: &parts.settings,
         time: left.saturating_sub(parts.flush_reserve),

@@ -126,6 +126,7 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
                 since: config.audit_since,
                 stuck_after: config.audit_stuck_after,
                 store,
+                refunds: provider.clone(),
                 provider,
                 reports: wiring::reports(&config, &sdk),
                 settings: Settings::from(&config),

@@ -142,6 +142,7 @@ fn settler(h: &Harness<Counted>, time: Duration) -> Settler<'_> {
     Settler {
         store: h.store.as_ref(),
         provider: h.provider.as_ref(),
+        refunds: None,
         reports: &Unreported,
         settings: &h.settings,
         time,

@@ -4,7 +4,9 @@
 //! delivered many times at once refunds once; a lost answer is found by its lookup
 //! and recorded with the one refund; one above what remains is refused with its reason
 //! and refunds nothing; one sent before its order's charge waits and refunds once the
-//! order is charged; one of an order that ended unpaid is refused with its reason.
+//! order is charged; one of an order that ended unpaid is refused with its reason. A
+//! refund the bank holds `pending` is awaited, and the scheduled settler completes it
+//! or, when the bank fails it, ends it and reports it to the shop once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::adapters::payment_http::HttpProvider;
+use charge_once::adapters::sqs::SqsReports;
 use charge_once::config::Secret;
 use charge_once::contracts::store::IdempotencyStore;
 use charge_once::domain::order::Order;
@@ -19,6 +22,7 @@ use charge_once::domain::refund::{RefundReason, RefundRequest};
 use charge_once::domain::{ForOrder, Identity, Key, OrderKey, State};
 use charge_once::drivers::charge::{Charger, Settings};
 use charge_once::drivers::refund::Refunds;
+use charge_once::drivers::settle::{SettleRun, Settler};
 use charge_once::policy::outcome::Outcome;
 use harness::localstripe::{self, Card, Fault, Payer, TEST_KEY};
 use harness::servers::{Backend, Table};
@@ -407,4 +411,128 @@ async fn the_refund_function_refunds_a_batch_once_and_dead_letters_what_no_retry
         note["reason"].as_str().unwrap().contains("field `amount`"),
         "{note}"
     );
+}
+
+/// A refund of `order` the bank holds `pending`: its request, and the refund.
+async fn pending_refund(rig: &Rig, order: &Order) -> (RefundRequest, String) {
+    let request = request(order, Some(250));
+    localstripe::pend_refund(&format!("{}#1", request.identity().key.as_str())).await;
+    let end = rig.refund(&request).await;
+    assert!(matches!(end, End::Awaiting { .. }), "awaited: {end:?}");
+    let record = rig
+        .table
+        .store
+        .get(&request.identity().key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, State::Awaiting, "{record:?}");
+    let refund = record.awaited.clone().expect("it names its refund");
+    assert!(refund.starts_with("re_"), "{record:?}");
+    (request, refund)
+}
+
+/// The scheduled settler over the run's table, reporting to `reports`.
+async fn settle(rig: &Rig, reports: &dyn charge_once::contracts::queue::Reports) -> SettleRun {
+    Settler {
+        store: rig.table.store.as_ref(),
+        provider: rig.provider.as_ref(),
+        refunds: Some(rig.provider.as_ref()),
+        reports,
+        settings: &rig.settings,
+        // Room for a record's longest settlement at CALL_TIMEOUT a call.
+        time: Duration::from_secs(300),
+        limit: 100,
+        per_run: usize::MAX,
+    }
+    .run()
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_refund_the_bank_fails_after_pending_is_reported_once_and_its_record_ends() {
+    let rig = rig().await;
+    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 5).await;
+    let report_queue = queues.create_report_queue().await;
+    let reports = SqsReports::new(queues.client.clone(), &report_queue);
+    let order = charged_order(&rig, 1000).await;
+    let (request, refund) = pending_refund(&rig, &order).await;
+
+    // Pending at the bank: nothing ends, a copy of the request is acknowledged.
+    let first = settle(&rig, &reports).await;
+    assert_eq!(
+        (first.waiting, first.ended, first.failed),
+        (1, 0, 0),
+        "{first:?}"
+    );
+    let copy = rig.refund(&request).await;
+    assert!(matches!(copy, End::AlreadyAwaiting { .. }), "{copy:?}");
+
+    localstripe::settle_refund(&refund, Err("lost_or_stolen_card")).await;
+    let second = settle(&rig, &reports).await;
+    assert_eq!((second.ended, second.failed), (1, 0), "{second:?}");
+    let again = settle(&rig, &reports).await;
+    assert_eq!(again.read, 0, "nothing awaits any more: {again:?}");
+
+    let reported = queues.drain_reports(&report_queue).await;
+    assert_eq!(reported.len(), 1, "once: {reported:?}");
+    assert_eq!(reported[0]["outcome"], "refund_failed");
+    assert_eq!(reported[0]["refund_id"], request.id());
+    assert_eq!(reported[0]["order_id"], order.id());
+    assert_eq!(reported[0]["refund"], refund.as_str());
+    assert_eq!(reported[0]["reason"], "lost_or_stolen_card");
+    let record = rig
+        .table
+        .store
+        .get(&request.identity().key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, State::Failed, "{record:?}");
+
+    // The failed refund returned nothing: the request sent again is a new attempt,
+    // and the customer is refunded once in all.
+    let again = rig.refund(&request).await;
+    assert!(matches!(again, End::Done { attempt: 2, .. }), "{again:?}");
+    let refunds = localstripe::refunds_of(&rig.payment_of(&order).await).await;
+    let statuses: Vec<&str> = of_request(&refunds, &request)
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "succeeded").count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.len(),
+        2,
+        "the failed one and the one made: {statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_refund_the_bank_makes_completes_its_record_with_no_report() {
+    let rig = rig().await;
+    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 5).await;
+    let report_queue = queues.create_report_queue().await;
+    let reports = SqsReports::new(queues.client.clone(), &report_queue);
+    let order = charged_order(&rig, 1000).await;
+    let (request, refund) = pending_refund(&rig, &order).await;
+    localstripe::settle_refund(&refund, Ok(())).await;
+    let run = settle(&rig, &reports).await;
+    assert_eq!((run.completed, run.failed), (1, 0), "{run:?}");
+    let record = rig
+        .table
+        .store
+        .get(&request.identity().key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, State::Done, "{record:?}");
+    assert_eq!(record.receipt.as_deref(), Some(refund.as_str()));
+    assert!(queues.drain_reports(&report_queue).await.is_empty());
+    let copy = rig.refund(&request).await;
+    assert!(matches!(copy, End::Duplicate { .. }), "{copy:?}");
 }

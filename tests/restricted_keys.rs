@@ -206,5 +206,15 @@ async fn the_refund_functions_key_with_refunds_write_alone_refunds_and_looks_up_
         .await
         .unwrap();
     let found = refunds.find_refund(&request, payment).await.unwrap();
-    assert_eq!(found, Lookup::Succeeded(receipt));
+    assert_eq!(found, Lookup::Succeeded(receipt.clone()));
+
+    // The settler's fetch of a pending refund: the scheduled key needs Refunds Read.
+    let scheduled = provider(&localstripe::restricted_key(SCHEDULED).await);
+    let fetched = scheduled.refund_by_id(&receipt.id).await;
+    assert_eq!(forbidden(&fetched), Some("rak_refund_read"), "{fetched:?}");
+    let with_refunds = [SCHEDULED, &["rak_refund_read"]].concat();
+    let scheduled = provider(&localstripe::restricted_key(&with_refunds).await);
+    let seen = scheduled.refund_by_id(&receipt.id).await.unwrap().unwrap();
+    assert_eq!(seen.status, "succeeded");
+    assert_eq!(seen.refund_id.as_deref(), Some(request.id()));
 }

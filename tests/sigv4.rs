@@ -524,6 +524,7 @@ async fn stripes_events_the_consumer_settling_them_and_the_settler_are_signed_as
     let settled = charge_once::drivers::settle::Settler {
         store: &store,
         provider: &provider,
+        refunds: None,
         reports: &report_queue,
         settings: &settings,
         time: Duration::from_secs(120),

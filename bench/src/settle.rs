@@ -104,6 +104,7 @@ impl Reach {
         let settler = Settler {
             store: table.store.as_ref(),
             provider: &provider,
+            refunds: None,
             reports: &Unreported,
             settings: &settings,
             // The scheduled function's own timeout (the template's `AuditFunction`).

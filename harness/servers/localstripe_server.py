@@ -94,6 +94,11 @@ What a test drives:
   localstripe's store directly, created at that time, in `eur`,
   `requires_payment_method`, `metadata[order_id]` = `seed-<customer>-<n>`: a
   customer's earlier payments, without N requests.
+* `POST /_layer/refunds/pending` with JSON `{"key": <idempotency key>}` leaves the
+  refund created under that key `pending` (as a bank holds some refunds); `POST
+  /_layer/refunds/<id>/settle` with `{"status": "succeeded"}` or `{"status": "failed",
+  "failure_reason": <Stripe's reason>}` settles it later (answers 204). A failed
+  refund no longer counts against what remains of its charge.
 * `POST /_layer/faults` with JSON `{"key": <idempotency key>, "fault": <fault>,
   "after_s": <seconds, up to MAX_HIDDEN_S>}` (answers 204) arms a fault for the next
   `POST /v1/payment_intents` or `POST /v1/refunds` that is the first under that key (a key that already holds
@@ -157,6 +162,7 @@ a key.
 import argparse
 import asyncio
 import collections
+import contextvars
 import json
 import os
 import socket
@@ -358,6 +364,44 @@ STORED_CREDENTIAL_USAGES = ("unscheduled", "recurring", "installment")
 CARD = "payment_method_options[card]["
 
 
+# Idempotency keys whose refund is left `pending` (`POST /_layer/refunds/pending`), and
+# the key of the request being answered (read by the refund's create).
+PENDING_REFUND: dict[str, bool] = {}
+CURRENT_KEY: contextvars.ContextVar = contextvars.ContextVar("idempotency_key")
+
+# What a refund's `failure_reason` may be (docs.stripe.com/api/refunds/object).
+REFUND_FAILURE_REASONS = ("lost_or_stolen_card", "expired_or_canceled_card",
+                          "charge_for_pending_refund_disputed", "insufficient_funds",
+                          "declined", "merchant_request", "unknown")
+
+
+async def refund_control(request: web.Request) -> web.Response:
+    """`POST /_layer/refunds/pending` with JSON `{"key": <idempotency key>}`: the
+    refund created under that key is left `pending`, as the bank holds it. `POST
+    /_layer/refunds/<id>/settle` with JSON `{"status": "succeeded"}` or `{"status":
+    "failed", "failure_reason": <Stripe's reason>}`: the bank's answer, later."""
+    from localstripe.resources import Refund
+
+    asked = await request.json()
+    path = request.path.removeprefix("/_layer/refunds/")
+    if path == "pending":
+        PENDING_REFUND[str(asked["key"])] = True
+        return web.Response(status=204)
+    id, _, action = path.partition("/")
+    status = asked.get("status")
+    reason = asked.get("failure_reason")
+    if action != "settle" or status not in ("succeeded", "failed") or (
+        status == "failed" and reason not in REFUND_FAILURE_REASONS
+    ):
+        return web.Response(status=400, text=f"no such refund settling: {path} {asked}")
+    refund = Refund._api_retrieve(id)
+    if refund.status != "pending":
+        return web.Response(status=409, text=f"{id} is {refund.status}, not pending")
+    refund.status = status
+    refund.failure_reason = reason if status == "failed" else None
+    return web.Response(status=204)
+
+
 # What a refund's `reason` may be (docs.stripe.com/api/refunds/create).
 REFUND_REASONS = ("duplicate", "fraudulent", "requested_by_customer")
 
@@ -390,7 +434,12 @@ def add_refund_rules() -> None:
         elif isinstance(charge, str):
             paid = Charge._api_retrieve(charge)
         if paid is not None:
-            remaining = paid.amount - paid.amount_refunded
+            # A refund that failed or was cancelled returned nothing: it takes nothing.
+            refunded = sum(
+                r.amount for r in paid.refunds._list
+                if getattr(r, "status", "succeeded") in ("succeeded", "pending")
+            )
+            remaining = paid.amount - refunded
             if remaining <= 0:
                 raise UserError(400, f"Charge {paid.id} has already been refunded.",
                                 {"code": "charge_already_refunded"})
@@ -403,6 +452,10 @@ def add_refund_rules() -> None:
         init(self, charge=charge, payment_intent=payment_intent, amount=amount,
              metadata=metadata, **kwargs)
         self.reason = reason
+        self.failure_reason = None
+        if PENDING_REFUND.pop(CURRENT_KEY.get(None), None) is not None:
+            # The bank has it: `pending` until `POST /_layer/refunds/<id>/settle`.
+            self.status = "pending"
 
     Refund.__init__ = init_with_rules
 
@@ -874,6 +927,8 @@ class Layer:
             return await seed(request)
         if path == "/_layer/faults" and request.method == "POST":
             return await self.add_fault(request)
+        if path.startswith("/_layer/refunds/") and request.method == "POST":
+            return await refund_control(request)
         if path == "/_layer/eventbridge" or path.startswith("/_layer/eventbridge/"):
             return await EVENTS.control(request)
         return web.Response(status=404, text=f"no layer endpoint {request.method} {path}")
@@ -936,6 +991,7 @@ class Layer:
             return refused
 
         stored = self.stored[scope] = Stored(path=request.path, params=params)
+        CURRENT_KEY.set(key)
         fault = None
         if request.path in ("/v1/payment_intents", "/v1/refunds"):
             fault = self.faults.pop(key, None)

@@ -137,6 +137,38 @@ pub async fn refunds_of(payment_intent: &str) -> Vec<Value> {
     page["data"].as_array().expect("a list").clone()
 }
 
+/// Leaves the refund created under `idempotency_key` `pending`, as a bank holds some
+/// (`POST /_layer/refunds/pending`).
+pub async fn pend_refund(idempotency_key: &str) {
+    let response = crate::http_client()
+        .post(url("/_layer/refunds/pending"))
+        .json(&serde_json::json!({"key": idempotency_key}))
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert_eq!(
+        response.status(),
+        204,
+        "POST /_layer/refunds/pending: {response:?}"
+    );
+}
+
+/// The bank's later answer for the pending refund `id`: `Ok(())` succeeds it,
+/// `Err(reason)` fails it with Stripe's `failure_reason`.
+pub async fn settle_refund(id: &str, answer: Result<(), &str>) {
+    let body = match answer {
+        Ok(()) => serde_json::json!({"status": "succeeded"}),
+        Err(reason) => serde_json::json!({"status": "failed", "failure_reason": reason}),
+    };
+    let response = crate::http_client()
+        .post(url(&format!("/_layer/refunds/{id}/settle")))
+        .json(&body)
+        .send()
+        .await
+        .expect("localstripe reachable");
+    assert_eq!(response.status(), 204, "settling {id}: {response:?}");
+}
+
 /// `POST /v1/refunds` with `form`, sent straight to the layer: its status and body,
 /// whatever they are.
 pub async fn refund_directly(form: &[(&str, &str)]) -> (u16, Value) {

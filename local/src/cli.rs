@@ -334,6 +334,7 @@ async fn settle(config: &Config, later: Duration, db: &Path) -> anyhow::Result<E
     let settler = Settler {
         store: &store,
         provider: &simulator,
+        refunds: None,
         // Locally no shop's queue is called: the log line reports an ended wait.
         reports: &Unreported,
         settings: &settings,

@@ -1,12 +1,12 @@
 //! The SQS adapters: the queue calls of the batch (the library's
 //! `idempotent_consumer::sqs::SqsQueue`: visibility changes, dead letters), and
-//! `SendMessage` of an ended wait to the shop's report queue.
+//! `SendMessage` of an ended wait or a failed refund to the shop's report queue.
 
 use async_trait::async_trait;
 
 pub use idempotent_consumer::sqs::SqsQueue;
 
-use crate::contracts::queue::{EndedWait, QueueError, Reports};
+use crate::contracts::queue::{EndedWait, FailedRefund, QueueError, Reports};
 
 /// The report queue of ended waits: one `SendMessage` of the report's JSON each.
 pub struct SqsReports {
@@ -26,6 +26,17 @@ impl SqsReports {
 #[async_trait]
 impl Reports for SqsReports {
     async fn ended(&self, report: &EndedWait<'_>) -> Result<(), QueueError> {
+        self.send(report).await
+    }
+
+    async fn refund_failed(&self, report: &FailedRefund<'_>) -> Result<(), QueueError> {
+        self.send(report).await
+    }
+}
+
+impl SqsReports {
+    /// One report, one JSON message.
+    async fn send(&self, report: &impl serde::Serialize) -> Result<(), QueueError> {
         let body = serde_json::to_string(report).map_err(|e| QueueError::call("SendMessage", e))?;
         self.client
             .send_message()

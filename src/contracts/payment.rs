@@ -421,6 +421,23 @@ pub trait RefundPath: Send + Sync {
         request: &RefundRequest,
         payment_id: &str,
     ) -> Result<Lookup, PaymentError>;
+
+    /// The refund `id` as the provider holds it, `None` when it has no such refund:
+    /// what settling a pending refund reads.
+    async fn refund_by_id(&self, id: &str) -> Result<Option<RefundSeen>, PaymentError>;
+}
+
+/// A refund as settling reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundSeen {
+    /// `succeeded`, `pending`, `failed`, `canceled`, `requires_action`.
+    pub status: String,
+    /// `metadata[refund_id]`: the request this consumer made it for.
+    pub refund_id: Option<String>,
+    /// `metadata[order_id]`.
+    pub order_id: Option<String>,
+    /// Why the bank refused it (`failed`), in Stripe's words.
+    pub failure_reason: Option<String>,
 }
 
 /// The whole provider, serving both readers (the HTTP client and the local simulator do):

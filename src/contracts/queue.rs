@@ -26,10 +26,28 @@ pub struct EndedWait<'a> {
     pub ended_at_ms: i64,
 }
 
-/// Where ended waits are reported (`AUTHENTICATION_ENDED_QUEUE_URL`).
+/// A refund the bank refused after it was pending, reported to the shop: its money is
+/// still the shop's, the customer was not refunded. At least once, so the shop reads it
+/// by refund id.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FailedRefund<'a> {
+    pub refund_id: &'a str,
+    pub order_id: Option<&'a str>,
+    /// `refund_failed`.
+    pub outcome: &'static str,
+    /// The provider's refund (`re_…`).
+    pub refund: &'a str,
+    /// Stripe's `failure_reason` (`lost_or_stolen_card`, `expired_or_canceled_card`, …).
+    pub reason: Option<&'a str>,
+    pub ended_at_ms: i64,
+}
+
+/// Where ended waits are reported (`AUTHENTICATION_ENDED_QUEUE_URL`): the shop's
+/// report queue.
 #[async_trait]
 pub trait Reports: Send + Sync {
     async fn ended(&self, report: &EndedWait<'_>) -> Result<(), QueueError>;
+    async fn refund_failed(&self, report: &FailedRefund<'_>) -> Result<(), QueueError>;
 }
 
 /// No report queue configured (local runs, tests that do not read it): the log line
@@ -39,6 +57,10 @@ pub struct Unreported;
 #[async_trait]
 impl Reports for Unreported {
     async fn ended(&self, _report: &EndedWait<'_>) -> Result<(), QueueError> {
+        Ok(())
+    }
+
+    async fn refund_failed(&self, _report: &FailedRefund<'_>) -> Result<(), QueueError> {
         Ok(())
     }
 }

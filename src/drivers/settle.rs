@@ -1,6 +1,7 @@
 //! Drives the settlement machine (`policy/settle.rs`): from a provider event in the
 //! batch, and on a schedule from every awaiting record (the settler: every wait ends,
-//! events or none); both through the one executor (`drivers/executor.rs`: breakers,
+//! events or none; an order's payment, and a refund the bank holds `pending`); both
+//! through the one executor (`drivers/executor.rs`: breakers,
 //! pace, deadline rule, spans). The machine decides each step by the provider's
 //! answer; this module only makes the calls, counts and logs them. One loop ([`drive`]) runs the steps
 //! for both, so the sequence fetch, cancel, move the end, report, write exists once.
@@ -11,12 +12,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
 
-use crate::contracts::payment::{Cancel, ChargePath, PaymentError};
-use crate::contracts::queue::{EndedWait, QueueError, Reports};
+use crate::contracts::payment::{Cancel, ChargePath, PaymentError, RefundPath, RefundSeen};
+use crate::contracts::queue::{EndedWait, FailedRefund, QueueError, Reports};
 use crate::contracts::store::{AwaitingCursor, IdempotencyStore, StoreError, Write, WriteOutcome};
 use crate::domain::clock::Time;
 use crate::domain::event::PaymentEvent;
 use crate::domain::order::validate_id;
+use crate::domain::refund::REFUND_PREFIX;
 use crate::domain::{Key, ORDER_PREFIX, Record};
 use crate::drivers::charge::{Charger, Settings, deferred};
 use crate::drivers::executor::{Executor, executor};
@@ -81,38 +83,83 @@ async fn drive(mut machine: Settlement, mut step: SettleStep, calls: &Calls<'_, 
     Outcome::InProgress { until: None }
 }
 
+/// What a settlement settles at the provider: an order's payment, or a refund.
+#[derive(Clone, Copy)]
+enum Object<'a> {
+    Payment(&'a dyn ChargePath),
+    Refund(&'a dyn RefundPath),
+}
+
 /// A settlement's calls, through the one executor (`drivers/executor.rs`): on the
 /// event path and the settler alike, each bounded by the deadline rule, told to its
 /// breaker, paced (provider calls) and in its span.
 struct Calls<'a, 'e> {
     executor: &'a Executor<'e>,
     store: &'a dyn IdempotencyStore,
-    provider: &'a dyn ChargePath,
+    object: Object<'a>,
     reports: &'a dyn Reports,
+    /// The refund fetched last: its order and why the bank refused it, for its report.
+    refund: std::sync::Mutex<Option<RefundSeen>>,
 }
 
-impl Calls<'_, '_> {
+impl<'a, 'e> Calls<'a, 'e> {
+    fn new(
+        executor: &'a Executor<'e>,
+        store: &'a dyn IdempotencyStore,
+        object: Object<'a>,
+        reports: &'a dyn Reports,
+    ) -> Self {
+        Self {
+            executor,
+            store,
+            object,
+            reports,
+            refund: std::sync::Mutex::new(None),
+        }
+    }
+
     async fn read(&self, key: &Key) -> Result<Option<Record>, NoAnswer<StoreError>> {
         let span = spans::store_operation("get", "GetItem");
         self.executor.store(&span, self.store.get(key)).await
     }
 
-    async fn fetch(&self, payment_id: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
-        let provider = self.provider;
-        let found = self
-            .executor
-            .provider(ProviderCall::Fetch, false, || {
-                provider.payment_by_id(payment_id)
-            })
-            .await?;
-        Ok(found.as_ref().map(Found::of))
+    async fn fetch(&self, reference: &str) -> Result<Option<Found>, NoAnswer<PaymentError>> {
+        match self.object {
+            Object::Payment(provider) => {
+                let found = self
+                    .executor
+                    .provider(ProviderCall::Fetch, false, || {
+                        provider.payment_by_id(reference)
+                    })
+                    .await?;
+                Ok(found.as_ref().map(Found::of))
+            }
+            Object::Refund(provider) => {
+                let seen = self
+                    .executor
+                    .provider(ProviderCall::Fetch, false, || {
+                        provider.refund_by_id(reference)
+                    })
+                    .await?;
+                let found = seen.as_ref().map(Found::of_refund);
+                if let Ok(mut last) = self.refund.lock() {
+                    *last = seen;
+                }
+                Ok(found)
+            }
+        }
     }
 
-    async fn cancel(&self, payment_id: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
-        let provider = self.provider;
-        self.executor
-            .provider(ProviderCall::Cancel, false, || provider.cancel(payment_id))
-            .await
+    async fn cancel(&self, reference: &str) -> Result<Cancel, NoAnswer<PaymentError>> {
+        match self.object {
+            Object::Payment(provider) => {
+                self.executor
+                    .provider(ProviderCall::Cancel, false, || provider.cancel(reference))
+                    .await
+            }
+            // A refund the bank holds is never cancelled here: it settles by itself.
+            Object::Refund(_) => Ok(Cancel::NotCancellable),
+        }
     }
 
     async fn write(&self, write: &Write<'_>) -> Result<WriteOutcome, NoAnswer<StoreError>> {
@@ -122,13 +169,40 @@ impl Calls<'_, '_> {
         answer
     }
 
-    async fn report(&self, key: &Key, payment_id: &str) -> Result<(), NoAnswer<QueueError>> {
+    async fn report(&self, key: &Key, reference: &str) -> Result<(), NoAnswer<QueueError>> {
         let now = self.executor.now();
-        self.executor
-            .queue(report(self.reports, key, payment_id, now))
-            .await
+        match self.object {
+            Object::Payment(_) => {
+                self.executor
+                    .queue(report(self.reports, key, reference, now))
+                    .await
+            }
+            Object::Refund(_) => {
+                let seen = self.refund.lock().ok().and_then(|last| last.clone());
+                let seen = seen.unwrap_or_else(|| RefundSeen {
+                    status: String::new(),
+                    refund_id: None,
+                    order_id: None,
+                    failure_reason: None,
+                });
+                let failed = FailedRefund {
+                    refund_id: key.id(),
+                    order_id: seen.order_id.as_deref(),
+                    outcome: REFUND_FAILED,
+                    refund: reference,
+                    reason: seen.failure_reason.as_deref(),
+                    ended_at_ms: now.as_ms(),
+                };
+                self.executor
+                    .queue(self.reports.refund_failed(&failed))
+                    .await
+            }
+        }
     }
 }
+
+/// The outcome a failed refund is reported with.
+pub const REFUND_FAILED: &str = "refund_failed";
 
 impl Charger<'_> {
     /// A provider event about `key`'s order (`None`: a thin event, which names only its
@@ -149,12 +223,12 @@ impl Charger<'_> {
             claimed: PaymentNow::claimed(&event.kind, &event.status),
         };
         let executor = executor(self.settings, deadline);
-        let calls = Calls {
-            executor: &executor,
-            store: self.store,
-            provider: self.provider,
+        let calls = Calls::new(
+            &executor,
+            self.store,
+            Object::Payment(self.provider),
             reports,
-        };
+        );
         let work = async {
             let (key, found) = match key {
                 Some(key) => (key.clone(), None),
@@ -217,6 +291,9 @@ const SETTLE_CALLS_PER_RECORD: u32 = 5;
 pub struct Settler<'a> {
     pub store: &'a dyn IdempotencyStore,
     pub provider: &'a dyn ChargePath,
+    /// The refunds a bank holds `pending` are settled too when given (the stack runs
+    /// the refund function); without, their records are left as they are.
+    pub refunds: Option<&'a dyn RefundPath>,
     pub reports: &'a dyn Reports,
     /// The consumer's settings: the clock (a wait's end is read against it), the
     /// retention of a record it completes, the deadline budget, and this environment's
@@ -313,9 +390,14 @@ impl Settler<'_> {
                     break 'pages;
                 }
                 // The table may hold other consumers' facts under their own prefixes:
-                // only an order's wait is its PaymentIntent's.
-                if record.pk.prefix() == ORDER_PREFIX {
-                    self.settle(&mut run, record, deadline).await;
+                // only an order's wait is its PaymentIntent's, a refund's its refund's.
+                let object = match record.pk.prefix() {
+                    ORDER_PREFIX => Some(Object::Payment(self.provider)),
+                    REFUND_PREFIX => self.refunds.map(Object::Refund),
+                    _ => None,
+                };
+                if let Some(object) = object {
+                    self.settle(&mut run, record, object, deadline).await;
                 }
                 cursor = place;
             }
@@ -324,7 +406,13 @@ impl Settler<'_> {
         Ok(run)
     }
 
-    async fn settle(&self, run: &mut SettleRun, record: Record, deadline: Time) {
+    async fn settle(
+        &self,
+        run: &mut SettleRun,
+        record: Record,
+        object: Object<'_>,
+        deadline: Time,
+    ) {
         run.read += 1;
         let key = record.pk.clone();
         let payment = record.awaited.clone().unwrap_or_default();
@@ -337,12 +425,7 @@ impl Settler<'_> {
             Rules::ALL,
         );
         let executor = executor(self.settings, deadline);
-        let calls = Calls {
-            executor: &executor,
-            store: self.store,
-            provider: self.provider,
-            reports: self.reports,
-        };
+        let calls = Calls::new(&executor, self.store, object, self.reports);
         let outcome = executor
             .admitted(drive(machine, step, &calls))
             .await
@@ -365,7 +448,7 @@ impl Settler<'_> {
                     outcome = outcome.name(),
                     key = key.as_str(),
                     payment,
-                    "awaiting order settled"
+                    "awaiting record settled"
                 );
             }
             Outcome::EventIgnored { .. } => run.waiting += 1,
@@ -379,7 +462,7 @@ impl Settler<'_> {
                     key = key.as_str(),
                     payment,
                     reason = %reason,
-                    "the provider does not have the payment an awaiting order names; nothing ended"
+                    "the provider does not have what an awaiting record names; nothing ended"
                 );
             }
             Outcome::NeedsReconciliation { .. } => {
@@ -390,7 +473,7 @@ impl Settler<'_> {
                     key = key.as_str(),
                     payment,
                     reason = %reason,
-                    "settling an awaiting order needs a person"
+                    "settling an awaiting record needs a person"
                 );
             }
             _ => {
@@ -400,7 +483,7 @@ impl Settler<'_> {
                     key = key.as_str(),
                     payment,
                     reason = %reason,
-                    "settling an awaiting order failed; the next run tries again"
+                    "settling an awaiting record failed; the next run tries again"
                 );
             }
         }

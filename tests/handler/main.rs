@@ -179,6 +179,7 @@ fn settler<'a>(
     Settler {
         store: table.store.as_ref(),
         provider,
+        refunds: None,
         reports: &Unreported,
         settings,
         time: Duration::from_secs(120),

@@ -176,6 +176,7 @@ async fn an_order_that_needs_authentication_awaits_its_customer_and_the_settler_
     let run = charge_once::drivers::settle::Settler {
         store: h.table.store.as_ref(),
         provider: h.provider.as_ref(),
+        refunds: None,
         reports: &charge_once::contracts::queue::Unreported,
         settings: &h.settings,
         time: Duration::from_secs(120),

@@ -336,6 +336,7 @@ async fn settle(table: &Table, queues: &Queues) -> Settled {
     let settler = Settler {
         store: table.store.as_ref(),
         provider: &provider,
+        refunds: None,
         reports: &reports,
         settings: &settings,
         time: Duration::from_secs(180),

@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::answers::Listed;
-use super::classify::{send_error, unexpected};
+use super::classify::{classify_failure, send_error, unexpected};
 use super::{HttpProvider, MAX_PAGES, Walk, read_json};
-use crate::contracts::payment::{Lookup, PaymentError, Receipt, RefundPath};
+use crate::contracts::payment::{Lookup, PaymentError, Receipt, RefundPath, RefundSeen};
 use crate::domain::refund::RefundRequest;
 
 /// The Refunds endpoint.
@@ -25,6 +25,8 @@ struct Refund {
     status: String,
     #[serde(default)]
     metadata: std::collections::HashMap<String, String>,
+    #[serde(default)]
+    failure_reason: Option<String>,
 }
 
 impl Listed for Refund {
@@ -125,5 +127,25 @@ impl RefundPath for HttpProvider {
                 "more refunds of the payment than a lookup reads; settle by hand",
             )),
         }
+    }
+
+    async fn refund_by_id(&self, id: &str) -> Result<Option<RefundSeen>, PaymentError> {
+        // A receipt is whatever the table holds: one path segment, escaped.
+        let url = self.object_url(REFUNDS, id, &[])?;
+        let response = self.client.get(url).send().await.map_err(send_error)?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            // No such refund only when the provider says so (`resource_missing`).
+            return match classify_failure(response).await {
+                PaymentError::Rejected { .. } => Ok(None),
+                other => Err(other),
+            };
+        }
+        let mut refund: Refund = read_json(response, "a refund that is not a refund").await?;
+        Ok(Some(RefundSeen {
+            refund_id: refund.metadata.remove("refund_id"),
+            order_id: refund.metadata.remove("order_id"),
+            status: refund.status,
+            failure_reason: refund.failure_reason,
+        }))
     }
 }

@@ -3,7 +3,7 @@
 
 use idempotent_consumer::settle::{Now, Seen};
 
-use crate::contracts::payment::{ListedPayment, Status};
+use crate::contracts::payment::{ListedPayment, RefundSeen, Status};
 use crate::domain::Fingerprint;
 use crate::domain::ForOrder;
 use crate::domain::order::Order;
@@ -68,7 +68,8 @@ impl PaymentNow {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Found {
     pub status: PaymentNow,
-    /// `metadata[order_id]`: the order this consumer made it for.
+    /// The fact this consumer made it for: a payment's `metadata[order_id]`, a
+    /// refund's `metadata[refund_id]`.
     pub order_id: Option<String>,
     /// The fingerprint of the order the payment describes (its order id, amount,
     /// currency, customer and payment method), when it names all of them.
@@ -76,6 +77,22 @@ pub struct Found {
 }
 
 impl Found {
+    /// A refund fetched by id, as settling reads it: `succeeded` is done, `failed` or
+    /// `canceled` can never be (the bank refused it), anything else is still in flight
+    /// at the bank. Its fact is the refund request (`metadata[refund_id]`); a refund
+    /// names no order fields, so a refund its record does not await is for a person.
+    pub fn of_refund(refund: &RefundSeen) -> Self {
+        Self {
+            status: match refund.status.as_str() {
+                "succeeded" => PaymentNow::Succeeded,
+                "failed" | "canceled" => PaymentNow::Canceled,
+                _ => PaymentNow::Processing,
+            },
+            order_id: refund.refund_id.clone(),
+            fingerprint: None,
+        }
+    }
+
     /// The provider's answer, in the settlement machine's words.
     pub fn seen(self) -> Seen {
         Seen {
