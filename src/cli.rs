@@ -1,7 +1,7 @@
 //! The commands outside Lambda (ARCHITECTURE.md, "Settings"), against the real parts
 //! with the operator's credentials: the DynamoDB table in IDEMPOTENCY_TABLE and the
 //! provider at PAYMENT_API_URL. `invoke` runs the real handler once on an SQS event
-//! file, `inspect` prints an order's record, `resolve` settles one with the provider,
+//! file, `inspect` prints an order's (or a refund's) record, `resolve` settles one with the provider,
 //! `audit` holds the table against the provider's payments. Local runs on an SQLite
 //! file with the simulator are the local member's binary (`local/`). Edge code: errors
 //! are `anyhow`. stdout carries only the command's JSON; logs go to stderr.
@@ -61,8 +61,14 @@ pub enum Command {
         #[arg(long)]
         sqs: bool,
     },
-    /// Print an order's idempotency record (it calls no provider).
-    Inspect { order_id: String },
+    /// Print an order's idempotency record (it calls no provider); with `--refund`, a
+    /// refund request's (`reembolso#<id>`).
+    Inspect {
+        order_id: String,
+        /// The id is a refund request's, not an order's.
+        #[arg(long)]
+        refund: bool,
+    },
     /// Settle an order's record by asking the provider: succeeded → `hecho` with that
     /// charge; pending → nothing (run again once final); not found → `libre` with the
     /// next attempt. Refuses a live lease.
@@ -121,7 +127,7 @@ impl Command {
 pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Invoke { event, sqs } => invoke(config, &event, sqs).await.map(|()| 0),
-        Command::Inspect { order_id } => inspect(config, &order_id).await,
+        Command::Inspect { order_id, refund } => inspect(config, &order_id, refund).await,
         Command::Audit { since, stuck_after } => Ok(audit(config, since, stuck_after).await),
         Command::Resolve {
             order_id,
@@ -244,15 +250,20 @@ async fn invoke(config: &Config, path: &Path, sqs: bool) -> anyhow::Result<()> {
 }
 
 /// `inspect` reads the record and calls no provider. Exit 1 when the table holds no
-/// record of the order (a mistyped id, or a record past its retention).
-async fn inspect(config: &Config, order_id: &str) -> anyhow::Result<ExitStatus> {
-    validate_id(order_id).context("order id")?;
+/// record of the order (or refund: a mistyped id, or a record past its retention).
+async fn inspect(config: &Config, order_id: &str, refund: bool) -> anyhow::Result<ExitStatus> {
+    validate_id(order_id).context(if refund { "refund id" } else { "order id" })?;
     let needs = Needs {
         provider: false,
         queue: false,
     };
     let store = Parts::new(config, needs).await?.store(config)?;
-    let record = store.get(&Key::for_order_id(order_id)).await?;
+    let key = if refund {
+        Key::new(charge_once::domain::refund::REFUND_PREFIX, order_id)
+    } else {
+        Key::for_order_id(order_id)
+    };
+    let record = store.get(&key).await?;
     let out = json!({ "record": record.as_ref().map(record_json) });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(charge_once::commands::unknown_order(

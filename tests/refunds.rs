@@ -192,6 +192,28 @@ async fn a_refund_delivered_many_times_at_once_refunds_its_order_once() {
         .unwrap();
     assert_eq!(record.state, State::Done);
     assert_eq!(record.receipt.as_deref(), refunds[0]["id"].as_str());
+
+    // The operator's view of it: `inspect --refund`, which calls no provider.
+    let mut inspect = std::process::Command::new(env!("CARGO_BIN_EXE_charge-once"));
+    inspect.args(["inspect", "--refund", request.id()]);
+    harness::servers::cli_on_moto_and_localstripe(&mut inspect, &rig.table.name, "sk_test_inspect");
+    let out = inspect.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        shown["record"]["pk"],
+        format!("reembolso#{}", request.id()),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["record"]["recibo"].as_str(),
+        refunds[0]["id"].as_str(),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
