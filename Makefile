@@ -139,6 +139,10 @@ DB    ?= .local/charge-once.sqlite3
 run: ## run the handler once on EVENT (default events/sqs-batch.json): SQLite + simulator (charge-once-local), needs only cargo
 	$(CARGO) run --quiet -p charge-once-local -- invoke $(EVENT) --db $(DB)
 
+REFUNDS ?= events/sqs-refunds.json
+refund: ## run the refund function once on REFUNDS (default events/sqs-refunds.json) against what make run charged: SQLite + simulator
+	$(CARGO) run --quiet -p charge-once-local -- refund $(REFUNDS) --db $(DB)
+
 ORDER ?= ord-3006
 confirm: ## play the customer of ORDER (default ord-3006, which make run leaves awaiting them): confirm its payment at the simulator, deliver Stripe's event to the handler
 	$(CARGO) run --quiet -p charge-once-local -- confirm $(ORDER) --db $(DB)

@@ -116,7 +116,7 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
             // The library's consumer: one outcome line per record, dead letters with
             // their notes; no EMF metrics and no traces of its own.
             let queue = wiring::sqs_queue(&config, &sdk)?;
-            wiring::refund_consumer(&config, store, provider, queue)
+            wiring::refund_consumer(&config, store, provider, Some(queue))
                 .serve()
                 .await
                 .map_err(|e| anyhow::anyhow!(e))

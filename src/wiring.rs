@@ -164,12 +164,13 @@ pub async fn http_provider(
 
 /// The refund function: the library's consumer of an effect at a provider, the effect
 /// a refund ([`Refunds`]) on the orders' table and the provider, dead letters to
-/// DEAD_LETTER_QUEUE_URL, under the configuration's safeguards and waits.
+/// DEAD_LETTER_QUEUE_URL (none locally: a record no retry can fix then fails), under
+/// the configuration's safeguards and waits.
 pub fn refund_consumer(
     config: &Config,
     store: Arc<dyn IdempotencyStore>,
     provider: Arc<dyn RefundPath>,
-    dead_letters: Arc<dyn Queue>,
+    dead_letters: Option<Arc<dyn Queue>>,
 ) -> effect::Consumer<Refunds> {
     let settings = Settings::from(config);
     let safeguards = Safeguards {
@@ -178,8 +179,11 @@ pub fn refund_consumer(
         breakers: settings.breakers.clone(),
     };
     let refunds = Refunds::new(provider, store.clone(), config.max_declines);
-    effect::Consumer::new(store, refunds, safeguards, settings.policy())
-        .with_dead_letters(dead_letters)
+    let consumer = effect::Consumer::new(store, refunds, safeguards, settings.policy());
+    match dead_letters {
+        Some(queue) => consumer.with_dead_letters(queue),
+        None => consumer,
+    }
 }
 
 /// The consumer over a store and a provider, with the configuration's settings.

@@ -20,7 +20,8 @@ use crate::executor::{Closed, Executor, NoAnswer, Observe, ProviderFailure, Safe
 use crate::in_store::Invalid;
 use crate::jitter::Jitter;
 use crate::machine::{
-    Cancel, Classify, End, Found, Input, Machine, Receipt, Shared, Start, Step, Unknown, WriteKind,
+    Cancel, Classify, End, Found, Input, Machine, Receipt, Retry, Shared, Start, Step, Unknown,
+    WriteKind,
 };
 use crate::queue::Queue;
 use crate::record::{Identity, Owner};
@@ -448,7 +449,13 @@ fn verdict_of<F: std::error::Error + 'static>(end: End<Shared<F>>) -> Verdict {
             "refused under attempt {attempt}; the next delivery tries the next key"
         )),
         End::InProgress { .. } => Verdict::Retry("another delivery holds its lease".to_owned()),
-        End::Retry { cause, .. } => Verdict::Retry(format!("{cause:?}")),
+        End::Retry { cause, .. } => Verdict::Retry(match &cause {
+            // The effect's own words, with their sources.
+            Retry::Effect(failure) | Retry::Lookup(failure) | Retry::Cancel(failure) => {
+                error_chain(failure)
+            }
+            other => format!("{other:?}"),
+        }),
         End::Deadline { before, .. } => Verdict::Retry(format!(
             "not started before its {before:?}: too little time left"
         )),

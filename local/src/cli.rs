@@ -1,9 +1,10 @@
 //! The local commands: `invoke` runs the real handler once on an SQS event file,
-//! `inspect` prints an order's record and the simulator's ledger rows, `resolve`
+//! `refund` the refund function, `inspect` prints an order's record and the
+//! simulator's ledger and refund rows, `resolve`
 //! settles one with the simulator, `audit` holds the table against the simulator's
 //! payments, `confirm` plays the customer of an order that awaits them and delivers
 //! Stripe's event to the handler, `settle` runs the scheduled settler; all on the
-//! `--db` SQLite file. Only `invoke` creates it. Edge code: errors are `anyhow`.
+//! `--db` SQLite file. Only `invoke` and `refund` create it. Edge code: errors are `anyhow`.
 //! stdout carries only the command's JSON; logs go to stderr.
 
 use charge_once::domain::OrderKey;
@@ -72,6 +73,15 @@ pub enum Command {
     /// No queue is called: the log says what would become of each failed record.
     Invoke {
         /// An SQS event (the `events/` files work).
+        event: PathBuf,
+        #[command(flatten)]
+        db: Db,
+    },
+    /// Run the refund function once on an SQS event file of refund requests
+    /// (`events/sqs-refunds.json`) and print the SQSBatchResponse: each request refunded
+    /// once, on its order's payment at the simulator, after the order is charged. No
+    /// queue is called.
+    Refund {
         event: PathBuf,
         #[command(flatten)]
         db: Db,
@@ -189,6 +199,7 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
     )?;
     match cli.command {
         Command::Invoke { event, db } => invoke(config, &event, &db.db).await.map(|()| 0),
+        Command::Refund { event, db } => refund(config, &event, &db.db).await.map(|()| 0),
         Command::Inspect { order_id, db } => inspect(&order_id, &db.db).await,
         Command::Confirm {
             order_id,
@@ -228,6 +239,19 @@ async fn invoke(config: &Config, path: &Path, db: &Path) -> anyhow::Result<()> {
     let simulator = wiring::simulator(db, OpenMode::Create)?;
     let (response, _) = handle(config, store, simulator, &event).await?;
     println!("{response}");
+    Ok(())
+}
+
+/// `refund`: the refund function once on `event`, its response on stdout; one line per
+/// record on stderr.
+async fn refund(config: &Config, path: &Path, db: &Path) -> anyhow::Result<()> {
+    let event = read_event(path)?;
+    let store = Arc::new(wiring::store(db, OpenMode::Create)?);
+    let simulator = Arc::new(wiring::simulator(db, OpenMode::Create)?);
+    let consumer = product::refund_consumer(config, store, simulator, None);
+    let deadline = Time::from_ms(clock::wall_ms()) + Duration::from_secs(60);
+    let response = consumer.run(&event, deadline).await;
+    println!("{}", serde_json::to_string(&response)?);
     Ok(())
 }
 
@@ -358,6 +382,7 @@ async fn inspect(order_id: &str, db: &Path) -> anyhow::Result<ExitStatus> {
     let out = json!({
         "record": record.as_ref().map(record_json),
         "ledger": simulator.ledger(order_id)?,
+        "refunds": simulator.refunds(order_id)?,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(charge_once::commands::unknown_order(

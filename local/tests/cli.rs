@@ -1,5 +1,6 @@
 //! The local binary as a newcomer runs it: `invoke` on the SQLite file and the
-//! simulator, twice (`make run`); `inspect`; the crash-after-charge customer; the
+//! simulator, twice (`make run`); `refund` before and after it (`make refund`);
+//! `inspect`; the crash-after-charge customer; the
 //! decline limit and `resolve --retry-declined`; the order that awaits its customer,
 //! `confirm` (the customer, then Stripe's event) and `settle` (the settler, on a moved
 //! clock); the audit of what `make run` left; and the refusals that keep the simulator
@@ -135,6 +136,62 @@ fn make_run_charges_three_orders_once_and_a_second_run_charges_nothing_new() {
         (summary["audit"].as_str(), summary["payments"].as_u64()),
         // Three succeeded, two declined (cancelled) and one awaiting authentication.
         (Some("clean"), Some(6))
+    );
+}
+
+/// Runs `refund` on `event` and returns the failed message ids and the log.
+fn refund(db: &Path, event: &str) -> (Vec<String>, String) {
+    let out = charge_once(db, &["refund", event]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (harness::failed_ids(&out.stdout), stderr)
+}
+
+/// The simulator's refunds of `order`: (refund request id, amount).
+fn refunds_of(db: &Path, order: &str) -> Vec<(String, i64)> {
+    let shown: Value =
+        serde_json::from_slice(&charge_once(db, &["inspect", order]).stdout).unwrap();
+    shown["refunds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn make_refund_waits_for_the_charges_then_refunds_each_request_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("run.sqlite3");
+    let event = "events/sqs-refunds.json";
+    // Before any order: every refund waits, nothing is refunded.
+    let (failed, log) = refund(&db, event);
+    assert_eq!(failed, message_ids(event, &[0, 1, 2, 3, 4]), "{log}");
+    assert!(log.contains("is not charged yet"), "{log}");
+    assert!(refunds_of(&db, "ord-3001").is_empty());
+
+    invoke(&db, "events/sqs-batch.json");
+    // ref-3001 (and its SNS copy) refunds 500 of ord-3001; ref-3002 the whole of
+    // ord-3002, so ref-3003 asks for more than remains and is refused; ref-3006 waits
+    // for its customer's authentication.
+    let (failed, log) = refund(&db, event);
+    assert_eq!(failed, message_ids(event, &[3, 4]), "{log}");
+    assert!(log.contains("charge_already_refunded"), "{log}");
+    let refunded = (refunds_of(&db, "ord-3001"), refunds_of(&db, "ord-3002"));
+    assert_eq!(
+        refunded,
+        (
+            vec![("ref-3001".to_owned(), 500)],
+            vec![("ref-3002".to_owned(), 4500)]
+        )
+    );
+
+    let (failed_again, log) = refund(&db, event);
+    assert_eq!(failed_again, failed, "the same failures: {log}");
+    assert_eq!(
+        (refunds_of(&db, "ord-3001"), refunds_of(&db, "ord-3002")),
+        refunded,
+        "nothing refunded twice"
     );
 }
 

@@ -462,7 +462,7 @@ impl Settler<'_> {
                     key = key.as_str(),
                     payment,
                     reason = %reason,
-                    "the provider does not have what an awaiting record names; nothing ended"
+                    "the provider does not have the payment or refund an awaiting record names; nothing ended"
                 );
             }
             Outcome::NeedsReconciliation { .. } => {

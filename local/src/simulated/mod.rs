@@ -26,6 +26,8 @@
 //! What the customer does next is played here too: [`SimulatedProvider::authenticate`]
 //! confirms a payment that awaits them, and [`event`] renders the event Stripe then
 //! sends (its EventBridge envelope, in an SQS record of the orders queue).
+//!
+//! Refunds (`refunds.rs`) are made on its succeeded payments, as Stripe's are.
 
 use std::path::Path;
 
@@ -33,6 +35,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
 pub mod event;
+mod refunds;
 mod refusal;
 
 use refusal::refusal;
@@ -117,13 +120,24 @@ impl SimulatedProvider {
 
     /// Opens the ledger; with [`OpenMode::Existing`] the file must exist and hold it.
     pub fn open_in(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
-        let conn = SharedConnection::open(path, SCHEMA, "calls", mode)?;
+        let schema = format!("{SCHEMA};\n{}", refunds::SCHEMA);
+        let conn = SharedConnection::open(path, &schema, "calls", mode)?;
         Ok(Self { conn })
     }
 
     /// The ledger rows of one order, oldest first.
     pub fn ledger(&self, order_id: &str) -> Result<Vec<LedgerRow>, rusqlite::Error> {
         self.conn.call_here(|conn| ledger_rows(conn, order_id))
+    }
+
+    /// The refunds of one order, oldest first: (refund `re_sim_…`, refund request id,
+    /// amount, status).
+    pub fn refunds(
+        &self,
+        order_id: &str,
+    ) -> Result<Vec<(String, String, i64, String)>, rusqlite::Error> {
+        self.conn
+            .call_here(|conn| refunds::refunds_of(conn, order_id))
     }
 
     /// Plays the customer back on the shop's page: they authenticate and confirm the
