@@ -6,7 +6,8 @@
 //! and refunds nothing; one sent before its order's charge waits and refunds once the
 //! order is charged; one of an order that ended unpaid is refused with its reason. A
 //! refund the bank holds `pending` is awaited, and the scheduled settler completes it
-//! or, when the bank fails it, ends it and reports it to the shop once.
+//! or, when the bank fails it, ends it and reports it to the shop once. On this path
+//! too, an open breaker stops every call and a spent budget every step.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -557,4 +558,92 @@ async fn a_pending_refund_the_bank_makes_completes_its_record_with_no_report() {
     assert!(queues.drain_reports(&report_queue).await.is_empty());
     let copy = rig.refund(&request).await;
     assert!(matches!(copy, End::Duplicate { .. }), "{copy:?}");
+}
+
+/// One delivery of `request` under `executor`'s safeguards.
+async fn apply_under(
+    rig: &Rig,
+    request: &RefundRequest,
+    executor: Executor<'_, Traced<charge_once::drivers::refund::RefundFailure>>,
+) -> Result<
+    End<Shared<charge_once::drivers::refund::RefundFailure>>,
+    idempotent_consumer::executor::Closed,
+> {
+    effect::apply(
+        &rig.refunds,
+        rig.table.store.as_ref(),
+        &executor,
+        &rig.settings.policy(),
+        request,
+        &request.identity(),
+    )
+    .await
+}
+
+/// `request`'s record, and the refund requests sent under its keys.
+async fn what_was_done(rig: &Rig, request: &RefundRequest) -> (Option<String>, usize) {
+    let key = request.identity().key;
+    let record = rig.table.store.get(&key).await.unwrap();
+    let sent = localstripe::requests_seen(Some("/v1/refunds")).await;
+    let sent = sent
+        .iter()
+        .filter(|r| {
+            r.idempotency_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with(key.as_str()))
+        })
+        .count();
+    (record.map(|r| format!("{r:?}")), sent)
+}
+
+#[tokio::test]
+async fn on_the_refund_path_an_open_breaker_stops_every_call_and_a_spent_budget_every_step() {
+    use idempotent_consumer::breaker::{Breakers, Dependency};
+
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let request = request(&order, Some(100));
+
+    // The provider's breaker open (one failure is its threshold here).
+    let breakers = Arc::new(Breakers::new(
+        1,
+        Duration::from_secs(30),
+        Duration::from_secs(900),
+    ));
+    breakers.provider.failure(Time::from_ms(clock::wall_ms()));
+    let open = Safeguards {
+        clock: rig.settings.clock.clone(),
+        budget: rig.settings.budget,
+        breakers,
+    };
+    let closed = apply_under(
+        &rig,
+        &request,
+        Executor::new(open, &rig.observe, deadline()),
+    )
+    .await;
+    assert!(
+        matches!(&closed, Err(c) if c.dependency == Dependency::Provider),
+        "{closed:?}"
+    );
+    assert_eq!(
+        what_was_done(&rig, &request).await,
+        (None, 0),
+        "nothing written or asked"
+    );
+
+    // The invocation's time spent: no step starts.
+    let spent = Safeguards {
+        clock: rig.settings.clock.clone(),
+        budget: rig.settings.budget,
+        breakers: rig.settings.breakers.clone(),
+    };
+    let now = Time::from_ms(clock::wall_ms());
+    let end = apply_under(&rig, &request, Executor::new(spent, &rig.observe, now)).await;
+    assert!(matches!(end, Ok(End::Deadline { .. })), "{end:?}");
+    assert_eq!(
+        what_was_done(&rig, &request).await,
+        (None, 0),
+        "nothing written or asked"
+    );
 }
