@@ -89,7 +89,13 @@ async fn settle_waits(
 
 async fn run_audit(parts: &Scheduled) -> Result<serde_json::Value, lambda_runtime::Error> {
     let window = Window::ending_now(parts.since, parts.stuck_after);
-    let result = audit(parts.store.as_ref(), parts.provider.as_ref(), window).await;
+    let result = audit(
+        parts.store.as_ref(),
+        parts.provider.as_ref(),
+        Some(parts.refunds.as_ref()),
+        window,
+    )
+    .await;
     match &result {
         Ok(report) => report.record_metrics(),
         Err(_) => metrics::counter!(INCOMPLETE_METRIC).increment(1),

@@ -212,7 +212,15 @@ async fn audit(config: &Config, since: Duration, stuck_after: Duration) -> ExitS
     let window = audit::Window::ending_now(since, stuck_after);
     let report = async {
         let (_, store, provider) = Parts::with_provider(config, false).await?;
-        anyhow::Ok(audit::audit(store.as_ref(), provider.as_ref(), window).await?)
+        anyhow::Ok(
+            audit::audit(
+                store.as_ref(),
+                provider.as_ref(),
+                Some(provider.as_ref()),
+                window,
+            )
+            .await?,
+        )
     };
     match report.await {
         Ok(report) => {

@@ -358,6 +358,7 @@ async fn audit_reads(records: usize, fresh: usize) -> Reads {
     let report = audit::audit(
         &store,
         &listing,
+        Some(&listing),
         audit::Window {
             now: Time::from_ms(clock::wall_ms()),
             since,

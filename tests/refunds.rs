@@ -647,3 +647,66 @@ async fn on_the_refund_path_an_open_breaker_stops_every_call_and_a_spent_budget_
         "nothing written or asked"
     );
 }
+
+#[tokio::test]
+async fn the_audit_finds_a_request_refunded_twice_and_a_refund_no_record_names() {
+    use charge_once::drivers::audit::{self, Window};
+    use charge_once::policy::audit::Kind;
+
+    let rig = rig().await;
+    let started = Time::from_ms(clock::wall_ms()) - Duration::from_secs(60);
+    let order = charged_order(&rig, 1000).await;
+    let request = request(&order, Some(300));
+    assert!(matches!(rig.refund(&request).await, End::Done { .. }));
+    let payment = rig.payment_of(&order).await;
+    // Outside the consumer: a second refund for the same request, and one for a
+    // request no record holds.
+    for refund_id in [request.id(), "ref-ghost"] {
+        let (status, made) = localstripe::refund_directly(&[
+            ("payment_intent", &payment),
+            ("amount", "100"),
+            ("metadata[refund_id]", refund_id),
+            ("metadata[order_id]", order.id()),
+        ])
+        .await;
+        assert_eq!(status, 200, "{made}");
+    }
+    let window = Window {
+        now: Time::from_ms(clock::wall_ms()),
+        since: started,
+        // Every refund is old enough to have been recorded.
+        stuck_after: Duration::ZERO,
+    };
+    let report = audit::audit(
+        rig.table.store.as_ref(),
+        rig.provider.as_ref(),
+        Some(rig.provider.as_ref()),
+        window,
+    )
+    .await
+    .unwrap();
+    // Other tests refund at the same provider: this order's findings only.
+    let mine: Vec<(Kind, String)> = report
+        .findings
+        .iter()
+        .filter(|f| f.order_id == order.id())
+        .map(|f| {
+            (
+                f.kind,
+                f.evidence["refund_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        mine,
+        [
+            (Kind::DoubleRefund, request.id().to_owned()),
+            (Kind::RefundNotRecorded, "ref-ghost".to_owned()),
+        ],
+        "{:?}",
+        report.findings
+    );
+}

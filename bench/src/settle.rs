@@ -138,7 +138,7 @@ impl Reach {
             stuck_after: Duration::from_secs(3600),
         };
         let started = Instant::now();
-        let report = audit(table.store.as_ref(), &provider, window)
+        let report = audit(table.store.as_ref(), &provider, None, window)
             .await
             .expect("the audit's run");
         let audit_elapsed = started.elapsed();

@@ -71,6 +71,7 @@ Stripe's rules, always on (Stripe always applies them):
   without `amount` what remains: one of a charge already refunded is refused (400,
   `charge_already_refunded`), one above what remains (400, `param: amount`), and one
   of a PaymentIntent that has not succeeded (400); `reason` is taken and kept; the
+  refund list takes `created` (as the PaymentIntent list does); the
   refunds of a PaymentIntent without a charge are an empty list
   (`add_refund_rules`; localstripe refunds any amount, the whole charge by default,
   refuses `reason`, and fails that list).
@@ -463,14 +464,21 @@ def add_refund_rules() -> None:
     # that has no charge yet; Stripe lists none.
     list_all = Refund._api_list_all.__func__
 
-    def list_of_payment(cls, url, charge=None, payment_intent=None, **kwargs):
+    def list_of_payment(cls, url, charge=None, payment_intent=None, created=None,
+                        **kwargs):
+        bounds = created_bounds(created)
         if isinstance(payment_intent, str):
             intent = PaymentIntent._api_retrieve(payment_intent)
             if getattr(intent, "latest_charge", None) is None:
                 page = list_all(cls, url, **kwargs)
                 page._list = []
                 return page
-        return list_all(cls, url, charge=charge, payment_intent=payment_intent, **kwargs)
+        page = list_all(cls, url, charge=charge, payment_intent=payment_intent, **kwargs)
+        # `created` as Stripe reads it, before the page is cut.
+        page._list = [
+            r for r in page._list if all(holds(r.created, bound) for holds, bound in bounds)
+        ]
+        return page
 
     Refund._api_list_all = classmethod(list_of_payment)
 

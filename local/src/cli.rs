@@ -397,7 +397,7 @@ async fn audit(since: Duration, stuck_after: Duration, db: &Path) -> ExitStatus 
     let report = async {
         let store = wiring::store(db, OpenMode::Existing)?;
         let simulator = wiring::simulator(db, OpenMode::Existing)?;
-        anyhow::Ok(audit::audit(&store, &simulator, window).await?)
+        anyhow::Ok(audit::audit(&store, &simulator, Some(&simulator), window).await?)
     };
     match report.await {
         Ok(report) => {

@@ -425,6 +425,39 @@ pub trait RefundPath: Send + Sync {
     /// The refund `id` as the provider holds it, `None` when it has no such refund:
     /// what settling a pending refund reads.
     async fn refund_by_id(&self, id: &str) -> Result<Option<RefundSeen>, PaymentError>;
+
+    /// Every refund created at or after `since`, every page read (the audit). An error,
+    /// never a shorter list, when not everything could be read.
+    async fn refunds_since(&self, since: Time) -> Result<Vec<ListedRefund>, PaymentError>;
+
+    /// Every refund of the PaymentIntent `payment_id`, whenever made, every page read
+    /// (the audit holds their sum against the payment).
+    async fn refunds_of_payment(&self, payment_id: &str)
+    -> Result<Vec<ListedRefund>, PaymentError>;
+}
+
+/// A refund as the audit reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedRefund {
+    pub id: String,
+    /// `metadata[refund_id]`; `None` for a refund this consumer did not make.
+    pub refund_id: Option<String>,
+    /// `metadata[order_id]`.
+    pub order_id: Option<String>,
+    /// The PaymentIntent it returns money of.
+    pub payment_id: String,
+    pub amount: u64,
+    /// `succeeded`, `pending`, `failed`, `canceled`, `requires_action`.
+    pub status: String,
+    pub created: Time,
+}
+
+impl ListedRefund {
+    /// Whether it took money back from its payment, or may still: neither failed nor
+    /// cancelled.
+    pub fn takes(&self) -> bool {
+        !matches!(self.status.as_str(), "failed" | "canceled")
+    }
 }
 
 /// A refund as settling reads it.

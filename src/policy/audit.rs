@@ -19,6 +19,16 @@
 //! * `stuck`: an `InProgress` record whose lease ended more than `stuck_after` ago, or
 //!   one awaiting its customer whose wait ended that long ago (the settler has not
 //!   run).
+//!
+//! And the refunds (each one that took money back, or may still: not failed nor
+//! cancelled), with the records of their requests (`reembolso#<refund id>`):
+//! * `double_refund`: more than one refund for one refund request
+//!   (`metadata[refund_id]`);
+//! * `over_refunded`: a payment whose refunds, every one of it whenever made, sum
+//!   above what it took;
+//! * `refund_not_recorded`: a refund of a request whose record does not name it
+//!   (`Done` with it, or awaiting it), longer than `stuck_after` after it was made
+//!   and with no live lease.
 
 use crate::domain::{ForOrder, OrderKey};
 use std::collections::BTreeMap;
@@ -26,9 +36,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::contracts::payment::{Confirmation, ListedPayment};
+use crate::contracts::payment::{Confirmation, ListedPayment, ListedRefund};
 use crate::domain::clock::Time;
 use crate::domain::order::Order;
+use crate::domain::refund::REFUND_PREFIX;
 use crate::domain::{Fingerprint, Key, Record, State};
 
 /// Whether a payment is this order's payment: its order's fingerprint, recomputed from
@@ -65,15 +76,21 @@ pub enum Kind {
     RecordedWithoutCharge,
     Mismatch,
     Stuck,
+    DoubleRefund,
+    OverRefunded,
+    RefundNotRecorded,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 8] = [
         Kind::DoubleCharge,
         Kind::ChargedNotRecorded,
         Kind::RecordedWithoutCharge,
         Kind::Mismatch,
         Kind::Stuck,
+        Kind::DoubleRefund,
+        Kind::OverRefunded,
+        Kind::RefundNotRecorded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +100,9 @@ impl Kind {
             Kind::RecordedWithoutCharge => "recorded_without_charge",
             Kind::Mismatch => "mismatch",
             Kind::Stuck => "stuck",
+            Kind::DoubleRefund => "double_refund",
+            Kind::OverRefunded => "over_refunded",
+            Kind::RefundNotRecorded => "refund_not_recorded",
         }
     }
 
@@ -94,6 +114,9 @@ impl Kind {
             Kind::RecordedWithoutCharge => "audit_recorded_without_charge",
             Kind::Mismatch => "audit_mismatch",
             Kind::Stuck => "audit_stuck",
+            Kind::DoubleRefund => "audit_double_refund",
+            Kind::OverRefunded => "audit_over_refunded",
+            Kind::RefundNotRecorded => "audit_refund_not_recorded",
         }
     }
 }
@@ -138,8 +161,13 @@ pub struct Evidence {
     pub records: BTreeMap<Key, Record>,
     /// Payments looked up by id, the ones a record names that no listing held: a
     /// `Done` record's receipt, an awaiting record's payment (`None`: the provider
-    /// has no such payment).
+    /// has no such payment), a refunded payment.
     pub receipts: BTreeMap<String, Option<ListedPayment>>,
+    /// The provider's refunds: those made in the window, and every refund of the
+    /// payments they return money of.
+    pub refunds: Vec<ListedRefund>,
+    /// The records of the refund requests those refunds name, by key.
+    pub refund_records: BTreeMap<Key, Record>,
 }
 
 impl Evidence {
@@ -164,12 +192,14 @@ impl Evidence {
     }
 
     /// The payment ids the records name (a `Done` record's receipt, an awaiting
-    /// record's payment) that no listing holds: the ones to look up by id.
+    /// record's payment) or a refund returns money of that no listing holds: the ones
+    /// to look up by id.
     pub fn unlisted_payments(&self) -> Vec<String> {
         let mut ids: Vec<String> = self
             .records
             .values()
             .flat_map(named_payments)
+            .chain(self.refunds.iter().map(|r| r.payment_id.as_str()))
             .filter(|id| !self.listed(id))
             .map(str::to_owned)
             .collect();
@@ -188,6 +218,21 @@ impl Evidence {
             .filter_map(|c| c.order_id.as_deref())
             .map(Key::for_order_id)
             .filter(|k| !self.records.contains_key(k))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// The refund requests the refunds name whose record was not read yet: the ones
+    /// to read by key.
+    pub fn unread_refunds(&self) -> Vec<Key> {
+        let mut keys: Vec<Key> = self
+            .refunds
+            .iter()
+            .filter_map(|r| r.refund_id.as_deref())
+            .map(|id| Key::new(REFUND_PREFIX, id))
+            .filter(|k| !self.refund_records.contains_key(k))
             .collect();
         keys.sort();
         keys.dedup();
@@ -268,6 +313,7 @@ pub fn findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Fi
             .values()
             .filter_map(|record| record_finding(evidence, record, now, stuck_after)),
     );
+    out.extend(refund_findings(evidence, now, stuck_after));
     out.sort_by(|a, b| (a.kind, &a.order_id).cmp(&(b.kind, &b.order_id)));
     out
 }
@@ -402,6 +448,87 @@ fn record_finding(
         // charge-once never writes `Uncertain` (its provider keeps every key).
         State::Free | State::Failed | State::Uncertain | State::Other(_) => None,
     }
+}
+
+fn refund_evidence(refund: &ListedRefund) -> Value {
+    json!({
+        "refund": refund.id,
+        "refund_id": refund.refund_id,
+        "payment_id": refund.payment_id,
+        "amount": refund.amount,
+        "status": refund.status,
+        "created_ms": refund.created.as_ms(),
+    })
+}
+
+/// What the refunds say, each counted once: a request refunded twice or not recorded,
+/// a payment refunded above what it took.
+fn refund_findings(evidence: &Evidence, now: Time, stuck_after: Duration) -> Vec<Finding> {
+    let mut taking: BTreeMap<&str, &ListedRefund> = BTreeMap::new();
+    for refund in evidence.refunds.iter().filter(|r| r.takes()) {
+        taking.insert(refund.id.as_str(), refund);
+    }
+    let mut by_request: BTreeMap<&str, Vec<&ListedRefund>> = BTreeMap::new();
+    let mut by_payment: BTreeMap<&str, Vec<&ListedRefund>> = BTreeMap::new();
+    for refund in taking.values() {
+        if let Some(request) = refund.refund_id.as_deref() {
+            by_request.entry(request).or_default().push(refund);
+        }
+        by_payment
+            .entry(refund.payment_id.as_str())
+            .or_default()
+            .push(refund);
+    }
+    let mut out = Vec::new();
+    for (request, refunds) in &by_request {
+        let record = evidence
+            .refund_records
+            .get(&Key::new(REFUND_PREFIX, request));
+        let finding = |kind| Finding {
+            kind,
+            order_id: refunds[0].order_id.clone().unwrap_or_default(),
+            evidence: json!({
+                "refund_id": request,
+                "refunds": refunds.iter().map(|r| refund_evidence(r)).collect::<Vec<_>>(),
+                "record": record.map(record_evidence),
+            }),
+        };
+        if refunds.len() > 1 {
+            out.push(finding(Kind::DoubleRefund));
+        }
+        let names = |id: Option<&str>| id.is_some_and(|id| refunds.iter().any(|r| r.id == id));
+        let recorded = record.is_some_and(|r| match r.state {
+            State::Done => names(r.receipt.as_deref()),
+            State::Awaiting => names(r.awaited.as_deref()),
+            _ => false,
+        });
+        // A live lease is an attempt still running, about to record it; a refund made
+        // moments ago may be its attempt's, between the call and the write.
+        let running = record.is_some_and(|r| {
+            r.state == State::InProgress && r.lease_until.is_some_and(|until| until > now)
+        });
+        let recent = refunds.iter().any(|r| r.created + stuck_after >= now);
+        if !recorded && !running && !recent {
+            out.push(finding(Kind::RefundNotRecorded));
+        }
+    }
+    for (payment_id, refunds) in &by_payment {
+        let refunded: u64 = refunds.iter().map(|r| r.amount).sum();
+        if let Some(paid) = evidence.payment(payment_id)
+            && refunded > paid.amount
+        {
+            out.push(Finding {
+                kind: Kind::OverRefunded,
+                order_id: paid.order_id.clone().unwrap_or_default(),
+                evidence: json!({
+                    "payment": payment_evidence(paid),
+                    "refunded": refunded,
+                    "refunds": refunds.iter().map(|r| refund_evidence(r)).collect::<Vec<_>>(),
+                }),
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]

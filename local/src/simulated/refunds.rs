@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, named_params};
 
 use super::{SimulatedProvider, ledger_error};
-use charge_once::contracts::payment::{Lookup, PaymentError, Receipt, RefundPath, RefundSeen};
+use charge_once::contracts::payment::{
+    ListedRefund, Lookup, PaymentError, Receipt, RefundPath, RefundSeen,
+};
+use charge_once::domain::clock::Time;
 use charge_once::domain::refund::RefundRequest;
 
 /// The refunds table, created with the rest of the ledger.
@@ -148,6 +151,36 @@ fn seen_blocking(conn: &mut Connection, id: &str) -> rusqlite::Result<Option<Ref
     .optional()
 }
 
+/// The refunds created since `since`, or of `payment`, as the audit
+/// reads them.
+fn listed_blocking(
+    conn: &mut Connection,
+    since: Option<Time>,
+    payment: Option<&str>,
+) -> rusqlite::Result<Vec<ListedRefund>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, refund_id, order_id, payment_id, amount, status, created_ms FROM refunds
+             WHERE (:since IS NULL OR created_ms >= :since)
+               AND (:payment IS NULL OR payment_id = :payment)
+             ORDER BY created_ms, id",
+    )?;
+    let rows = stmt.query_map(
+        named_params! {":since": since.map(Time::as_ms), ":payment": payment},
+        |row| {
+            Ok(ListedRefund {
+                id: row.get(0)?,
+                refund_id: row.get(1)?,
+                order_id: row.get(2)?,
+                payment_id: row.get(3)?,
+                amount: u64::try_from(row.get::<_, i64>(4)?).unwrap_or_default(),
+                status: row.get(5)?,
+                created: Time::from_ms(row.get(6)?),
+            })
+        },
+    )?;
+    rows.collect()
+}
+
 /// The refunds rows of `order_id`, oldest first: (refund, request, amount, status).
 pub(super) fn refunds_of(
     conn: &mut Connection,
@@ -190,6 +223,24 @@ impl RefundPath for SimulatedProvider {
         let (refund, payment) = (request.id().to_owned(), payment_id.to_owned());
         self.conn
             .call(move |conn| find_blocking(conn, &refund, &payment))
+            .await
+            .map_err(ledger_error)
+    }
+
+    async fn refunds_since(&self, since: Time) -> Result<Vec<ListedRefund>, PaymentError> {
+        self.conn
+            .call(move |conn| listed_blocking(conn, Some(since), None))
+            .await
+            .map_err(ledger_error)
+    }
+
+    async fn refunds_of_payment(
+        &self,
+        payment_id: &str,
+    ) -> Result<Vec<ListedRefund>, PaymentError> {
+        let payment = payment_id.to_owned();
+        self.conn
+            .call(move |conn| listed_blocking(conn, None, Some(&payment)))
             .await
             .map_err(ledger_error)
     }

@@ -11,8 +11,11 @@ use serde::Deserialize;
 
 use super::answers::Listed;
 use super::classify::{classify_failure, send_error, unexpected};
-use super::{HttpProvider, MAX_PAGES, Walk, read_json};
-use crate::contracts::payment::{Lookup, PaymentError, Receipt, RefundPath, RefundSeen};
+use super::{AUDIT_MAX_PAGES, HttpProvider, MAX_PAGES, Walk, read_json};
+use crate::contracts::payment::{
+    ListedRefund, Lookup, PaymentError, Receipt, RefundPath, RefundSeen,
+};
+use crate::domain::clock::Time;
 use crate::domain::refund::RefundRequest;
 
 /// The Refunds endpoint.
@@ -27,6 +30,12 @@ struct Refund {
     metadata: std::collections::HashMap<String, String>,
     #[serde(default)]
     failure_reason: Option<String>,
+    #[serde(default)]
+    payment_intent: Option<String>,
+    #[serde(default)]
+    amount: u64,
+    #[serde(default)]
+    created: i64,
 }
 
 impl Listed for Refund {
@@ -36,6 +45,19 @@ impl Listed for Refund {
 }
 
 impl Refund {
+    /// As the audit reads it.
+    fn listed(mut self) -> ListedRefund {
+        ListedRefund {
+            refund_id: self.metadata.remove("refund_id"),
+            order_id: self.metadata.remove("order_id"),
+            payment_id: self.payment_intent.unwrap_or_default(),
+            amount: self.amount,
+            created: Time::from_secs(self.created),
+            id: self.id,
+            status: self.status,
+        }
+    }
+
     /// A listed refund that returned or may return money (a failed or cancelled one
     /// returned nothing): succeeded, or still in flight.
     fn found(self) -> Lookup {
@@ -129,6 +151,19 @@ impl RefundPath for HttpProvider {
         }
     }
 
+    async fn refunds_since(&self, since: Time) -> Result<Vec<ListedRefund>, PaymentError> {
+        let filter = [("created[gte]", since.as_secs().to_string())];
+        self.every_refund(&filter).await
+    }
+
+    async fn refunds_of_payment(
+        &self,
+        payment_id: &str,
+    ) -> Result<Vec<ListedRefund>, PaymentError> {
+        let filter = [("payment_intent", payment_id.to_owned())];
+        self.every_refund(&filter).await
+    }
+
     async fn refund_by_id(&self, id: &str) -> Result<Option<RefundSeen>, PaymentError> {
         // A receipt is whatever the table holds: one path segment, escaped.
         let url = self.object_url(REFUNDS, id, &[])?;
@@ -147,5 +182,28 @@ impl RefundPath for HttpProvider {
             status: refund.status,
             failure_reason: refund.failure_reason,
         }))
+    }
+}
+
+impl HttpProvider {
+    /// Every refund `GET /v1/refunds?<filter>` lists, every page: an error, never a
+    /// shorter list.
+    async fn every_refund(
+        &self,
+        filter: &[(&'static str, String)],
+    ) -> Result<Vec<ListedRefund>, PaymentError> {
+        let mut refunds = Vec::new();
+        let walk = self
+            .walk(REFUNDS, filter, AUDIT_MAX_PAGES, |page: Vec<Refund>| {
+                refunds.extend(page.into_iter().map(Refund::listed));
+                ControlFlow::<()>::Continue(())
+            })
+            .await?;
+        match walk {
+            Walk::Read => Ok(refunds),
+            Walk::Stopped(()) | Walk::Truncated => Err(unexpected(
+                "more refunds than the audit reads; audit a shorter window",
+            )),
+        }
     }
 }

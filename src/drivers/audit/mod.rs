@@ -12,6 +12,9 @@
 //! read: no money moved, and its message is still retried or in the DLQ, whose alarm
 //! covers it.
 //!
+//! The refunds, when asked: those made in the window, every refund of the payments
+//! they return money of, and each refund request's record by key.
+//!
 //! Any read that fails fails the audit: a partial read is never "clean".
 
 use std::time::Duration;
@@ -19,7 +22,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-use crate::contracts::payment::{PaymentError, PaymentListing};
+use crate::contracts::payment::{ListedRefund, PaymentError, PaymentListing, RefundPath};
 use crate::contracts::store::{IdempotencyStore, StoreError};
 use crate::domain::ORDER_PREFIX;
 use crate::domain::clock::Time;
@@ -67,6 +70,8 @@ pub struct Report {
     /// Payments that succeeded in the window (their events), whenever created.
     pub confirmed: usize,
     pub records: usize,
+    /// Refunds read: made in the window, and every refund of their payments.
+    pub refunds: usize,
     pub findings: Vec<Finding>,
 }
 
@@ -95,6 +100,7 @@ impl Report {
             "payments": self.payments,
             "confirmed": self.confirmed,
             "records": self.records,
+            "refunds": self.refunds,
             "findings": by_kind,
         })
     }
@@ -116,10 +122,11 @@ pub const MAX_AWAITING: usize = 100_000;
 /// Records the audit reads at once (its DynamoDB reads: far below any table's limit).
 const READS_AT_ONCE: usize = 32;
 
-/// Reads both sides and judges them.
+/// Reads both sides and judges them; with `refunds`, the refunds too.
 pub async fn audit(
     store: &dyn IdempotencyStore,
     provider: &dyn PaymentListing,
+    refunds: Option<&dyn RefundPath>,
     window: Window,
 ) -> Result<Report, ReadError> {
     let mut evidence = Evidence {
@@ -155,7 +162,16 @@ pub async fn audit(
             evidence.records.insert(key, record);
         }
     }
-    // A receipt, or an awaited payment, may have been created before the window.
+    if let Some(refunds) = refunds {
+        evidence.refunds = refunds_read(refunds, window.since).await?;
+        for key in evidence.unread_refunds() {
+            if let Some(record) = store.get(&key).await? {
+                evidence.refund_records.insert(key, record);
+            }
+        }
+    }
+    // A receipt, an awaited payment or a refunded one may have been created before the
+    // window.
     for id in evidence.unlisted_payments() {
         let payment = provider.payment_by_id(&id).await?;
         evidence.receipts.insert(id, payment);
@@ -163,7 +179,28 @@ pub async fn audit(
     Ok(Report {
         payments: evidence.payments.len(),
         confirmed: evidence.confirmed.len(),
-        records: evidence.records.len(),
+        records: evidence.records.len() + evidence.refund_records.len(),
+        refunds: evidence.refunds.len(),
         findings: findings(&evidence, window.now, window.stuck_after),
     })
+}
+
+/// The refunds made since `since`, and every refund of the payments they return money
+/// of (what their sum is held against), each once.
+async fn refunds_read(
+    refunds: &dyn RefundPath,
+    since: Time,
+) -> Result<Vec<ListedRefund>, PaymentError> {
+    let made = refunds.refunds_since(since).await?;
+    let mut payments: Vec<String> = made.iter().map(|r| r.payment_id.clone()).collect();
+    payments.sort();
+    payments.dedup();
+    let mut all: std::collections::BTreeMap<String, ListedRefund> =
+        made.into_iter().map(|r| (r.id.clone(), r)).collect();
+    for payment in payments.iter().filter(|p| !p.is_empty()) {
+        for refund in refunds.refunds_of_payment(payment).await? {
+            all.insert(refund.id.clone(), refund);
+        }
+    }
+    Ok(all.into_values().collect())
 }

@@ -300,6 +300,7 @@ fn a_late_confirmation_is_counted_once_and_a_second_succeeded_payment_is_a_doubl
                 .map(|r| (r.pk.clone(), r))
                 .collect(),
             receipts: late.receipts.into_iter().collect(),
+            ..Evidence::default()
         };
         let found: Vec<Kind> = findings(&evidence, NOW, HOUR)
             .into_iter()
@@ -328,4 +329,95 @@ fn the_records_to_read_are_the_orders_of_the_listed_and_the_confirmed_payments()
         .records
         .insert(Key::for_order_id("o-4"), done("o-4", "pi_old"));
     assert_eq!(evidence.unlisted_payments(), ["pi_paid", "pi_wait"]);
+}
+
+fn refund(
+    id: &str,
+    request: Option<&str>,
+    payment: &str,
+    amount: u64,
+    age: Duration,
+) -> ListedRefund {
+    ListedRefund {
+        id: id.to_owned(),
+        refund_id: request.map(str::to_owned),
+        order_id: Some("o-1".to_owned()),
+        payment_id: payment.to_owned(),
+        amount,
+        status: "succeeded".to_owned(),
+        created: NOW - age,
+    }
+}
+
+fn refund_done(request: &str, receipt: &str) -> Record {
+    let mut r = Record::new(Key::new(REFUND_PREFIX, request), State::Done);
+    r.receipt = Some(receipt.to_owned());
+    r
+}
+
+fn judge_refunds(refunds: Vec<ListedRefund>, records: Vec<Record>) -> Vec<Kind> {
+    let evidence = Evidence {
+        payments: vec![payment("pi_1", "o-1", "succeeded")],
+        records: [done("o-1", "pi_1")]
+            .into_iter()
+            .map(|r| (r.pk.clone(), r))
+            .collect(),
+        refunds,
+        refund_records: records.into_iter().map(|r| (r.pk.clone(), r)).collect(),
+        ..Evidence::default()
+    };
+    findings(&evidence, NOW, HOUR)
+        .into_iter()
+        .map(|f| f.kind)
+        .collect()
+}
+
+#[test]
+fn refunds_recorded_within_the_payment_are_no_finding_and_a_failed_one_takes_nothing() {
+    let mut failed = refund("re_3", Some("ref-3"), "pi_1", 500, 2 * HOUR);
+    failed.status = "failed".to_owned();
+    let found = judge_refunds(
+        vec![
+            refund("re_1", Some("ref-1"), "pi_1", 300, 2 * HOUR),
+            refund("re_2", Some("ref-2"), "pi_1", 200, 2 * HOUR),
+            failed,
+        ],
+        vec![refund_done("ref-1", "re_1"), refund_done("ref-2", "re_2")],
+    );
+    assert_eq!(found, []);
+}
+
+#[test]
+fn a_request_refunded_twice_or_not_recorded_and_a_payment_refunded_above_it_are_found() {
+    let found = judge_refunds(
+        vec![
+            refund("re_1", Some("ref-1"), "pi_1", 300, 2 * HOUR),
+            refund("re_2", Some("ref-1"), "pi_1", 300, 2 * HOUR),
+        ],
+        vec![refund_done("ref-1", "re_1")],
+    );
+    assert_eq!(found, [Kind::DoubleRefund, Kind::OverRefunded]);
+
+    // Made two hours ago and its record names another refund (or none): not recorded;
+    // made moments ago, its attempt may be between the call and the write.
+    let found = judge_refunds(
+        vec![
+            refund("re_1", Some("ref-1"), "pi_1", 100, 2 * HOUR),
+            refund("re_9", Some("ref-9"), "pi_1", 100, Duration::from_secs(60)),
+        ],
+        vec![],
+    );
+    assert_eq!(found, [Kind::RefundNotRecorded]);
+}
+
+#[test]
+fn a_refund_made_outside_the_consumer_counts_against_its_payment_but_is_no_request_of_ours() {
+    let found = judge_refunds(
+        vec![
+            refund("re_1", Some("ref-1"), "pi_1", 300, 2 * HOUR),
+            refund("re_dash", None, "pi_1", 300, 2 * HOUR),
+        ],
+        vec![refund_done("ref-1", "re_1")],
+    );
+    assert_eq!(found, [Kind::OverRefunded]);
 }
