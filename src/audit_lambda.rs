@@ -28,8 +28,10 @@ pub struct Scheduled {
     pub stuck_after: Duration,
     pub store: Arc<dyn IdempotencyStore>,
     pub provider: Arc<dyn PaymentProvider>,
-    /// The refunds the bank holds `pending`, which the settler settles too.
+    /// The refunds the bank holds `pending`, which the settler settles too, and which
+    /// the audit holds when `audit_refunds`.
     pub refunds: Arc<dyn RefundPath>,
+    pub audit_refunds: bool,
     pub reports: Arc<dyn Reports>,
     /// The settler's settings, the consumer's kind: the clock, the retention, the
     /// deadline budget, and the breakers and pace kept across its runs.
@@ -92,7 +94,7 @@ async fn run_audit(parts: &Scheduled) -> Result<serde_json::Value, lambda_runtim
     let result = audit(
         parts.store.as_ref(),
         parts.provider.as_ref(),
-        Some(parts.refunds.as_ref()),
+        parts.audit_refunds.then_some(parts.refunds.as_ref()),
         window,
     )
     .await;

@@ -15,6 +15,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::payment_http::HttpProvider;
 use charge_once::commands::{read_event, record_json, resolution_json};
 use charge_once::config::Config;
+use charge_once::contracts::payment::RefundPath;
 use charge_once::contracts::store::IdempotencyStore as _;
 use charge_once::domain::Key;
 use charge_once::domain::clock;
@@ -216,7 +217,9 @@ async fn audit(config: &Config, since: Duration, stuck_after: Duration) -> ExitS
             audit::audit(
                 store.as_ref(),
                 provider.as_ref(),
-                Some(provider.as_ref()),
+                config
+                    .audit_refunds
+                    .then_some(provider.as_ref() as &dyn RefundPath),
                 window,
             )
             .await?,

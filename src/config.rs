@@ -71,6 +71,9 @@ pub struct Config {
     /// (`AUDIT_STUCK_AFTER`).
     pub audit_since: Duration,
     pub audit_stuck_after: Duration,
+    /// Whether the stack refunds (`REFUNDS`: `enabled`, the default, or `disabled`):
+    /// the audit then holds the refunds too, and its key reads them.
+    pub audit_refunds: bool,
     pub payment_api_url: Option<String>,
     pub payment_api_key_secret_arn: Option<String>,
     pub payment_api_key: Option<Secret>,
@@ -198,6 +201,11 @@ impl Config {
                 "1h",
                 Duration::ZERO..=Duration::MAX,
                 "",
+            )?,
+            audit_refunds: env.choice(
+                "REFUNDS",
+                &[("enabled", true), ("disabled", false)],
+                "must be enabled or disabled",
             )?,
             payment_api_url: env.base_url("PAYMENT_API_URL")?,
             payment_api_key_secret_arn: env.text("PAYMENT_API_KEY_SECRET_ARN"),

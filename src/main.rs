@@ -127,6 +127,7 @@ async fn run_lambda(traces: Option<Traces>) -> anyhow::Result<()> {
                 stuck_after: config.audit_stuck_after,
                 store,
                 refunds: provider.clone(),
+                audit_refunds: config.audit_refunds,
                 provider,
                 reports: wiring::reports(&config, &sdk),
                 settings: Settings::from(&config),

@@ -51,6 +51,17 @@ fn the_function_consumes_unless_told_to_audit_or_refund() {
     assert_eq!(config(&[]).unwrap().function, Function::Consume);
     let refund = config(&[("CHARGE_ONCE_FUNCTION", "refund")]).unwrap();
     assert_eq!(refund.function, Function::Refund);
+    assert!(
+        refund.audit_refunds,
+        "the audit holds refunds unless told not to"
+    );
+    let no_refunds = config(&[("REFUNDS", "disabled")]).unwrap();
+    assert!(!no_refunds.audit_refunds);
+    let bad = config(&[("REFUNDS", "off")]).unwrap_err().to_string();
+    assert!(
+        bad.starts_with("REFUNDS=") && bad.contains("enabled or disabled"),
+        "{bad}"
+    );
     let audit = config(&[("CHARGE_ONCE_FUNCTION", "audit"), ("AUDIT_SINCE", "2d")]).unwrap();
     assert_eq!(audit.function, Function::Audit);
     assert_eq!(audit.audit_since, Duration::from_secs(2 * 24 * 3600));

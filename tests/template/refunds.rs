@@ -164,6 +164,9 @@ fn with_refunds_disabled_no_part_of_the_refund_function_is_deployed() {
         assert!(parts.iter().any(|p| p == expected), "{expected}: {parts:?}");
     }
     assert_eq!(refund_parts(&off), Vec::<String>::new());
+    // The audit holds refunds only with them: without, its key need not read them.
+    let audit_env = &on["Resources"]["AuditFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(audit_env["REFUNDS"], serde_json::json!({"Ref": "Refunds"}));
     for section in ["Resources", "Outputs"] {
         assert!(
             !off[section].to_string().contains("RefundsQueue"),
