@@ -113,7 +113,7 @@ N ?= 5000
 soak: deps ## the system test at scale: N orders (default 5000) through faults and kills; minutes, not in CI
 	SOAK_ORDERS=$(N) $(CARGO) test --locked --test system soak -- --ignored --nocapture
 
-bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone, BENCH_ONLY=settle for the settler's and the audit's reach, BENCH_ONLY=quiet for a quiet day's latency per order); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md}, <date>-traces.{json,md}, <date>-settle.{json,md} and <date>-quiet.{json,md}
+bench: deps $(VENV)/.bench-installed bench/node_modules/.installed ## charge-once vs Powertools Python and TypeScript (release build): the drain first, then the rest (FULL=1 for the full matrix; BENCH_ONLY=drain for the drain alone, BENCH_ONLY=traces for traces off and on alone, BENCH_ONLY=settle for the settler's and the audit's reach, BENCH_ONLY=quiet for a quiet day's latency per order, BENCH_ONLY=refunds for a refund record's CPU beside a charge's); writes bench/results/<date>.{json,md,svg}, <date>-drain.{json,md}, <date>-traces.{json,md}, <date>-settle.{json,md}, <date>-quiet.{json,md} and <date>-refunds.{json,md}
 	$(CARGO) build --locked --release --bin charge-once
 	$(CARGO) run --locked --release -p bench
 

@@ -51,6 +51,10 @@
 //! the provider's own answer time, and charge-once's pacing waits;
 //! `bench/results/<date>-quiet.{md,json}` (`BENCH_ONLY=quiet` only).
 //!
+//! A refund beside a charge (`refunds.rs`): the CPU of a refund record of the refund
+//! function beside a charge record of the consumer, the same binary in two processes;
+//! `bench/results/<date>-refunds.{md,json}` (`BENCH_ONLY=refunds` only).
+//!
 //! Knobs: `BENCH_ONLY=drain` runs only the drain (minutes), `BENCH_ONLY=traces` only
 //! the traces' comparison (minutes), `BENCH_DRAIN_ORDERS` its
 //! backlog (default 300), `BENCH_DRAIN_SECONDS` its time limit per contender (180);
@@ -67,6 +71,7 @@ mod bill;
 mod chart;
 mod drain;
 mod quiet;
+mod refunds;
 mod report;
 mod rig;
 mod scenarios;
@@ -162,7 +167,19 @@ async fn main() {
             write_part("quiet", &quiet.markdown(), quiet.json(), &command);
             return;
         }
-        Some(v) => panic!("BENCH_ONLY takes `drain`, `traces`, `settle` or `quiet`, not {v:?}"),
+        Some("refunds") => {
+            let refunds = refunds::Refunds::run(rounds, records).await;
+            eprintln!("bench: refunds done ({:.0?})", started.elapsed());
+            let mut command = "make bench BENCH_ONLY=refunds".to_owned();
+            if rounds != 5 || records != 100 {
+                command.push_str(&format!(" BENCH_ROUNDS={rounds} BENCH_RECORDS={records}"));
+            }
+            write_part("refunds", &refunds.markdown(), refunds.json(), &command);
+            return;
+        }
+        Some(v) => {
+            panic!("BENCH_ONLY takes `drain`, `traces`, `settle`, `quiet` or `refunds`, not {v:?}")
+        }
         None => false,
     };
     let drain = drain::Drain::run(drain::Setup::from_env()).await;

@@ -345,8 +345,8 @@ pub fn clock_ticks_per_second() -> f64 {
 /// Marks an order id the payment stub refuses.
 pub const REFUSED: &str = "refuse";
 
-/// A payment stub: charges after `latency`; orders whose id contains [`REFUSED`] get
-/// a 500.
+/// A payment stub: charges (and refunds) after `latency`; orders whose id contains
+/// [`REFUSED`] get a 500.
 pub async fn payment_stub(latency: Duration) -> String {
     let charge = move |body: String| async move {
         tokio::time::sleep(latency).await;
@@ -364,7 +364,18 @@ pub async fn payment_stub(latency: Duration) -> String {
             .to_string(),
         )
     };
+    // A refund: made after the same latency, succeeded.
+    let refund = move |_body: String| async move {
+        tokio::time::sleep(latency).await;
+        let id = uuid::Uuid::new_v4().simple();
+        (
+            StatusCode::OK,
+            json!({"id": format!("re_{id}"), "object": "refund", "status": "succeeded"})
+                .to_string(),
+        )
+    };
     let app = Router::new()
+        .route("/v1/refunds", post(refund))
         .route("/v1/payment_intents", post(charge))
         .route(
             "/v1/payment_intents",
