@@ -105,16 +105,9 @@ impl Rig {
             &self.observe,
             deadline(),
         );
-        effect::apply(
-            &self.refunds,
-            self.table.store.as_ref(),
-            &executor,
-            &self.settings.policy(),
-            request,
-            &request.identity(),
-        )
-        .await
-        .expect("the breakers are closed")
+        apply_under(self, request, executor)
+            .await
+            .expect("the breakers are closed")
     }
 
     /// The PaymentIntent `order` was charged with, as its record holds it.

@@ -140,17 +140,22 @@ pub async fn refunds_of(payment_intent: &str) -> Vec<Value> {
 /// Leaves the refund created under `idempotency_key` `pending`, as a bank holds some
 /// (`POST /_layer/refunds/pending`).
 pub async fn pend_refund(idempotency_key: &str) {
+    layer_post(
+        "/_layer/refunds/pending",
+        &serde_json::json!({"key": idempotency_key}),
+    )
+    .await;
+}
+
+/// `POST <path>` of the layer's own with `body`, which must answer 204.
+async fn layer_post(path: &str, body: &Value) {
     let response = crate::http_client()
-        .post(url("/_layer/refunds/pending"))
-        .json(&serde_json::json!({"key": idempotency_key}))
+        .post(url(path))
+        .json(body)
         .send()
         .await
         .expect("localstripe reachable");
-    assert_eq!(
-        response.status(),
-        204,
-        "POST /_layer/refunds/pending: {response:?}"
-    );
+    assert_eq!(response.status(), 204, "POST {path}: {response:?}");
 }
 
 /// The bank's later answer for the pending refund `id`: `Ok(())` succeeds it,
@@ -160,13 +165,7 @@ pub async fn settle_refund(id: &str, answer: Result<(), &str>) {
         Ok(()) => serde_json::json!({"status": "succeeded"}),
         Err(reason) => serde_json::json!({"status": "failed", "failure_reason": reason}),
     };
-    let response = crate::http_client()
-        .post(url(&format!("/_layer/refunds/{id}/settle")))
-        .json(&body)
-        .send()
-        .await
-        .expect("localstripe reachable");
-    assert_eq!(response.status(), 204, "settling {id}: {response:?}");
+    layer_post(&format!("/_layer/refunds/{id}/settle"), &body).await;
 }
 
 /// `POST /v1/refunds` with `form`, sent straight to the layer: its status and body,

@@ -145,23 +145,28 @@ impl Order {
     /// Lower-case hex SHA-256 of `id\namount\nCURRENCY\ncustomer\npayment_method`
     /// (ARCHITECTURE.md, "The key and the fingerprint").
     pub fn fingerprint(&self) -> String {
-        let mut hasher = Sha256::new();
         let amount = self.amount.to_string();
-        let fields = [
+        fingerprint_of(&[
             self.id.as_str(),
             &amount,
             &self.currency,
             &self.customer,
             &self.payment_method,
-        ];
-        for (i, field) in fields.into_iter().enumerate() {
-            if i > 0 {
-                hasher.update(b"\n");
-            }
-            hasher.update(field.as_bytes());
-        }
-        hex(hasher)
+        ])
     }
+}
+
+/// Lower-case hex SHA-256 of `fields` joined by `\n`: the fingerprint of a message's
+/// fields (an order's, a refund request's).
+pub(crate) fn fingerprint_of(fields: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b"\n");
+        }
+        hasher.update(field.as_bytes());
+    }
+    hex(hasher)
 }
 
 fn hex(hasher: Sha256) -> String {
@@ -263,7 +268,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 }
 
-fn string_field<'a>(
+pub(crate) fn string_field<'a>(
     object: &'a Map<String, Value>,
     field: &'static str,
 ) -> Result<&'a str, OrderError> {

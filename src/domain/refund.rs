@@ -4,13 +4,12 @@
 //! as an order is, each field with its reason. Its key in the shared table is
 //! `reembolso#<refund id>`, beside the orders' `cobro#`.
 
-use std::fmt::Write as _;
-
 use idempotent_consumer::record::{Fingerprint, Identity, Key};
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+use serde_json::Value;
 
-use crate::domain::order::{MAX_AMOUNT, OrderError, StrictError, strict_json, validate_id};
+use crate::domain::order::{
+    MAX_AMOUNT, OrderError, StrictError, fingerprint_of, strict_json, string_field, validate_id,
+};
 
 /// The prefix of a refund's key in the table: `reembolso#<refund id>`.
 pub const REFUND_PREFIX: &str = "reembolso#";
@@ -58,13 +57,9 @@ pub enum RefundError {
     DuplicateField(#[source] serde_json::Error),
     #[error("body is not a JSON object")]
     NotObject,
-    #[error("field `{0}` is missing")]
-    Missing(&'static str),
-    #[error("field `{field}` must be {expected}")]
-    WrongType {
-        field: &'static str,
-        expected: &'static str,
-    },
+    /// A field missing or of the wrong type, as an order's would be.
+    #[error(transparent)]
+    Field(OrderError),
     #[error("field `{field}` is invalid: {source}")]
     InvalidId {
         field: &'static str,
@@ -119,10 +114,10 @@ impl RefundRequest {
                     .ok_or_else(|| RefundError::AmountOutOfRange(n.to_string()))?,
             ),
             Some(_) => {
-                return Err(RefundError::WrongType {
+                return Err(RefundError::Field(OrderError::WrongType {
                     field: "amount",
                     expected: "a JSON integer (minor units)",
-                });
+                }));
             }
         };
         let reason = match object.get("reason") {
@@ -132,15 +127,15 @@ impl RefundRequest {
                     .ok_or_else(|| RefundError::UnknownReason(name.clone()))?,
             ),
             Some(_) => {
-                return Err(RefundError::WrongType {
+                return Err(RefundError::Field(OrderError::WrongType {
                     field: "reason",
                     expected: "a string",
-                });
+                }));
             }
         };
         Self::new(
-            string_field(object, "id")?,
-            string_field(object, "order_id")?,
+            string_field(object, "id").map_err(RefundError::Field)?,
+            string_field(object, "order_id").map_err(RefundError::Field)?,
             amount,
             reason,
         )
@@ -171,39 +166,11 @@ impl RefundRequest {
     pub fn identity(&self) -> Identity {
         let amount = self.amount.map(|a| a.to_string()).unwrap_or_default();
         let reason = self.reason.map(RefundReason::as_str).unwrap_or_default();
-        let mut hasher = Sha256::new();
-        for (i, field) in [self.id.as_str(), &self.order_id, &amount, reason]
-            .into_iter()
-            .enumerate()
-        {
-            if i > 0 {
-                hasher.update(b"\n");
-            }
-            hasher.update(field.as_bytes());
-        }
-        let mut hex = String::with_capacity(64);
-        for byte in hasher.finalize() {
-            // Writing to a String cannot fail.
-            let _ = write!(hex, "{byte:02x}");
-        }
+        let hex = fingerprint_of(&[self.id.as_str(), &self.order_id, &amount, reason]);
         Identity {
             key: Key::new(REFUND_PREFIX, &self.id),
             fingerprint: Fingerprint::new(hex),
         }
-    }
-}
-
-fn string_field<'a>(
-    object: &'a Map<String, Value>,
-    field: &'static str,
-) -> Result<&'a str, RefundError> {
-    match object.get(field) {
-        None | Some(Value::Null) => Err(RefundError::Missing(field)),
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(RefundError::WrongType {
-            field,
-            expected: "a string",
-        }),
     }
 }
 
