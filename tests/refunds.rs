@@ -110,6 +110,17 @@ impl Rig {
             .expect("the breakers are closed")
     }
 
+    /// `request`'s record, which must exist.
+    async fn record_of(&self, request: &RefundRequest) -> charge_once::domain::Record {
+        let key = request.identity().key;
+        self.table
+            .store
+            .get(&key)
+            .await
+            .unwrap()
+            .expect("its record")
+    }
+
     /// The PaymentIntent `order` was charged with, as its record holds it.
     async fn payment_of(&self, order: &Order) -> String {
         let record = self.table.store.get(&Key::for_order_id(order.id())).await;
@@ -177,13 +188,7 @@ async fn a_refund_delivered_many_times_at_once_refunds_its_order_once() {
     assert_eq!(refunds[0]["amount"], 400);
     assert_eq!(refunds[0]["reason"], "requested_by_customer");
     assert_eq!(refunds[0]["metadata"]["order_id"], order.id());
-    let record = rig
-        .table
-        .store
-        .get(&request.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record_of(&request).await;
     assert_eq!(record.state, State::Done);
     assert_eq!(record.receipt.as_deref(), refunds[0]["id"].as_str());
 
@@ -435,13 +440,7 @@ async fn pending_refund(rig: &Rig, order: &Order) -> (RefundRequest, String) {
     localstripe::pend_refund(&format!("{}#1", request.identity().key.as_str())).await;
     let end = rig.refund(&request).await;
     assert!(matches!(end, End::Awaiting { .. }), "awaited: {end:?}");
-    let record = rig
-        .table
-        .store
-        .get(&request.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record_of(&request).await;
     assert_eq!(record.state, State::Awaiting, "{record:?}");
     let refund = record.awaited.clone().expect("it names its refund");
     assert!(refund.starts_with("re_"), "{record:?}");
@@ -498,13 +497,7 @@ async fn a_refund_the_bank_fails_after_pending_is_reported_once_and_its_record_e
     assert_eq!(reported[0]["order_id"], order.id());
     assert_eq!(reported[0]["refund"], refund.as_str());
     assert_eq!(reported[0]["reason"], "lost_or_stolen_card");
-    let record = rig
-        .table
-        .store
-        .get(&request.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record_of(&request).await;
     assert_eq!(record.state, State::Failed, "{record:?}");
 
     // The failed refund returned nothing: the request sent again is a new attempt,
@@ -539,13 +532,7 @@ async fn a_pending_refund_the_bank_makes_completes_its_record_with_no_report() {
     localstripe::settle_refund(&refund, Ok(())).await;
     let run = settle(&rig, &reports).await;
     assert_eq!((run.completed, run.failed), (1, 0), "{run:?}");
-    let record = rig
-        .table
-        .store
-        .get(&request.identity().key)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = rig.record_of(&request).await;
     assert_eq!(record.state, State::Done, "{record:?}");
     assert_eq!(record.receipt.as_deref(), Some(refund.as_str()));
     assert!(queues.drain_reports(&report_queue).await.is_empty());
