@@ -54,15 +54,20 @@ impl Refunds {
                 order_id: order_id.clone(),
                 source,
             })?;
+        // No record: not received yet, or past its retention (TTL deleted it; a refund
+        // of such an order is made by hand).
         let Some(record) = record else {
             return Err(RefundFailure::NotCharged {
                 order_id,
-                state: "not received yet".to_owned(),
+                state: "no record: not received yet, or past its retention".to_owned(),
             });
         };
         let declined = record.refusals.unwrap_or(0) >= self.max_declines;
         match (&record.state, record.receipt) {
             (State::Done, Some(payment_id)) => Ok(payment_id),
+            // Ended unpaid as far as deliveries go; a new delivery of the order may still
+            // charge it (a corrected payload, a reset of its declines): the dead letter
+            // is redriven then.
             (State::Failed, _) => Err(RefundFailure::Unpaid {
                 order_id,
                 why: "its wait for the customer ended without payment".to_owned(),
@@ -71,12 +76,8 @@ impl Refunds {
                 order_id,
                 why: format!("declined {} times", record.refusals.unwrap_or(0)),
             }),
-            (State::Uncertain | State::Other(_), _) | (State::Done, None) => {
-                Err(RefundFailure::Unpaid {
-                    order_id,
-                    why: format!("its record ({:?}) is for a person to settle", record.state),
-                })
-            }
+            // A record for a person (its charge may have happened) or in a state this
+            // consumer does not know: the refund waits for them, never refused.
             (state, _) => Err(RefundFailure::NotCharged {
                 order_id,
                 state: format!("{state:?}"),
@@ -93,7 +94,8 @@ pub enum RefundFailure {
     /// Its order is not charged yet: nothing was sent; the delivery comes back.
     #[error("order {order_id} is not charged yet ({state}): the refund waits for it")]
     NotCharged { order_id: String, state: String },
-    /// Its order ended without payment: there is nothing to refund.
+    /// Its order ended without payment: there is nothing to refund (until a new
+    /// delivery of the order charges it).
     #[error("order {order_id} ended without payment ({why}): nothing to refund")]
     Unpaid { order_id: String, why: String },
     #[error("reading order {order_id}'s record failed")]

@@ -70,12 +70,13 @@ impl Refund {
         }
     }
 
-    /// A created refund: a receipt once it succeeded; pending at the bank, awaited;
-    /// any other status (`requires_action`, `failed`, `canceled`) is for a person.
+    /// A created refund: a receipt once it succeeded; pending at the bank (or asking
+    /// for an action, as a lookup reads it too), awaited; `failed` or `canceled` at
+    /// once is for a person.
     fn settled(self) -> Result<Receipt, PaymentError> {
         match self.status.as_str() {
             "succeeded" => Ok(Receipt::new(self.id)),
-            "pending" => Err(PaymentError::Pending {
+            "pending" | "requires_action" => Err(PaymentError::Pending {
                 payment_id: self.id,
                 status: self.status,
             }),
