@@ -1,8 +1,10 @@
 //! The payment provider contracts, each named by what its reader uses: the charge
 //! path ([`ChargePath`]: charge an order under an idempotency key, look a payment up
-//! for reconciliation; read by the record's driver and `resolve`), and the listing
-//! ([`PaymentListing`]: read by the audit). [`PaymentProvider`] is both, as the wiring
-//! builds it (ARCHITECTURE.md, "The state machine").
+//! for reconciliation; read by the record's driver and `resolve`), the listing
+//! ([`PaymentListing`]: read by the audit), and the refund path ([`RefundPath`]:
+//! refund a payment under a key, look a refund up, list refunds; read by the refund
+//! effect, the settler and the audit). [`PaymentProvider`] is the first two, as the
+//! wiring builds it (ARCHITECTURE.md, "The state machine").
 //!
 //! [`crate::adapters::payment_http::HttpProvider`] is the production implementation;
 //! [`crate::adapters::api_key`] reads its key. The local member (`local/`) implements

@@ -3,7 +3,7 @@
 //! events or none; an order's payment, and a refund the bank holds `pending`); both
 //! through the one executor (`drivers/executor.rs`: breakers,
 //! pace, deadline rule, spans). The machine decides each step by the provider's
-//! answer; this module only makes the calls, counts and logs them. One loop ([`drive`]) runs the steps
+//! answer; this module only makes the calls, counts and logs them. One loop (`drive`) runs the steps
 //! for both, so the sequence fetch, cancel, move the end, report, write exists once.
 
 use crate::domain::OrderKey;

@@ -4,7 +4,7 @@
 //! the real store and provider; the model checker (`examples/model.rs`) performs them
 //! against a model of both. This module gives the machine its words: a payment's
 //! answers in (`words.rs`: how a `PaymentError` classifies, a lookup, a receipt), and
-//! each end out as the record's [`Outcome`].
+//! each end out as the record's [`Outcome`](crate::policy::outcome::Outcome).
 
 mod steps;
 #[cfg(test)]
