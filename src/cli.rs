@@ -1,7 +1,8 @@
 //! The commands outside Lambda (ARCHITECTURE.md, "Settings"), against the real parts
 //! with the operator's credentials: the DynamoDB table in IDEMPOTENCY_TABLE and the
 //! provider at PAYMENT_API_URL. `invoke` runs the real handler once on an SQS event
-//! file, `inspect` prints an order's (or a refund's) record, `resolve` settles one with the provider,
+//! file, `inspect` prints an order's (or a refund's) record, `resolve` settles one with
+//! the provider (`resolve-refund` a refund's),
 //! `audit` holds the table against the provider's payments. Local runs on an SQLite
 //! file with the simulator are the local member's binary (`local/`). Edge code: errors
 //! are `anyhow`. stdout carries only the command's JSON; logs go to stderr.
@@ -20,8 +21,10 @@ use charge_once::contracts::store::IdempotencyStore as _;
 use charge_once::domain::Key;
 use charge_once::domain::clock;
 use charge_once::domain::order::{Order, validate_id};
+use charge_once::domain::refund::RefundRequest;
 use charge_once::drivers::audit;
 use charge_once::drivers::charge::{self, Settings};
+use charge_once::drivers::refund::Refunds;
 use charge_once::policy::resolve::Confirmed;
 use charge_once::telemetry;
 use charge_once::wiring;
@@ -98,6 +101,22 @@ pub enum Command {
         #[arg(long)]
         retry_declined: bool,
     },
+    /// Settle a refund request's record by asking the provider: its refund found →
+    /// `hecho` with it; none (certain: while its order is not charged none can exist) →
+    /// `libre` with the next attempt. Refuses a live lease. The request's fields (from
+    /// the DLQ message) are needed to find its refund.
+    ResolveRefund {
+        refund_id: String,
+        /// The order it refunds.
+        #[arg(long)]
+        order: String,
+        /// Amount in minor units, as in the message (none: the rest of the order).
+        #[arg(long)]
+        amount: Option<u64>,
+        /// `duplicate`, `fraudulent` or `requested_by_customer`, as in the message.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Hold the table against the provider's payments: one JSON line per finding on
     /// stdout, a summary on stderr. Exit 0: clean; 1: findings; 2: the audit could
     /// not read everything (never "clean" after a partial read).
@@ -146,6 +165,18 @@ pub async fn run(cli: Cli, config: &Config) -> anyhow::Result<ExitStatus> {
                 retry_declined,
             };
             resolve(config, &order, confirmed).await.map(|()| 0)
+        }
+        Command::ResolveRefund {
+            refund_id,
+            order,
+            amount,
+            reason,
+        } => {
+            // The message's own rules, so the fingerprint is the record's.
+            let body = json!({"id": refund_id, "order_id": order, "amount": amount,
+                              "reason": reason});
+            let request = RefundRequest::parse(&body.to_string()).context("the refund request")?;
+            resolve_refund(config, &request).await.map(|()| 0)
         }
     }
 }
@@ -281,6 +312,23 @@ async fn inspect(config: &Config, order_id: &str, refund: bool) -> anyhow::Resul
         order_id,
         record.is_none(),
     ))
+}
+
+async fn resolve_refund(config: &Config, request: &RefundRequest) -> anyhow::Result<()> {
+    let (_, store, provider) = Parts::with_provider(config, false).await?;
+    let refunds = Refunds::new(provider, store, config.max_declines);
+    let done = refunds
+        .resolve(&Settings::from(config), request, Confirmed::default())
+        .await
+        .with_context(|| format!("resolve refund {}", request.id()))?;
+    let mut line = resolution_json(request.id(), &done);
+    if let Some(object) = line.as_object_mut()
+        && let Some(id) = object.remove("order_id")
+    {
+        object.insert("refund_id".to_owned(), id);
+    }
+    println!("{line}");
+    Ok(())
 }
 
 async fn resolve(config: &Config, order: &Order, confirmed: Confirmed) -> anyhow::Result<()> {

@@ -690,3 +690,54 @@ async fn the_audit_finds_a_request_refunded_twice_and_a_refund_no_record_names()
         report.findings
     );
 }
+
+/// `charge-once resolve-refund <args>` on the rig's table and the layer: its one line.
+fn resolve_refund(rig: &Rig, args: &[&str]) -> Value {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_charge-once"));
+    command.arg("resolve-refund").args(args);
+    harness::servers::cli_on_moto_and_localstripe(&mut command, &rig.table.name, TEST_KEY);
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn resolve_refund_moves_a_refund_stripe_never_made_to_its_next_key_and_then_leaves_it_done() {
+    let rig = rig().await;
+    let order = charged_order(&rig, 1000).await;
+    let request = request(&order, Some(300));
+    // A 500 stored under the key, and no refund made: the lookup finds nothing, but a
+    // stored 500 may still roll forward, so the consumer keeps the key.
+    let key = format!("{}#1", request.identity().key.as_str());
+    localstripe::arm_fault(&key, Fault::ServerError).await;
+    let end = rig.refund(&request).await;
+    assert!(matches!(end, End::Retry { .. }), "{end:?}");
+    let record = rig.record_of(&request).await;
+    assert_eq!((record.state, record.attempt), (State::Free, Some(1)));
+
+    // A person, sure of it, resolves: the provider has no refund of it.
+    let args = [
+        request.id(),
+        "--order",
+        order.id(),
+        "--amount",
+        "300",
+        "--reason",
+        "requested_by_customer",
+    ];
+    let resolved = resolve_refund(&rig, &args);
+    assert_eq!(resolved["refund_id"], request.id(), "{resolved}");
+    assert_eq!(resolved["resolution"], "released", "{resolved}");
+    assert_eq!(resolved["next_attempt"], 2, "{resolved}");
+
+    let end = rig.refund(&request).await;
+    assert!(matches!(end, End::Done { attempt: 2, .. }), "{end:?}");
+    let refunds = localstripe::refunds_of(&rig.payment_of(&order).await).await;
+    assert_eq!(of_request(&refunds, &request).len(), 1, "{refunds:?}");
+    let again = resolve_refund(&rig, &args);
+    assert_eq!(again["resolution"], "already_done", "{again}");
+}

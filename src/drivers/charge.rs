@@ -13,7 +13,7 @@ use idempotent_consumer::in_store::Invalid;
 use idempotent_consumer::machine::{self as library, Cancel, Found};
 
 use crate::config::Config;
-use crate::contracts::payment::{ChargePath, FailureKind, PaymentError};
+use crate::contracts::payment::{ChargePath, FailureKind, Lookup, PaymentError};
 use crate::contracts::store::IdempotencyStore;
 pub use crate::domain::clock::Clock;
 use crate::domain::clock::Time;
@@ -188,6 +188,33 @@ pub(crate) fn deferred(closed: Closed) -> Outcome {
     }
 }
 
+/// What `resolve` asks the provider about one fact: what its effect did (a lookup), and
+/// to cancel an attempt left open.
+#[async_trait]
+pub trait Asks: Sync {
+    /// The fact's effect among the provider's, since `since`.
+    async fn look_up(&self, since: Time) -> Result<Lookup, PaymentError>;
+    /// Cancels the open attempt `id`.
+    async fn cancel(&self, id: &str) -> Result<Cancel, PaymentError>;
+}
+
+/// An order's payment, as `resolve` asks about it.
+struct OrderAsks<'a> {
+    provider: &'a dyn ChargePath,
+    order: &'a Order,
+}
+
+#[async_trait]
+impl Asks for OrderAsks<'_> {
+    async fn look_up(&self, since: Time) -> Result<Lookup, PaymentError> {
+        self.provider.find_payment(self.order, since).await
+    }
+
+    async fn cancel(&self, id: &str) -> Result<Cancel, PaymentError> {
+        self.provider.cancel(id).await
+    }
+}
+
 /// Settles `order`'s record by asking the provider: the driver of [`Resolver`], under
 /// the one executor with its lease's end as the deadline.
 pub async fn resolve(
@@ -197,10 +224,30 @@ pub async fn resolve(
     order: &Order,
     confirmed: Confirmed,
 ) -> Result<Resolution, ResolveError> {
+    let asks = OrderAsks { provider, order };
+    resolve_fact(
+        store,
+        &asks,
+        settings,
+        Identity::for_order(order),
+        confirmed,
+    )
+    .await
+}
+
+/// Settles the record of the fact `identity` names by asking the provider through
+/// `asks` (an order's payment, a refund).
+pub async fn resolve_fact(
+    store: &dyn IdempotencyStore,
+    asks: &dyn Asks,
+    settings: &Settings,
+    identity: Identity,
+    confirmed: Confirmed,
+) -> Result<Resolution, ResolveError> {
     let now = settings.now();
     let lease_until = settings.budget.resolve_lease(now);
-    let resolver = Resolver::new(
-        order,
+    let resolver = Resolver::of(
+        identity,
         Owner::new(format!("resolve-{}", Owner::fresh())),
         now,
         lease_until,
@@ -217,7 +264,7 @@ pub async fn resolve(
     };
     let executor = executor(&settings, lease_until);
     executor
-        .admitted(resolve_steps(store, provider, order, resolver, &executor))
+        .admitted(resolve_steps(store, asks, resolver, &executor))
         .await
         .unwrap_or_else(|closed| {
             Err(ResolveError::Deferred {
@@ -228,8 +275,7 @@ pub async fn resolve(
 
 async fn resolve_steps(
     store: &dyn IdempotencyStore,
-    provider: &dyn ChargePath,
-    order: &Order,
+    asks: &dyn Asks,
     (mut resolver, mut step): (Resolver, ResolveStep),
     executor: &Executor<'_>,
 ) -> Result<Resolution, ResolveError> {
@@ -253,16 +299,14 @@ async fn resolve_steps(
             ResolveStep::Lookup => {
                 let since = resolver.lookup_since();
                 let found = executor
-                    .provider(ProviderCall::Lookup, false, || {
-                        provider.find_payment(order, since)
-                    })
+                    .provider(ProviderCall::Lookup, false, || asks.look_up(since))
                     .await;
                 let found = answer_of(found, "lookup", CallKind::Provider, executor)?;
                 resolver.on(ResolveInput::Looked(found))
             }
             ResolveStep::Cancel { payment_id } => {
                 let cancelled = executor
-                    .provider(ProviderCall::Cancel, false, || provider.cancel(&payment_id))
+                    .provider(ProviderCall::Cancel, false, || asks.cancel(&payment_id))
                     .await;
                 let cancelled = answer_of(cancelled, "cancel", CallKind::Provider, executor)?;
                 resolver.on(ResolveInput::Cancelled(cancelled))

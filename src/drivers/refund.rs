@@ -14,12 +14,14 @@ use idempotent_consumer::executor::{ProviderFailure, Throttle};
 use idempotent_consumer::in_store::Invalid;
 use idempotent_consumer::machine::{Cancel, Class, Classify, Found, Receipt};
 
-use crate::contracts::payment::{PaymentError, RefundPath};
+use crate::contracts::payment::{FailureKind, Lookup, PaymentError, RefundPath};
 use crate::contracts::store::{IdempotencyStore, StoreError};
 use crate::domain::refund::RefundRequest;
 use crate::domain::{Identity, Key, OrderKey, State};
+use crate::drivers::charge::{Asks, Settings, resolve_fact};
 use crate::error_chain;
 use crate::policy::machine::{found, receipt};
+use crate::policy::resolve::{Confirmed, Resolution, ResolveError};
 
 /// Refunds, each once: the provider's refund path and the table that holds the
 /// orders' records.
@@ -83,6 +85,72 @@ impl Refunds {
                 state: format!("{state:?}"),
             }),
         }
+    }
+}
+
+impl Refunds {
+    /// Settles `request`'s record by asking the provider (`resolve` for a refund): the
+    /// refund found completes it, none found (certain: while its order is not charged
+    /// no refund can exist) moves it to the next attempt.
+    pub async fn resolve(
+        &self,
+        settings: &Settings,
+        request: &RefundRequest,
+        confirmed: Confirmed,
+    ) -> Result<Resolution, ResolveError> {
+        let asks = RefundAsks {
+            refunds: self,
+            request,
+        };
+        resolve_fact(
+            self.orders.as_ref(),
+            &asks,
+            settings,
+            request.identity(),
+            confirmed,
+        )
+        .await
+    }
+}
+
+/// A refund, as `resolve` asks about it.
+struct RefundAsks<'a> {
+    refunds: &'a Refunds,
+    request: &'a RefundRequest,
+}
+
+#[async_trait]
+impl Asks for RefundAsks<'_> {
+    async fn look_up(
+        &self,
+        _since: idempotent_consumer::clock::Time,
+    ) -> Result<Lookup, PaymentError> {
+        match self.refunds.charged(self.request).await {
+            Ok(payment_id) => {
+                self.refunds
+                    .provider
+                    .find_refund(self.request, &payment_id)
+                    .await
+            }
+            // No charge, so no refund of it.
+            Err(RefundFailure::NotCharged { .. } | RefundFailure::Unpaid { .. }) => {
+                Ok(Lookup::NotFound)
+            }
+            Err(RefundFailure::Provider(e)) => Err(e),
+            Err(e @ RefundFailure::Store { .. }) => Err(PaymentError::Retryable {
+                kind: FailureKind::Connection,
+                source: Some(Box::new(e)),
+                should_retry: None,
+            }),
+        }
+    }
+
+    /// A refund leaves nothing open.
+    async fn cancel(
+        &self,
+        _id: &str,
+    ) -> Result<idempotent_consumer::machine::Cancel, PaymentError> {
+        Ok(idempotent_consumer::machine::Cancel::NotCancellable)
     }
 }
 

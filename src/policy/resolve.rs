@@ -170,11 +170,29 @@ impl Resolver {
         expires: Time,
         confirmed: Confirmed,
     ) -> (Self, ResolveStep) {
+        Self::of(
+            Identity::for_order(order),
+            owner,
+            now,
+            lease_until,
+            expires,
+            confirmed,
+        )
+    }
+
+    /// The same, of any fact's record by its identity (a refund request's).
+    pub fn of(
+        identity: Identity,
+        owner: Owner,
+        now: Time,
+        lease_until: Time,
+        expires: Time,
+        confirmed: Confirmed,
+    ) -> (Self, ResolveStep) {
         let confirmed = library::Confirmed {
             legacy_format_checked: confirmed.legacy_format_checked,
             reset_refusals: confirmed.retry_declined,
         };
-        let identity = Identity::for_order(order);
         let (resolver, step) =
             library::Resolver::new(identity, owner, now, lease_until, expires, confirmed);
         (Self(resolver), step_of(step))
