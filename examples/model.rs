@@ -756,7 +756,7 @@ impl ChargeModel {
         }
         Some(Found {
             status: payment_now(*status),
-            order_id: Some(self.order.key.order_id().to_owned()),
+            fact_id: Some(self.order.key.order_id().to_owned()),
             fingerprint: Some(self.identity(*payload).fingerprint),
         })
     }

@@ -465,12 +465,18 @@ async fn settle(rig: &Rig, reports: &dyn charge_once::contracts::queue::Reports)
     .unwrap()
 }
 
+/// A report queue on moto: its queues, its URL, and the reports sent to it.
+async fn report_queue() -> (harness::event_source::Queues, String, SqsReports) {
+    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 5).await;
+    let url = queues.create_report_queue().await;
+    let reports = SqsReports::new(queues.client.clone(), &url);
+    (queues, url, reports)
+}
+
 #[tokio::test]
 async fn a_refund_the_bank_fails_after_pending_is_reported_once_and_its_record_ends() {
     let rig = rig().await;
-    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 5).await;
-    let report_queue = queues.create_report_queue().await;
-    let reports = SqsReports::new(queues.client.clone(), &report_queue);
+    let (queues, report_queue, reports) = report_queue().await;
     let order = charged_order(&rig, 1000).await;
     let (request, refund) = pending_refund(&rig, &order).await;
 
@@ -524,9 +530,7 @@ async fn a_refund_the_bank_fails_after_pending_is_reported_once_and_its_record_e
 #[tokio::test]
 async fn a_pending_refund_the_bank_makes_completes_its_record_with_no_report() {
     let rig = rig().await;
-    let queues = harness::event_source::Queues::create(Duration::from_secs(30), 5).await;
-    let report_queue = queues.create_report_queue().await;
-    let reports = SqsReports::new(queues.client.clone(), &report_queue);
+    let (queues, report_queue, reports) = report_queue().await;
     let order = charged_order(&rig, 1000).await;
     let (request, refund) = pending_refund(&rig, &order).await;
     localstripe::settle_refund(&refund, Ok(())).await;

@@ -235,7 +235,7 @@ impl Charger<'_> {
                 None => match calls.fetch(&event.payment_id).await {
                     Ok(Some(found)) => {
                         let order = found
-                            .order_id
+                            .fact_id
                             .as_deref()
                             .filter(|id| validate_id(id).is_ok());
                         match order {

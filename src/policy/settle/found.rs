@@ -70,7 +70,7 @@ pub struct Found {
     pub status: PaymentNow,
     /// The fact this consumer made it for: a payment's `metadata[order_id]`, a
     /// refund's `metadata[refund_id]`.
-    pub order_id: Option<String>,
+    pub fact_id: Option<String>,
     /// The fingerprint of the order the payment describes (its order id, amount,
     /// currency, customer and payment method), when it names all of them.
     pub fingerprint: Option<Fingerprint>,
@@ -88,7 +88,7 @@ impl Found {
                 "failed" | "canceled" => PaymentNow::Canceled,
                 _ => PaymentNow::Processing,
             },
-            order_id: refund.refund_id.clone(),
+            fact_id: refund.refund_id.clone(),
             fingerprint: None,
         }
     }
@@ -97,7 +97,7 @@ impl Found {
     pub fn seen(self) -> Seen {
         Seen {
             now: self.status.now(),
-            fact_id: self.order_id,
+            fact_id: self.fact_id,
             fingerprint: self.fingerprint,
         }
     }
@@ -123,7 +123,7 @@ impl Found {
         };
         Self {
             status: PaymentNow::of_status(&payment.status),
-            order_id: payment.order_id.clone(),
+            fact_id: payment.order_id.clone(),
             fingerprint,
         }
     }

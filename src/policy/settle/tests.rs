@@ -42,7 +42,7 @@ fn awaiting(ends_in: i64) -> Record {
 fn found(status: PaymentNow) -> Option<Found> {
     Some(Found {
         status,
-        order_id: Some("o-1".to_owned()),
+        fact_id: Some("o-1".to_owned()),
         fingerprint: Some(print()),
     })
 }
@@ -193,7 +193,7 @@ fn an_awaited_payment_paid_with_another_card_settles_with_what_was_paid_kept() {
     let paid = |fingerprint: &str| Provider {
         fetches: vec![Some(Found {
             status: PaymentNow::Succeeded,
-            order_id: Some("o-1".to_owned()),
+            fact_id: Some("o-1".to_owned()),
             fingerprint: Some(Fingerprint::new(fingerprint)),
         })],
         cancel_refused: false,
@@ -312,7 +312,7 @@ fn a_write_refused_by_a_record_done_with_the_same_payment_is_settled_not_a_doubl
 #[test]
 fn an_event_for_a_payment_of_another_order_changes_nothing() {
     let mut other = provider(Some(PaymentNow::Succeeded));
-    other.fetches[0].as_mut().unwrap().order_id = Some("o-2".into());
+    other.fetches[0].as_mut().unwrap().fact_id = Some("o-2".into());
     let run = run(
         Some(awaiting(3600)),
         event(PaymentNow::Succeeded),
